@@ -1,0 +1,84 @@
+"""User state: GPUCLI_HOME, the catalogue location and keys.json (0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from gpucli.errors import UsageError
+
+PACKAGE_CATALOG = Path(__file__).resolve().parent / "profiles"
+
+
+def home() -> Path:
+    """The directory holding gpucli's user state (runs, keys, known_hosts, SSH key).
+
+    ``GPUCLI_HOME`` overrides the platform default (``$XDG_DATA_HOME/gpucli``, ``~/.local/share/gpucli``,
+    ``~/Library/Application Support/gpucli`` on macOS, ``%APPDATA%\\gpucli`` on Windows).
+    """
+    env = os.environ.get("GPUCLI_HOME")
+    if env:
+        path = Path(env).expanduser()
+    elif sys.platform == "darwin":
+        path = Path.home() / "Library" / "Application Support" / "gpucli"
+    elif os.name == "nt":
+        path = Path(os.environ.get("APPDATA", Path.home())) / "gpucli"
+    else:
+        base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        path = Path(base) / "gpucli"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def catalog_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The catalogue directory: ``--catalog DIR``, else ``GPUCLI_CATALOG``, else the packaged one."""
+    chosen = override or os.environ.get("GPUCLI_CATALOG")
+    if not chosen:
+        return PACKAGE_CATALOG
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"catalogue directory '{chosen}' does not exist",
+                         hint="pass --catalog DIR or set GPUCLI_CATALOG to a folder of *.yaml files")
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically with mode 0600 from the first byte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def keys_path() -> Path:
+    return home() / "keys.json"
+
+
+def load_keys() -> dict[str, str]:
+    path = keys_path()
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read keys: {exc}") from exc
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def save_key(name: str, value: str) -> Path:
+    keys = load_keys()
+    keys[name] = value
+    path = keys_path()
+    write_private(path, json.dumps(keys, indent=2) + "\n")
+    return path

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh machine, then runs it.
+#   scripts/test.sh            # whole suite
+#   scripts/test.sh -k planner # extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+
+# A real OpenSSH server (the SSH and provider tests start their own sshd on 127.0.0.1) and rsync
+# (the sync benchmark compares against it).
+if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openssh-server openssh-client rsync >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+# The CPU build of torch; a plain `torch` requirement would pull the multi-GB CUDA build.
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    "$PY" -m pip install -q "torch==2.13.0"
+fi
+"$PY" -m pip install -q -e ".[train,test]"
+
+exec "$PY" -m pytest -q "$@"

@@ -1,0 +1,31 @@
+"""Shared fixtures: every test gets its own GPUCLI_HOME so no test reads or writes real user state."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.sshd import SshServer, make_keypair
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("gpucli_home")
+    monkeypatch.setenv("GPUCLI_HOME", str(home))
+    for var in ("GPUCLI_CATALOG", "RUNPOD_API_KEY", "VAST_API_KEY", "TELEGRAM_BOT_TOKEN",
+                "TELEGRAM_CHAT_ID", "RUNPOD_API_BASE_URL", "VAST_URL", "TELEGRAM_API_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture
+def client_key(tmp_path_factory):
+    """An ed25519 key pair for the SSH client side: (private key path, public key text)."""
+    return make_keypair(tmp_path_factory.mktemp("client_key") / "id_ed25519")
+
+
+@pytest.fixture
+def sshd(tmp_path_factory, client_key):
+    """A real OpenSSH sshd on 127.0.0.1 that accepts ``client_key``."""
+    server = SshServer.start(tmp_path_factory.mktemp("sshd"), authorized_keys=[client_key[1]])
+    yield server
+    server.stop()
