@@ -1,0 +1,374 @@
+"""Pure planning: setups -> time and cost -> the exact Pareto front, dominated setups, picks.
+
+No I/O, no clock, no printing. ``today`` comes in with the request so price ages are reproducible.
+
+Dominance is exact on values rounded to a micro-dollar and a millisecond-ish fraction of an hour
+(``_key``), so two setups whose costs differ only by floating-point noise (4 GPUs for a quarter of the
+time at the same per-GPU price) count as equal, and "a dominates b" means: no slower, no dearer, and
+strictly better in at least one of the two.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from gpucli.catalog import Catalog, Gpu, ModelShape, Price
+from gpucli.errors import NothingFitsError, UsageError
+from gpucli.estimate import (
+    Fit,
+    choose_micro_batch,
+    count_params,
+    decode_memory,
+    decode_tokens_per_s,
+    scaling_efficiency,
+    train_flops_per_token,
+    train_tokens_per_s,
+)
+
+DEFAULT_COUNTS = (1, 2, 4, 8)
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------------
+# The exact Pareto front, generic over what is being compared
+
+
+def _key(hours: float, cost: float) -> tuple[float, float]:
+    return (round(hours, 9), round(cost, 6))
+
+
+@dataclass(frozen=True)
+class Front(Generic[T]):
+    members: tuple[T, ...]  # sorted by time, fastest first
+    dominated: tuple[tuple[T, T], ...]  # (item, a front member that dominates it)
+
+
+def pareto_front(items: Iterable[T], point: Callable[[T], tuple[float, float]]) -> Front[T]:
+    """Minimise both coordinates of ``point(item)`` = (hours, dollars). O(n log n).
+
+    Sweep in order of (hours, cost): an item is on the front when it is cheaper than everything at
+    least as fast; an exact tie with the current best is kept (neither dominates the other). Each
+    dominated item is paired with the cheapest front member that is at least as fast as it, which is
+    no slower, no dearer and (since the item is not a tie) strictly better in one coordinate.
+    """
+    keyed = sorted(((_key(*point(it)), i, it) for i, it in enumerate(items)), key=lambda x: (x[0], x[1]))
+    members: list[T] = []
+    dominated: list[tuple[T, T]] = []
+    best_key: tuple[float, float] | None = None
+    best: T | None = None
+    for key, _, item in keyed:
+        if best_key is None or key[1] < best_key[1] or key == best_key:
+            members.append(item)
+            if best_key is None or key[1] < best_key[1]:
+                best_key, best = key, item
+        else:
+            dominated.append((item, best))  # type: ignore[arg-type]
+    return Front(tuple(members), tuple(dominated))
+
+
+def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    ka, kb = _key(*a), _key(*b)
+    return ka[0] <= kb[0] and ka[1] <= kb[1] and ka != kb
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests, setups, estimates
+
+
+@dataclass(frozen=True)
+class PriceQuote:
+    usd_per_gpu_hour: float
+    kind: str
+    source: str
+    as_of_text: str
+    age_days: int | None
+    stale: bool
+    provider: str | None = None
+    usd_per_gpu_hour_high: float | None = None
+    offer_id: str | None = None  # a live offer
+
+    @property
+    def age_text(self) -> str:
+        if self.offer_id is not None:
+            return "live"
+        if self.age_days is None:
+            return "undated"
+        if self.age_days < 60:
+            return f"{self.age_days} d"
+        return f"{self.age_days / 30.44:.0f} mo"
+
+
+@dataclass(frozen=True)
+class Setup:
+    gpu: Gpu
+    n_gpus: int
+    price: PriceQuote
+
+    @property
+    def label(self) -> str:
+        return f"{self.n_gpus}x {self.gpu.name}"
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.price.usd_per_gpu_hour * self.n_gpus
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelShape
+    today: dt.date
+    workload: str = "train"  # train | generate
+    tokens: float | None = None  # None: tokens_per_param x params (train); required for generate
+    tokens_per_param: float = 20.0
+    seq_len: int | None = None
+    spot: bool = False
+    gpus: tuple[str, ...] = ()  # GPU ids to consider; empty = all
+    max_gpus: int = 8
+    counts: tuple[int, ...] = DEFAULT_COUNTS
+    budget_usd: float | None = None
+    deadline_hours: float | None = None
+    price_per_gpu_hour: float | None = None  # override every price (e.g. a quote the user has)
+    mfu: float | None = None  # override the MFU (training)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    setup: Setup
+    fit: Fit
+    memory_gb: float
+    micro_batch: int | None
+    tokens_per_s: float
+    speed_source: str
+    mfu: float | None
+    hours: float
+    cost_usd: float
+
+    @property
+    def point(self) -> tuple[float, float]:
+        return (self.hours, self.cost_usd)
+
+    @property
+    def runs(self) -> bool:
+        return self.fit is not Fit.NO
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """What a budget buys on one setup: hours of renting and the tokens trained in them."""
+
+    estimate: Estimate
+    hours: float
+    tokens: float
+    finishes: bool  # the budget covers the whole token budget
+
+
+@dataclass(frozen=True)
+class Picks:
+    cheapest: Estimate | None
+    fastest: Estimate | None
+    best_value: Estimate | None  # front member minimising cost/min_cost + hours/min_hours
+    within_budget: Estimate | None  # fastest with cost <= budget
+    within_deadline: Estimate | None  # cheapest with hours <= deadline
+    within_both: Estimate | None  # cheapest meeting both
+
+
+@dataclass(frozen=True)
+class Plan:
+    request: PlanRequest
+    params: int
+    tokens: float
+    tokens_note: str
+    seq_len: int
+    flops_per_token: float
+    estimates: tuple[Estimate, ...]
+    front: tuple[Estimate, ...]
+    dominated: tuple[tuple[Estimate, Estimate], ...]
+    unfit: tuple[Estimate, ...]
+    picks: Picks
+    budget_views: tuple[BudgetView, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _quote(price: Price, today: dt.date, stale_after_days: int) -> PriceQuote:
+    age = price.age_days(today)
+    return PriceQuote(
+        usd_per_gpu_hour=price.usd_per_gpu_hour, kind=price.kind, source=price.source,
+        as_of_text=price.as_of_text, age_days=age, stale=age is None or age > stale_after_days,
+        provider=price.provider,
+        usd_per_gpu_hour_high=(None if price.usd_per_hour_high is None else
+                               price.usd_per_hour_high / (price.count if price.per == "node" and price.count else 1)))
+
+
+def choose_price(prices: Sequence[Price], n_gpus: int, kind: str) -> Price | None:
+    """The price a setup is planned with: the newest dated one that applies, then the cheapest.
+
+    Per-GPU prices apply to any count; a whole-machine price only to its own count.
+    """
+    usable = [p for p in prices if p.kind == kind and (p.per == "gpu" or p.count == n_gpus)]
+    if not usable:
+        return None
+    return min(usable, key=lambda p: (-(p.as_of.toordinal() if p.as_of else 0), p.usd_per_gpu_hour))
+
+
+def catalog_setups(catalog: Catalog, request: PlanRequest) -> list[Setup]:
+    """Every (GPU, count) of the catalogue that has a price of the requested kind."""
+    kind = "spot" if request.spot else "on-demand"
+    wanted = {catalog.gpu(g).id for g in request.gpus} if request.gpus else None
+    counts = sorted({c for c in request.counts if 1 <= c <= request.max_gpus})
+    setups = []
+    for gpu in catalog.gpus.values():
+        if wanted is not None and gpu.id not in wanted:
+            continue
+        prices = catalog.prices_for(gpu.id)
+        for n in counts:
+            if request.price_per_gpu_hour is not None:
+                quote = PriceQuote(request.price_per_gpu_hour, kind, "--price", "given", None, False)
+            else:
+                price = choose_price(prices, n, kind)
+                if price is None:
+                    continue
+                quote = _quote(price, request.today, catalog.defaults.stale_after_days)
+            setups.append(Setup(gpu=gpu, n_gpus=n, price=quote))
+    return setups
+
+
+def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: float) -> tuple[float, float, str]:
+    """(tokens/s, MFU, where it came from): exact calibration, then transferred MFU, then default."""
+    d = catalog.defaults
+    if request.mfu is not None:
+        return train_tokens_per_s(flops, setup.gpu, setup.n_gpus, request.mfu, d), request.mfu, "--mfu"
+    entries = [e for e in catalog.calibration if e.workload == "train" and e.gpu == setup.gpu.id]
+    exact = [e for e in entries if e.model == request.model.name and e.gpu_count == setup.n_gpus]
+    if exact:
+        e = exact[-1]
+        mfu = e.mfu if e.mfu is not None else e.tokens_per_s * flops / (
+            setup.n_gpus * setup.gpu.bf16_dense_tflops * 1e12)
+        return e.tokens_per_s, mfu, f"measured: {e.source} ({e.date})"
+    with_mfu = [e for e in entries if e.mfu is not None]
+    same_model = [e for e in with_mfu if e.model == request.model.name]
+    chosen = (same_model or with_mfu or [None])[-1]
+    if chosen is not None and chosen.mfu is not None:
+        # The entry's own scaling is divided out so the GPU count is modelled once.
+        mfu = chosen.mfu / scaling_efficiency(chosen.gpu_count, setup.gpu.interconnect, d)
+        how = "same model" if chosen.model == request.model.name else f"from model {chosen.model}"
+        return (train_tokens_per_s(flops, setup.gpu, setup.n_gpus, mfu, d), mfu,
+                f"MFU {mfu:.0%} {how}: {chosen.source} ({chosen.date})")
+    mfu = setup.gpu.train_mfu or d.train_mfu
+    source = f"MFU {mfu:.0%} for {setup.gpu.name} (gpus.yaml)" if setup.gpu.train_mfu else d.train_mfu_source
+    return train_tokens_per_s(flops, setup.gpu, setup.n_gpus, mfu, d), mfu, source
+
+
+def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float, seq_len: int,
+                   flops: float) -> Estimate:
+    fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len)
+    tps, mfu, source = _train_speed(catalog, request, setup, flops)
+    hours = tokens / tps / 3600.0
+    return Estimate(setup=setup, fit=fr.fit, memory_gb=fr.memory.total_gb,
+                    micro_batch=fr.memory.micro_batch if fr.fit is not Fit.NO else None,
+                    tokens_per_s=tps, speed_source=source, mfu=mfu, hours=hours,
+                    cost_usd=hours * setup.usd_per_hour)
+
+
+def estimate_generate(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float) -> Estimate:
+    """Seed 003's method: one independent copy of the model per GPU, each decoding its share."""
+    d = catalog.defaults
+    mem = decode_memory(request.model, d)
+    fits = mem.total_gb <= setup.gpu.vram_gb * d.usable_vram_fraction
+    measured = [e for e in catalog.calibration if e.workload == "generate" and e.gpu == setup.gpu.id
+                and e.model == request.model.name]
+    if measured:
+        per_copy, source = measured[-1].tokens_per_s, f"measured: {measured[-1].source} ({measured[-1].date})"
+    else:
+        per_copy = decode_tokens_per_s(request.model, setup.gpu, d)
+        source = (f"bandwidth {setup.gpu.memory_bandwidth_gbps:.0f} GB/s x {d.decode_bandwidth_efficiency:.0%}"
+                  f" / {mem.weights_gb:.1f} GB of weights")
+    parallel = d.decode_parallel_efficiency if setup.n_gpus > 1 else 1.0
+    tps = per_copy * setup.n_gpus * parallel
+    hours = tokens / tps / 3600.0 * (1 + d.decode_io_overhead_fraction) + d.decode_load_minutes / 60.0
+    return Estimate(setup=setup, fit=Fit.FITS if fits else Fit.NO, memory_gb=mem.total_gb, micro_batch=None,
+                    tokens_per_s=tps, speed_source=source, mfu=None, hours=hours,
+                    cost_usd=hours * setup.usd_per_hour)
+
+
+def _picks(runnable: Sequence[Estimate], front: Sequence[Estimate], request: PlanRequest) -> Picks:
+    if not runnable:
+        return Picks(None, None, None, None, None, None)
+    cheapest = min(runnable, key=lambda e: (round(e.cost_usd, 6), e.hours))
+    fastest = min(runnable, key=lambda e: (round(e.hours, 9), e.cost_usd))
+    min_cost = max(cheapest.cost_usd, 1e-12)
+    min_hours = max(fastest.hours, 1e-12)
+    best_value = min(front, key=lambda e: e.cost_usd / min_cost + e.hours / min_hours)
+    budget, deadline = request.budget_usd, request.deadline_hours
+    in_budget = [e for e in runnable if budget is not None and e.cost_usd <= budget + 1e-9]
+    in_deadline = [e for e in runnable if deadline is not None and e.hours <= deadline + 1e-9]
+    both = [e for e in in_budget if deadline is not None and e.hours <= deadline + 1e-9]
+    return Picks(
+        cheapest=cheapest, fastest=fastest, best_value=best_value,
+        within_budget=min(in_budget, key=lambda e: (e.hours, e.cost_usd)) if in_budget else None,
+        within_deadline=min(in_deadline, key=lambda e: (e.cost_usd, e.hours)) if in_deadline else None,
+        within_both=min(both, key=lambda e: (e.cost_usd, e.hours)) if both else None)
+
+
+def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | None = None) -> Plan:
+    """Estimate every setup, then split them into the front, the dominated and the ones that do not fit."""
+    if request.workload not in ("train", "generate"):
+        raise UsageError(f"unknown workload '{request.workload}'", hint="use train or generate")
+    params = count_params(request.model).total
+    seq_len = request.seq_len or request.model.max_seq_len
+    notes: list[str] = []
+    if request.tokens is not None:
+        tokens = float(request.tokens)
+        tokens_note = f"{_si(tokens)} tokens (--tokens)"
+    elif request.workload == "generate":
+        raise UsageError("--workload generate needs --tokens N (how many tokens to generate)")
+    else:
+        tokens = request.tokens_per_param * params
+        tokens_note = (f"{_si(tokens)} tokens = {request.tokens_per_param:g} tokens/param x {_si(params)} params"
+                       + (" (Chinchilla)" if request.tokens_per_param == 20 else ""))
+    flops = train_flops_per_token(request.model, seq_len)
+    if setups is None:
+        setups = catalog_setups(catalog, request)
+    if not setups:
+        kind = "spot" if request.spot else "on-demand"
+        raise NothingFitsError(f"no {kind} prices for the GPUs asked for",
+                               hint="drop --gpu/--spot, raise --max-gpus, or pass --price USD")
+    if request.workload == "train":
+        estimates = [estimate_train(catalog, request, s, tokens, seq_len, flops) for s in setups]
+    else:
+        estimates = [estimate_generate(catalog, request, s, tokens) for s in setups]
+    runnable = [e for e in estimates if e.runs]
+    unfit = tuple(e for e in estimates if not e.runs)
+    if not runnable:
+        biggest = max(e.memory_gb for e in estimates)
+        raise NothingFitsError(
+            f"model {request.model.name} ({_si(params)} params) fits on none of the {len(estimates)} setups "
+            f"considered (needs about {biggest:.0f} GB per GPU even at micro-batch 1)",
+            hint="allow more GPUs with --max-gpus, larger GPUs with --gpu, or a shorter --seq-len")
+    front = pareto_front(runnable, lambda e: e.point)
+    if any(e.setup.price.stale for e in runnable) and not any(e.setup.price.offer_id for e in runnable):
+        notes.append(f"prices older than {catalog.defaults.stale_after_days} days are marked stale; "
+                     "`gpucli plan --live` uses current offers")
+    budget_views: tuple[BudgetView, ...] = ()
+    if request.budget_usd is not None:
+        budget_views = tuple(
+            BudgetView(estimate=e, hours=request.budget_usd / e.setup.usd_per_hour,
+                       tokens=request.budget_usd / e.setup.usd_per_hour * 3600 * e.tokens_per_s,
+                       finishes=e.cost_usd <= request.budget_usd + 1e-9)
+            for e in runnable if e.setup.usd_per_hour > 0)
+    return Plan(request=request, params=params, tokens=tokens, tokens_note=tokens_note, seq_len=seq_len,
+                flops_per_token=flops, estimates=tuple(estimates), front=front.members,
+                dominated=front.dominated, unfit=unfit, picks=_picks(runnable, front.members, request),
+                budget_views=budget_views, notes=tuple(notes))
+
+
+def _si(x: float) -> str:
+    for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g}{suffix}"
+    return f"{x:.3g}"
