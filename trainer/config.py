@@ -1,0 +1,352 @@
+"""Run configuration: a typed dataclass tree read from YAML plus ``--section.key=value`` overrides.
+
+The YAML has the shape of the user's own run files (seed 000's ``atlas_1b_omega.yaml``): sections
+``model``, ``training``, ``limits``, ``hardware``, ``data`` and ``notifications``. Every key is
+checked: an unknown key or a value of the wrong type raises :class:`ConfigError` with a one-line
+message that names the key, so a typo never silently trains the wrong model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value. The message is one line and says which key."""
+
+
+@dataclass
+class ModelConfig:
+    preset: str | None = None
+    """A named shape (see ``trainer.model.PRESETS``); explicit fields below override it."""
+    d_model: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    d_ff: int | None = None
+    """Hidden width of the MLP; default 4 x d_model."""
+    vocab_size: int | None = None
+    """Default: the prepared data's vocabulary, rounded up to a multiple of 64 (faster matmuls)."""
+    max_seq_len: int | None = None
+    """Size of the position table; the longest sequence either stage may use."""
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+
+
+@dataclass
+class TrainingConfig:
+    out_dir: str = "out"
+    """Run folder: metrics.jsonl, train.log, high_loss.jsonl, tb/, checkpoints/, status.json."""
+    batch_size: int = 8
+    """Micro-batch per rank, in sequences."""
+    grad_accum_steps: int = 1
+    learning_rate: float = 3e-4
+    """Peak LR of the matrix (and norm) parameters."""
+    embedding_lr: float | None = None
+    """Peak LR of the token/position embeddings (seed 002 runs them 10x the matrix LR); default = learning_rate."""
+    min_lr: float = 3e-5
+    """The cosine schedule ends here (matrix LR; the embedding LR is scaled by the same factor)."""
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    max_steps: int | None = None
+    """Total optimizer steps; default stage1_steps + stage2_steps."""
+    seq_len: int | None = None
+    """Stage-1 sequence length; default model.max_seq_len."""
+    stage1_steps: int | None = None
+    """Steps before switching to stage 2 (seed 000 TNT); None = one stage."""
+    stage2_steps: int = 0
+    stage2_seq_len: int | None = None
+    val_interval: int = 500
+    val_batches: int = 20
+    """Micro-batches per rank in each validation."""
+    val_patience: int = 0
+    """Stop after this many validations without a new best; 0 = never."""
+    checkpoint_interval: int = 1000
+    keep_last: int = 3
+    """Checkpoints kept besides the best one by val loss."""
+    log_interval: int = 10
+    seed: int = 1337
+    resume: str = "none"
+    """'auto' (newest checkpoint whose sha256 verifies), 'none', or a checkpoint directory."""
+    high_loss_threshold: float | None = 8.0
+    """A micro-batch whose loss passes this is written to high_loss.jsonl with its sources."""
+    spike_factor: float = 2.0
+    """A logged ppl above spike_factor x the rolling mean is a ppl_spike event."""
+    eval_prompts: list[str] = field(
+        default_factory=lambda: [
+            "The quick brown fox",
+            "Once upon a time",
+            "The capital of France is",
+            "def fibonacci(n):",
+        ]
+    )
+    eval_max_new_tokens: int = 64
+    tcf: bool = True
+    """Compute TCF geometry metrics (D_eff, beta, curvature) at each validation."""
+
+
+@dataclass
+class LimitsConfig:
+    max_hours: float | None = None
+    """Wall-clock budget; the run stops with a final checkpoint when it is spent."""
+    max_cost_usd: float | None = None
+    price_per_hour: float | None = None
+    """USD per hour for the whole machine; needed for cost_usd and max_cost_usd."""
+
+
+@dataclass
+class HardwareConfig:
+    device: str = "auto"
+    """'auto' (cuda when available), 'cuda' or 'cpu'."""
+    mixed_precision: bool = True
+    """bf16 autocast on CUDA (CPU runs in fp32)."""
+    compile: bool = True
+    """torch.compile each transformer block and the loss kernel (CUDA only)."""
+    compile_mode: str | None = None
+    """Passed to torch.compile, e.g. 'max-autotune' (CUDA graphs)."""
+    fsdp: str = "auto"
+    """'auto' (shard when weights+grads+Adam state would not fit half the GPU), 'on' or 'off'."""
+    loss_chunk_rows: int = 8192
+    """Rows per chunk of the fused LM-head + cross-entropy (never materializes all logits)."""
+
+
+@dataclass
+class DataConfig:
+    dir: str | None = None
+    """Prepared data (train.bin, val.bin, meta.json); default <out_dir>/data, prepared on first use."""
+    inputs: list[str] = field(default_factory=list)
+    """Text files/directories to prepare when dir has no data; empty = Python stdlib demo corpus."""
+    tokenizer: str = "byte"
+    """'byte' (built in) or 'bpe' (trained locally with the tokenizers library)."""
+    bpe_vocab_size: int = 32000
+    val_split: float = 0.1
+    max_bytes: int | None = 64_000_000
+    """Cap on corpus size read when preparing."""
+
+
+@dataclass
+class TelegramConfig:
+    enabled: bool = False
+    bot_token: str | None = None
+    """Default: $TELEGRAM_BOT_TOKEN. '${VAR}' is read from the environment."""
+    chat_id: str | None = None
+
+
+@dataclass
+class NotificationsConfig:
+    telegram: TelegramConfig = field(default_factory=TelegramConfig)
+    events: list[str] = field(
+        default_factory=lambda: [
+            "checkpoint_saved",
+            "validation_complete",
+            "training_complete",
+            "error_occurred",
+            "ppl_spike",
+            "stage_transition",
+        ]
+    )
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def resolved_max_steps(self) -> int:
+        t = self.training
+        if t.max_steps is not None:
+            return t.max_steps
+        if t.stage1_steps is not None:
+            return t.stage1_steps + t.stage2_steps
+        raise ConfigError("training.max_steps is not set (nor training.stage1_steps)")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Check ``value`` against a field's type hint; the only conversions are int->float and str->list."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], key)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(hint, value, key)
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported type {hint}")  # pragma: no cover - a bug in this file
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
+    hints = _hints(cls)
+    obj = cls()
+    for k, v in raw.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if k not in hints:
+            valid = ", ".join(sorted(hints))
+            raise ConfigError(f"unknown config key '{key}' (valid here: {valid})")
+        setattr(obj, k, _coerce(v, hints[k], key))
+    return obj
+
+
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def expand_env(value: str | None) -> str | None:
+    """'${VAR}' -> os.environ['VAR'] (None when unset); other strings pass through."""
+    if value is None:
+        return None
+    m = _ENV_REF.match(value.strip())
+    if m:
+        return os.environ.get(m.group(1)) or None
+    return value
+
+
+def parse_override(arg: str) -> tuple[str, Any]:
+    """'--training.max_steps=20' -> ('training.max_steps', 20); values are YAML scalars."""
+    body = arg[2:] if arg.startswith("--") else arg
+    if "=" not in body:
+        raise ConfigError(f"override '{arg}' must look like --section.key=value")
+    key, _, text = body.partition("=")
+    try:
+        value = yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        value = text
+    return key.strip(), value
+
+
+def apply_override(raw: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = raw
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{key}': '{p}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (optional), apply ``--a.b=c`` overrides, validate, and return a :class:`Config`."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read config {p}: {e.strerror or e}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            line = getattr(getattr(e, "problem_mark", None), "line", None)
+            where = f" line {line + 1}" if line is not None else ""
+            raise ConfigError(f"config {p}{where} is not valid YAML") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {p} must be a mapping of sections")
+        raw = loaded
+    for arg in overrides or []:
+        key, value = parse_override(arg)
+        apply_override(raw, key, value)
+    cfg: Config = _build(Config, raw, "")
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Rebuild a Config from ``Config.to_dict()`` output (e.g. a checkpoint's meta.json)."""
+    return _build(Config, raw, "")
+
+
+def validate(cfg: Config) -> None:
+    """Range checks that the type system cannot express."""
+    t, h, d, m = cfg.training, cfg.hardware, cfg.data, cfg.model
+
+    def positive(name: str, v: float | int | None, allow_none: bool = True) -> None:
+        if v is None and allow_none:
+            return
+        if v is None or v <= 0:
+            raise ConfigError(f"{name} must be > 0, got {v!r}")
+
+    for name in ("batch_size", "grad_accum_steps", "val_interval", "val_batches", "checkpoint_interval",
+                 "log_interval", "keep_last", "eval_max_new_tokens"):
+        positive(f"training.{name}", getattr(t, name), allow_none=False)
+    positive("training.learning_rate", t.learning_rate, allow_none=False)
+    positive("training.embedding_lr", t.embedding_lr)
+    positive("training.max_steps", t.max_steps)
+    positive("training.seq_len", t.seq_len)
+    positive("training.stage2_seq_len", t.stage2_seq_len)
+    positive("limits.max_hours", cfg.limits.max_hours)
+    positive("limits.max_cost_usd", cfg.limits.max_cost_usd)
+    positive("limits.price_per_hour", cfg.limits.price_per_hour)
+    for name in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "max_seq_len"):
+        positive(f"model.{name}", getattr(m, name))
+    if t.min_lr < 0 or t.min_lr > t.learning_rate:
+        raise ConfigError(f"training.min_lr must be between 0 and learning_rate, got {t.min_lr}")
+    if t.warmup_steps < 0 or t.val_patience < 0 or t.stage2_steps < 0:
+        raise ConfigError("training.warmup_steps, val_patience and stage2_steps must be >= 0")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
+    if t.resume not in ("auto", "none") and not t.resume:
+        raise ConfigError("training.resume must be 'auto', 'none' or a checkpoint directory")
+    if h.device not in ("auto", "cuda", "cpu"):
+        raise ConfigError(f"hardware.device must be auto, cuda or cpu, got {h.device!r}")
+    if h.fsdp not in ("auto", "on", "off"):
+        raise ConfigError(f"hardware.fsdp must be auto, on or off, got {h.fsdp!r}")
+    if d.tokenizer not in ("byte", "bpe"):
+        raise ConfigError(f"data.tokenizer must be byte or bpe, got {d.tokenizer!r}")
+    if not 0.0 < d.val_split < 1.0:
+        raise ConfigError(f"data.val_split must be in (0, 1), got {d.val_split}")
+    if cfg.limits.max_cost_usd is not None and cfg.limits.price_per_hour is None:
+        raise ConfigError("limits.max_cost_usd needs limits.price_per_hour")
+    if m.preset is not None:
+        from trainer.presets import PRESETS
+
+        if m.preset not in PRESETS:
+            raise ConfigError(f"model.preset '{m.preset}' is unknown (choose from {', '.join(PRESETS)})")
+    cfg.resolved_max_steps()

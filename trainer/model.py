@@ -1,0 +1,301 @@
+"""A GPT in one file: pre-norm transformer, learned positions, tied embeddings, bias-free Linear.
+
+Speed choices, each measured against nanoGPT's model on the same shapes (see scripts/bench_trainer.py):
+
+- the LM head and cross-entropy are fused and chunked (:class:`FusedLinearCrossEntropy`): the
+  B x T x 50k logits are never held at once, and never in fp32. In nanoGPT they are the largest
+  tensor of the step (13 GiB at 124M, micro-batch 64) and several full passes over memory;
+- attention is ``F.scaled_dot_product_attention`` with ``is_causal``, so PyTorch picks flash /
+  cuDNN / memory-efficient kernels by itself;
+- each block is compiled in place (``Module.compile``) so the state-dict keys stay plain and one
+  compiled graph serves every layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from trainer.presets import PRESETS
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    vocab_size: int
+    max_seq_len: int
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def round_up(n: int, multiple: int = 64) -> int:
+    return (n + multiple - 1) // multiple * multiple
+
+
+def resolve_shape(
+    preset: str | None,
+    *,
+    data_vocab_size: int | None = None,
+    d_model: int | None = None,
+    n_layers: int | None = None,
+    n_heads: int | None = None,
+    d_ff: int | None = None,
+    vocab_size: int | None = None,
+    max_seq_len: int | None = None,
+    dropout: float = 0.0,
+    tie_embeddings: bool = True,
+) -> ModelShape:
+    """Preset values, overridden by explicit ones; vocab defaults to the data's, padded to 64."""
+    base: dict[str, int] = dict(PRESETS[preset]) if preset else {}
+    explicit = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "d_ff": d_ff,
+                "max_seq_len": max_seq_len}
+    base.update({k: v for k, v in explicit.items() if v is not None})
+    missing = [k for k in ("d_model", "n_layers", "n_heads") if k not in base]
+    if missing:
+        raise ValueError(f"model shape needs model.preset or model.{', model.'.join(missing)}")
+    if base["d_model"] % base["n_heads"]:
+        raise ValueError(f"model.d_model {base['d_model']} is not divisible by n_heads {base['n_heads']}")
+    if vocab_size is None:
+        if data_vocab_size is None:
+            raise ValueError("model.vocab_size is not set and no prepared data gives one")
+        vocab_size = round_up(data_vocab_size)
+    elif data_vocab_size is not None and vocab_size < data_vocab_size:
+        raise ValueError(f"model.vocab_size {vocab_size} is smaller than the data's vocabulary {data_vocab_size}")
+    return ModelShape(
+        d_model=base["d_model"], n_layers=base["n_layers"], n_heads=base["n_heads"],
+        d_ff=base.get("d_ff", 4 * base["d_model"]), vocab_size=vocab_size,
+        max_seq_len=base.get("max_seq_len", 1024), dropout=dropout, tie_embeddings=tie_embeddings,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused, chunked LM head + cross-entropy
+
+
+def _ce_chunk(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed loss of one chunk and d(loss_sum)/d(logits), computed in fp32, grad returned in the
+    logits' dtype. Written as plain pointwise/reduction ops so torch.compile fuses it into a couple
+    of kernels that read the logits twice and write the gradient once."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)
+    valid = (targets >= 0).unsqueeze(1)
+    tgt = targets.clamp_min(0).unsqueeze(1)
+    target_logit = x.gather(1, tgt)
+    loss_sum = ((lse - target_logit) * valid).sum()
+    vocab_ids = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    grad = (torch.exp(x - lse) - (vocab_ids == tgt).float()) * valid
+    return loss_sum, grad.to(logits.dtype)
+
+
+def _ce_chunk_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), targets, ignore_index=-1, reduction="sum")
+
+
+_ce_kernels: dict[str, object] = {"grad": _ce_chunk, "loss": _ce_chunk_loss}
+
+
+def enable_compiled_loss() -> None:
+    """Swap in torch.compile'd loss kernels (CUDA); idempotent."""
+    if getattr(_ce_kernels["grad"], "_compiled", False):
+        return
+    grad_k = torch.compile(_ce_chunk, dynamic=False)
+    loss_k = torch.compile(_ce_chunk_loss, dynamic=False)
+    grad_k._compiled = True  # type: ignore[attr-defined]
+    _ce_kernels["grad"], _ce_kernels["loss"] = grad_k, loss_k
+
+
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    """mean CE(h @ W.T, targets) whose gradients are computed chunk by chunk during forward.
+
+    Each chunk's logits live only long enough to produce the chunk's loss, d/dh and its share of
+    d/dW, so peak memory is one chunk of logits instead of N x V (plus its fp32 copy and its
+    gradient). The matmul FLOPs are the same as forward + backward of a plain head."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, compute_dtype, chunk_rows):  # type: ignore[override]
+        n_rows = h.shape[0]
+        w = weight.to(compute_dtype)
+        grad_h = torch.empty_like(h)
+        grad_w = torch.zeros_like(weight, dtype=torch.float32)
+        loss_sum = torch.zeros((), device=h.device, dtype=torch.float32)
+        kernel = _ce_kernels["grad"]
+        for s in range(0, n_rows, chunk_rows):
+            hc = h[s : s + chunk_rows].to(compute_dtype)
+            logits = hc @ w.t()
+            part, g = kernel(logits, targets[s : s + chunk_rows])  # type: ignore[operator]
+            loss_sum += part
+            grad_h[s : s + chunk_rows] = (g @ w).to(h.dtype)
+            grad_w += (g.t() @ hc).float()
+        n_valid = (targets >= 0).sum().clamp_min(1).to(torch.float32)
+        ctx.save_for_backward(grad_h, grad_w, n_valid)
+        ctx.weight_dtype = weight.dtype
+        return loss_sum / n_valid
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        grad_h, grad_w, n_valid = ctx.saved_tensors
+        scale = grad_out / n_valid
+        return (grad_h * scale.to(grad_h.dtype)), (grad_w * scale).to(ctx.weight_dtype), None, None, None
+
+
+def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          chunk_rows: int = 8192) -> torch.Tensor:
+    """Mean next-token loss of flattened hidden states ``h`` [N, D] against ``targets`` [N]
+    (-1 = ignore). Uses bf16 matmuls when autocast is on for h's device."""
+    device_type = h.device.type
+    dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else h.dtype
+    with torch.autocast(device_type, enabled=False):
+        if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
+            return FusedLinearCrossEntropy.apply(h, weight, targets, dtype, chunk_rows)
+        w = weight.to(dtype)
+        total = torch.zeros((), device=h.device, dtype=torch.float32)
+        for s in range(0, h.shape[0], chunk_rows):
+            total += _ce_kernels["loss"](h[s : s + chunk_rows].to(dtype) @ w.t(), targets[s : s + chunk_rows])  # type: ignore[operator]
+        return total / (targets >= 0).sum().clamp_min(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The transformer
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, s: ModelShape) -> None:
+        super().__init__()
+        self.n_heads = s.n_heads
+        self.qkv = nn.Linear(s.d_model, 3 * s.d_model, bias=False)
+        self.proj = nn.Linear(s.d_model, s.d_model, bias=False)
+        self.dropout = s.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, s: ModelShape) -> None:
+        super().__init__()
+        self.fc = nn.Linear(s.d_model, s.d_ff, bias=False)
+        self.proj = nn.Linear(s.d_ff, s.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, s: ModelShape) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(s.d_model, bias=False)
+        self.attn = CausalSelfAttention(s)
+        self.ln2 = nn.LayerNorm(s.d_model, bias=False)
+        self.mlp = MLP(s)
+        self.drop = nn.Dropout(s.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.wte = nn.Embedding(shape.vocab_size, shape.d_model)
+        self.wpe = nn.Embedding(shape.max_seq_len, shape.d_model)
+        self.drop = nn.Dropout(shape.dropout)
+        self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.n_layers))
+        self.ln_f = nn.LayerNorm(shape.d_model, bias=False)
+        self.lm_head = None if shape.tie_embeddings else nn.Linear(shape.d_model, shape.vocab_size, bias=False)
+        self.loss_chunk_rows = 8192
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 L) so the residual
+        stream's variance does not grow with depth."""
+        std = 0.02
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                scale = 1 / math.sqrt(2 * self.shape.n_layers) if name.endswith("proj.weight") else 1.0
+                nn.init.normal_(p, mean=0.0, std=std * scale)
+            elif "ln" in name:
+                nn.init.ones_(p)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.wte.weight if self.lm_head is None else self.lm_head.weight
+
+    def num_params(self, exclude_position: bool = True) -> int:
+        """Parameters counted once (the tied head is the embedding); position table optional."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.wpe.weight.numel() if exclude_position else n
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token: 6N for the matmuls + 12 L d T for attention scores/values."""
+        s = self.shape
+        return 6.0 * self.num_params() + 12.0 * s.n_layers * s.d_model * seq_len
+
+    def compile_blocks(self, mode: str | None = None) -> None:
+        for block in self.blocks:
+            block.compile(mode=mode)
+        enable_compiled_loss()
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """targets given: the mean loss; else the logits of the last position [B, V].
+
+        ``return_hidden`` also returns the residual stream after the embeddings and after each
+        block (n_layers + 1 tensors [B, T, D]) for TCF metrics and geometric snapshots."""
+        b, t = idx.shape
+        if t > self.shape.max_seq_len:
+            raise ValueError(f"sequence of {t} tokens exceeds max_seq_len {self.shape.max_seq_len}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        hidden = [x] if return_hidden else []
+        for block in self.blocks:
+            x = block(x)
+            if return_hidden:
+                hidden.append(x)
+        x = self.ln_f(x)
+        if targets is not None:
+            out = chunked_cross_entropy(x.reshape(b * t, -1), self.head_weight, targets.reshape(-1),
+                                        self.loss_chunk_rows)
+        else:
+            out = F.linear(x[:, -1, :], self.head_weight.to(x.dtype)).float()
+        return (out, hidden) if return_hidden else out
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 0.8,
+                 top_k: int | None = 50, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample continuations; a private ``generator`` keeps training RNG (and resume) untouched."""
+        for _ in range(max_new_tokens):
+            ctx = idx[:, -self.shape.max_seq_len :]
+            logits = self(ctx)
+            assert isinstance(logits, torch.Tensor)
+            if temperature <= 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None and top_k < logits.shape[-1]:
+                    kth = torch.topk(logits, top_k).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
