@@ -1,0 +1,108 @@
+"""Where provider API keys and base URLs come from.
+
+Keys are looked up in this order, first hit wins:
+
+1. the environment (``RUNPOD_API_KEY`` / ``VAST_API_KEY``) - lets CI and one-off shells override;
+2. gpucli's ``keys.json`` (``gpucli keys set runpod|vast``);
+3. the files the official tools write, so a user who already set up ``runpod``/``vastai`` needs
+   nothing more: ``~/.runpod/config.toml`` ``[default] api_key``; ``$XDG_CONFIG_HOME/vastai/vast_api_key``
+   then ``~/.vast_api_key``.
+
+Base URLs come from the variables the official SDKs honour (``RUNPOD_API_BASE_URL``, ``VAST_URL``),
+read on every call like the RunPod SDK does, so tests can point a client at an emulator.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpucli import settings
+from gpucli.errors import ProviderError
+
+RUNPOD_DEFAULT_BASE_URL = "https://api.runpod.io"
+VAST_DEFAULT_BASE_URL = "https://console.vast.ai"
+
+
+class MissingKeyError(ProviderError):
+    """No API key for a provider; the message says the two ways to add one."""
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A key and where it came from. ``repr``/``str`` never show the value."""
+
+    provider: str
+    source: str  # "env RUNPOD_API_KEY", "keys.json", "~/.runpod/config.toml", ...
+    value: str = field(repr=False)
+
+    def __str__(self) -> str:
+        return f"<{self.provider} key from {self.source}>"
+
+    def __repr__(self) -> str:
+        return f"ApiKey(provider={self.provider!r}, source={self.source!r}, value='***')"
+
+
+def runpod_base_url() -> str:
+    return (os.environ.get("RUNPOD_API_BASE_URL") or RUNPOD_DEFAULT_BASE_URL).rstrip("/")
+
+
+def vast_base_url() -> str:
+    return (os.environ.get("VAST_URL") or VAST_DEFAULT_BASE_URL).rstrip("/")
+
+
+def _read_runpod_toml(path: Path) -> str | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        import tomllib
+
+        data = tomllib.loads(text)
+    except Exception:  # noqa: BLE001 - a broken file is the same as no file
+        match = re.search(r'^\s*api_key\s*=\s*["\']([^"\']+)["\']', text, re.MULTILINE)
+        return match.group(1) if match else None
+    section = data.get("default")
+    value = section.get("api_key") if isinstance(section, dict) else None
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _read_key_file(path: Path) -> str | None:
+    try:
+        value = path.read_text().strip()
+    except OSError:
+        return None
+    return value or None
+
+
+def resolve_key(provider: str) -> ApiKey:
+    """The API key for ``provider`` ("runpod" or "vast"); raises :class:`MissingKeyError` if none."""
+    if provider == "runpod":
+        env_name, pretty = "RUNPOD_API_KEY", "RunPod"
+    elif provider == "vast":
+        env_name, pretty = "VAST_API_KEY", "vast.ai"
+    else:
+        raise ValueError(f"no key lookup for provider {provider!r}")
+    value = os.environ.get(env_name, "").strip()
+    if value:
+        return ApiKey(provider, f"env {env_name}", value)
+    stored = settings.load_keys().get(provider, "").strip()
+    if stored:
+        return ApiKey(provider, "keys.json", stored)
+    home = Path.home()
+    if provider == "runpod":
+        path = home / ".runpod" / "config.toml"
+        found = _read_runpod_toml(path)
+        if found:
+            return ApiKey(provider, "~/.runpod/config.toml", found)
+    else:
+        xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+        for path, shown in ((Path(xdg) / "vastai" / "vast_api_key", "$XDG_CONFIG_HOME/vastai/vast_api_key"),
+                            (home / ".vast_api_key", "~/.vast_api_key")):
+            found = _read_key_file(path)
+            if found:
+                return ApiKey(provider, shown, found)
+    raise MissingKeyError(f"No {pretty} key: run `gpucli keys set {provider}` or set {env_name}")
