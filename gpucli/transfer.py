@@ -1,0 +1,294 @@
+"""Pure helpers for moving files: progress records, gitignore-style excludes, manifests, tar streams.
+
+Nothing here touches the network or imports paramiko, so it is cheap to import and easy to test;
+:mod:`gpucli.remote` drives the SSH side. Split out because the sync logic (what to send, what to
+skip, how to resume) is independent of how bytes travel.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import stat as stat_mod
+import tarfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# Patterns that are never worth sending to a pod: VCS data, caches, our own temporaries.
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    ".git/", "__pycache__/", "*.pyc", ".DS_Store", "*.partial", "*.partial.json", ".*.gpucli-part",
+)
+
+# The per-directory ignore file read from the root of a synced folder, same syntax as .gitignore.
+IGNORE_FILE = ".gpucliignore"
+
+# Suffix of an interrupted SFTP upload. The local size and mtime are part of the name, so a partial
+# of an older version of the file is never resumed (it would splice two versions together).
+PART_SUFFIX = ".gpucli-part"
+
+
+@dataclass(frozen=True)
+class TransferProgress:
+    """One progress report: what a progress bar needs (bytes and files so far, the current path)."""
+
+    bytes_done: int
+    bytes_total: int
+    files_done: int
+    files_total: int
+    path: str
+
+
+ProgressFn = Callable[[TransferProgress], None]
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A regular file under a synced root. ``rel`` uses '/' separators; ``mtime`` is whole seconds
+    because tar headers and SFTP v3 attributes only carry integers."""
+
+    rel: str
+    path: Path
+    size: int
+    mtime: int
+    mode: int
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One entry of a remote manifest (``find -printf``): size in bytes, mtime in whole seconds."""
+
+    rel: str
+    size: int
+    mtime: int
+
+
+# ---------------------------------------------------------------------------------------------------
+# gitignore-style patterns
+
+
+@dataclass(frozen=True)
+class _Rule:
+    regex: re.Pattern[str]
+    negate: bool
+    dir_only: bool
+
+
+def _glob_to_regex(glob: str) -> str:
+    """Translate one gitignore glob body (no leading '!' or '/', no trailing '/') to a regex."""
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("/**", i) and i + 3 == n:
+            out.append("(?:/.*)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = glob.find("]", i + 2)
+            if end == -1:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = glob[i + 1:end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = end + 1
+        elif c == "\\" and i + 1 < n:
+            out.append(re.escape(glob[i + 1]))
+            i += 2
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+class IgnoreRules:
+    """gitignore semantics for one root: last matching pattern wins, ``!`` re-includes, a trailing
+    ``/`` matches directories only, a pattern with a ``/`` in it is anchored to the root, ``**``
+    spans directories. As in git, a file inside an excluded directory cannot be re-included (the
+    walk never enters that directory)."""
+
+    def __init__(self, patterns: Iterable[str] = ()) -> None:
+        self._rules: list[_Rule] = []
+        for raw in patterns:
+            self.add(raw)
+
+    def add(self, raw: str) -> None:
+        line = raw.rstrip("\n").rstrip()
+        if not line or line.startswith("#"):
+            return
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line:
+            return
+        anchored = "/" in line
+        line = line.lstrip("/")
+        body = _glob_to_regex(line)
+        regex = "^" + body + "$" if anchored else "^(?:.*/)?" + body + "$"
+        self._rules.append(_Rule(re.compile(regex), negate, dir_only))
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        result = False
+        for rule in self._rules:
+            if rule.dir_only and not is_dir:
+                continue
+            if rule.regex.match(rel):
+                result = not rule.negate
+        return result
+
+
+def load_ignore(root: Path, excludes: Iterable[str]) -> IgnoreRules:
+    """The rules for ``root``: the given patterns, then ``root/.gpucliignore`` if it exists (so the
+    folder's own file can re-include with ``!``)."""
+    rules = IgnoreRules(excludes)
+    ignore_file = root / IGNORE_FILE
+    if ignore_file.is_file():
+        for line in ignore_file.read_text(encoding="utf-8", errors="replace").splitlines():
+            rules.add(line)
+    return rules
+
+
+def walk_local(root: Path, rules: IgnoreRules) -> list[LocalFile]:
+    """Every regular file under ``root`` not excluded by ``rules``, sorted by path.
+
+    Symlinks to files are followed (their content is sent); symlinked directories are not entered,
+    which keeps a link to a huge dataset or a loop from being copied by surprise.
+    """
+    files: list[LocalFile] = []
+    stack: list[tuple[Path, str]] = [(root, "")]
+    while stack:
+        folder, prefix = stack.pop()
+        with os.scandir(folder) as it:
+            for entry in it:
+                rel = prefix + entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not rules.ignored(rel, True):
+                            stack.append((Path(entry.path), rel + "/"))
+                        continue
+                    if not entry.is_file(follow_symlinks=True) or rules.ignored(rel, False):
+                        continue
+                    st = entry.stat(follow_symlinks=True)
+                except FileNotFoundError:  # vanished while walking (a log being rotated)
+                    continue
+                files.append(LocalFile(rel, Path(entry.path), st.st_size, int(st.st_mtime),
+                                       stat_mod.S_IMODE(st.st_mode)))
+    files.sort(key=lambda f: f.rel)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------
+# remote manifest
+
+
+def manifest_command(remote_dir: str) -> str:
+    """One shell command listing every file under ``remote_dir`` as ``size mtime relpath\\0``.
+
+    NUL-terminated so any file name survives; prints nothing (exit 0) when the folder does not exist.
+    Exit status 3 means ``find`` lacks ``-printf`` (busybox), and the caller falls back to SFTP.
+    """
+    from shlex import quote
+
+    q = quote(remote_dir)
+    return (f"[ -d {q} ] || exit 0; find {q} -type f -printf '%s %T@ %P\\0' 2>/dev/null "
+            f"|| {{ find {q} -maxdepth 0 -printf '' 2>/dev/null || exit 3; }}")
+
+
+def parse_manifest(raw: bytes) -> dict[str, RemoteFile]:
+    files: dict[str, RemoteFile] = {}
+    for rec in raw.split(b"\0"):
+        if not rec:
+            continue
+        size_s, mtime_s, rel_b = rec.split(b" ", 2)
+        rel = os.fsdecode(rel_b)
+        files[rel] = RemoteFile(rel, int(size_s), int(float(mtime_s)))
+    return files
+
+
+def part_name(rel: str, size: int, mtime: int) -> str:
+    """The temp name an SFTP upload of ``rel`` writes to before the final rename."""
+    head, name = posixpath.split(rel)
+    return posixpath.join(head, f".{name}.{size}.{mtime}{PART_SUFFIX}")
+
+
+def is_part(rel: str) -> bool:
+    return rel.endswith(PART_SUFFIX) and posixpath.basename(rel).startswith(".")
+
+
+def parts_of(rel: str, remote: dict[str, RemoteFile]) -> list[str]:
+    """All partial uploads of ``rel`` present remotely (any version)."""
+    head, name = posixpath.split(rel)
+    prefix = posixpath.join(head, f".{name}.")
+    return [r for r in remote if r.startswith(prefix) and r.endswith(PART_SUFFIX)
+            and r.count("/") == rel.count("/")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# tar stream
+
+
+class CountingWriter:
+    """A write-only file object over a ``send(bytes)`` callable, counting bytes for progress."""
+
+    def __init__(self, send: Callable[[bytes], object]) -> None:
+        self._send = send
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self._send(bytes(data))
+        self.count += len(data)
+        return len(data)
+
+    def flush(self) -> None:  # tarfile calls it; the channel has no buffer of ours
+        pass
+
+
+def write_tar(out: CountingWriter, files: list[LocalFile], on_file: Callable[[LocalFile], None],
+              bufsize: int = 1 << 20) -> None:
+    """Write ``files`` as one ustar/pax stream with integer mtimes (so no pax record per file) and
+    neutral ownership (root extracting it must not try to recreate our uid)."""
+    with tarfile.open(fileobj=out, mode="w|", bufsize=bufsize,  # type: ignore[call-overload]
+                      format=tarfile.PAX_FORMAT) as tar:
+        for f in files:
+            info = tarfile.TarInfo(f.rel)
+            info.size = f.size
+            info.mtime = f.mtime
+            info.mode = f.mode
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(f.path, "rb") as fh:
+                # A file that grew since the walk would corrupt the stream: addfile copies exactly
+                # info.size bytes, and one that shrank raises, which the caller reports.
+                tar.addfile(info, fh)
+            on_file(f)
+
+
+def iter_batches(items: list[tuple[int, int]], batch_bytes: int) -> Iterator[list[tuple[int, int]]]:
+    """Group (offset, length) chunks into lists of at most ``batch_bytes`` total."""
+    batch: list[tuple[int, int]] = []
+    total = 0
+    for item in items:
+        if batch and total + item[1] > batch_bytes:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += item[1]
+    if batch:
+        yield batch
