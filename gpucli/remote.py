@@ -751,7 +751,7 @@ class Remote:
         return changed
 
     def _mkdirs(self, rdir: str, dirs: set[str]) -> None:
-        listing = b"".join(d.encode() + b"\0" for d in sorted(dirs | {"."}))
+        listing = b"".join(d.encode() + b"\0" for d in sorted({d or "." for d in dirs} | {"."}))
         code, _, err = self._exec(f"mkdir -p {shlex.quote(rdir)} && cd {shlex.quote(rdir)} && "
                                   "xargs -0 mkdir -p --", timeout_s=120, input=listing)
         if code != 0:
