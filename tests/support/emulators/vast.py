@@ -1,0 +1,267 @@
+"""A vast.ai REST emulator: the subset gpucli uses, with vast's shapes and quirks.
+
+Faithful to providers.md §2: Bearer auth; ``POST /api/v0/bundles/`` evaluating ``{field: {op: value}}``
+filters (numbers arrive as strings) with ``order``/``type``/``limit``; ``PUT /api/v0/asks/{id}/``
+answering ``{"success": true, "new_contract": N}``, where a bid is the ``price`` key and a bid below
+``min_bid`` creates a *stopped* contract and still reports an error carrying ``new_contract``;
+``GET /api/v0/instances/{id}/`` -> ``{"instances": obj|null}``; ``GET /api/v1/instances/`` paged by
+``next_token`` (25 per page); the v0 collection answers 410 (the SkyPilot claim, unverified);
+``DELETE /api/v0/instances/{id}/`` with ``no_such_instance``; ``ports`` as a Docker map with a string
+``HostPort``; ``actual_status`` null -> loading -> running. The no-capacity answer (``no_such_ask``) and
+the HTTP statuses of errors are this emulator's choices where the reference records none.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+
+_CONTROL = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
+
+
+def _offer(oid: int, gpu: str, n: int, ram_mb: int, dph: float, min_bid: float, rel: float, down: float,
+           geo: str, dlperf: float, cuda: float = 12.4, verified: bool = True) -> dict[str, Any]:
+    return {"id": oid, "ask_contract_id": oid, "bundle_id": oid * 10, "machine_id": oid % 100000,
+            "host_id": oid % 1000, "compute_cap": 890, "cpu_cores": 32, "cpu_cores_effective": 16.0,
+            "cpu_ram": 65536, "cuda_max_good": cuda, "direct_port_count": 20, "disk_space": 200.0,
+            "dlperf": dlperf, "dlperf_per_dphtotal": round(dlperf / dph, 4), "dph_base": round(dph * 0.95, 4),
+            "dph_total": dph, "geolocation": geo, "gpu_name": gpu, "gpu_ram": ram_mb,
+            "gpu_total_ram": ram_mb * n, "hosting_type": 0, "inet_down": down, "inet_up": down / 2,
+            "is_bid": False, "min_bid": min_bid, "num_gpus": n, "public_ipaddr": "127.0.0.1",
+            "reliability": rel, "reliability2": rel, "rentable": True, "rented": False, "score": dlperf * rel,
+            "static_ip": True, "storage_cost": 0.1, "verification": "verified" if verified else "unverified",
+            "verified": verified, "external": False}
+
+
+OFFERS: list[dict[str, Any]] = [
+    _offer(1001, "RTX 3090", 4, 24576, 0.88, 0.40, 0.98, 500.0, "Texas, US", 60.0),
+    _offer(1002, "RTX 3090", 1, 24576, 0.21, 0.10, 0.99, 800.0, "Quebec, CA", 15.0),
+    _offer(1003, "RTX 4090", 4, 24564, 1.60, 0.90, 0.97, 300.0, "Taipei, TW", 110.0),
+    _offer(1004, "RTX 5090", 4, 32607, 2.40, 1.30, 0.96, 1000.0, "Stockholm, SE", 170.0),
+    _offer(1005, "RTX 3090", 8, 24576, 1.70, 0.80, 0.90, 150.0, "Hanoi, VN", 120.0),
+    _offer(1006, "A100 SXM4", 1, 81920, 1.10, 0.70, 0.995, 2000.0, "Oregon, US", 40.0),
+    _offer(1007, "H100 SXM", 8, 81559, 16.0, 9.0, 0.999, 5000.0, "Virginia, US", 900.0),
+    _offer(1008, "RTX 4090", 1, 24564, 0.40, 0.22, 0.93, 100.0, "Berlin, DE", 28.0, verified=False),
+    _offer(1009, "RTX 3090", 4, 24576, 0.95, 0.45, 0.97, 250.0, "Ohio, US", 61.0),
+    _offer(1010, "RTX 4090", 2, 24564, 0.78, 0.40, 0.985, 600.0, "Oslo, NO", 56.0),
+]
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _eq(field: str, actual: Any, expected: Any) -> bool:
+    if isinstance(expected, bool) or expected is None:
+        return actual == expected
+    a, e = _num(actual), _num(expected)
+    if a is not None and e is not None:
+        return a == e
+    if field == "geolocation" and isinstance(actual, str):
+        return actual == expected or actual.rsplit(",", 1)[-1].strip() == str(expected)
+    return str(actual) == str(expected)
+
+
+def _passes(offer: dict[str, Any], field: str, op: str, value: Any) -> bool:
+    actual = offer.get(field)
+    if op == "eq":
+        return _eq(field, actual, value)
+    if op == "neq":
+        return not _eq(field, actual, value)
+    if op in ("in", "notin"):
+        hit = any(_eq(field, actual, v) for v in (value if isinstance(value, list) else [value]))
+        return hit if op == "in" else not hit
+    a, e = _num(actual), _num(value)
+    if a is None or e is None:
+        return False
+    return {"gt": a > e, "gte": a >= e, "lt": a < e, "lte": a <= e}.get(op, False)
+
+
+_INSTANCE = re.compile(r"^/api/v0/instances/(\d+)/$")
+_INSTANCE_SSH = re.compile(r"^/api/v0/instances/(\d+)/ssh/$")
+_ASK = re.compile(r"^/api/v0/asks/(\d+)/$")
+
+
+class VastEmulator(EmulatorBase):
+    provider = "vast"
+
+    def __init__(self, root: Any, api_key: str = "vast-test-key") -> None:
+        super().__init__(root, api_key)
+        self.offers = [dict(o) for o in OFFERS]
+        self.search_bodies: list[dict[str, Any]] = []
+        self.create_bodies: list[tuple[str, dict[str, Any]]] = []
+        self._next_id = 20_000_000
+        self.offers_rentable_again = True  # keep offers rentable after a rent (fault loops rent many)
+
+    def unauthorized(self) -> Reply:
+        return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
+
+    def classify(self, method: str, path: str, body: Any) -> str:
+        if path == "/api/v0/bundles/":
+            return "search"
+        if _ASK.match(path):
+            return "create"
+        if _INSTANCE_SSH.match(path):
+            return "attach"
+        if _INSTANCE.match(path):
+            return {"GET": "get", "DELETE": "terminate", "PUT": "stop"}.get(method, "other")
+        if path.startswith("/api/v1/instances"):
+            return "list"
+        return "other"
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
+               no_capacity: bool) -> Reply:
+        if endpoint == "search" and method == "POST":
+            return self._search(body if isinstance(body, dict) else {})
+        if endpoint == "create" and method == "PUT":
+            return self._create(_ASK.match(path).group(1), body if isinstance(body, dict) else {},  # type: ignore[union-attr]
+                                no_capacity)
+        if endpoint == "attach" and method == "POST":
+            pod = self.pods.get(_INSTANCE_SSH.match(path).group(1))  # type: ignore[union-attr]
+            if pod is None:
+                return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
+            with self.lock:
+                pod.add_key(str((body or {}).get("ssh_key") or ""))
+            return Reply(200, {"success": True, "msg": "SSH key attached"})
+        if endpoint in ("get", "terminate", "stop"):
+            pod_id = _INSTANCE.match(path).group(1)  # type: ignore[union-attr]
+            return getattr(self, "_" + endpoint)(pod_id, body)
+        if path in ("/api/v0/instances/", "/api/v0/instances") and method == "GET":
+            return Reply(410, {"success": False, "error": "gone", "msg": "Use /api/v1/instances/ instead"})
+        if endpoint == "list" and method == "GET":
+            return self._list(query)
+        return Reply(404, {"success": False, "error": "not_found", "msg": f"no route {method} {path}"})
+
+    # -- operations ------------------------------------------------------------------------------
+    def _search(self, body: dict[str, Any]) -> Reply:
+        with self.lock:
+            self.search_bodies.append(body)
+        rows = []
+        for offer in self.offers:
+            ok = all(_passes(offer, f, op, v) for f, cond in body.items() if f not in _CONTROL
+                     and isinstance(cond, dict) for op, v in cond.items())
+            if ok:
+                rows.append(dict(offer, is_bid=body.get("type") == "bid"))
+        for field, direction in reversed(body.get("order") or []):
+            rows.sort(key=lambda o, f=field: _num(o.get(f)) or 0.0, reverse=direction == "desc")
+        limit = body.get("limit")
+        if isinstance(limit, int) and limit > 0:
+            rows = rows[:limit]
+        return Reply(200, {"offers": rows})
+
+    def _create(self, ask_id: str, body: dict[str, Any], no_capacity: bool) -> Reply:
+        with self.lock:
+            self.create_bodies.append((ask_id, body))
+            offer = next((o for o in self.offers if str(o["id"]) == ask_id), None)
+        if no_capacity or offer is None or not offer["rentable"]:
+            return Reply(400, {"success": False, "error": "no_such_ask",
+                               "msg": "There are no longer any instances available for this offer.",
+                               "ask_id": int(ask_id)})
+        price = body.get("price")
+        spot = price is not None
+        too_low = spot and (not isinstance(price, int | float) or price < offer["min_bid"])
+        with self.lock:
+            self._next_id += 1
+            pod_id = str(self._next_id)
+            pod = EmuPod(pod_id=pod_id, label=body.get("label"), gpu_name=offer["gpu_name"],
+                         gpu_count=offer["num_gpus"], image=str(body.get("image")),
+                         price_per_hour=float(price) if spot and not too_low else offer["dph_total"],
+                         spot=spot, bid=float(price) if isinstance(price, int | float) else None,
+                         behaviour=self.next_behaviour())
+            pod.stopped = bool(too_low)
+            self.pods[pod_id] = pod
+            if not self.offers_rentable_again:
+                offer["rentable"] = False
+        self.ledger.record(pod_id, "created", label=pod.label, spot=spot, bid=pod.bid)
+        if too_low:
+            return Reply(400, {"success": False, "error": "invalid_price",
+                               "msg": f"Bid price {price} is below the minimum {offer['min_bid']}",
+                               "new_contract": int(pod_id)})
+        return Reply(200, {"success": True, "new_contract": int(pod_id), "instance_api_key": "d15a0000"})
+
+    def _render(self, pod: EmuPod, *, advance: bool) -> dict[str, Any]:
+        b = pod.behaviour
+        if advance and b.exit_after_polls is not None and pod.polls > b.exit_after_polls:
+            pod.exited = True
+            pod.stop_sshd()
+        inst: dict[str, Any] = {
+            "id": int(pod.pod_id), "label": pod.label, "num_gpus": pod.gpu_count, "gpu_name": pod.gpu_name,
+            "dph_total": pod.price_per_hour, "image_uuid": pod.image, "image_runtype": "ssh_direct",
+            "public_ipaddr": "127.0.0.1", "start_date": pod.created_at, "status_msg": "",
+            "intended_status": "running", "cur_state": "running", "next_state": "running",
+            "actual_status": None, "ssh_host": None, "ssh_port": None, "ports": {},
+            "direct_port_start": -1, "direct_port_end": -1, "is_bid": pod.spot,
+        }
+        if pod.stopped:
+            inst.update(actual_status="stopped", intended_status="stopped", cur_state="stopped",
+                        next_state="stopped", status_msg="stopped")
+        elif pod.exited:
+            inst.update(actual_status=b.bad_state, status_msg="container exited with code 1")
+        elif b.stuck or pod.polls <= b.pending_polls:
+            inst["actual_status"] = None if pod.polls <= 1 and not b.stuck else "loading"
+            inst["status_msg"] = "Pulling image"
+        else:
+            sshd = pod.ensure_sshd(self.root) if advance or pod.sshd else None
+            if sshd is not None:
+                inst.update(actual_status="running", ssh_host="127.0.0.1", ssh_port=sshd.port,
+                            ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(sshd.port)}]},
+                            direct_port_start=sshd.port, direct_port_end=sshd.port, status_msg="running")
+            else:
+                inst["actual_status"] = "loading"
+        return inst
+
+    def _get(self, pod_id: str, body: Any) -> Reply:
+        with self.lock:
+            pod = self.pods.get(pod_id)
+            if pod is None:
+                return Reply(200, {"instances": None})
+            pod.polls += 1
+            return Reply(200, {"instances": self._render(pod, advance=True)})
+
+    def _terminate(self, pod_id: str, body: Any) -> Reply:
+        with self.lock:
+            pod = self.pods.pop(pod_id, None)
+        if pod is None:
+            return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
+        pod.stop_sshd()
+        self.ledger.record(pod_id, "terminated", label=pod.label)
+        return Reply(200, {"success": True})
+
+    def _stop(self, pod_id: str, body: Any) -> Reply:
+        with self.lock:
+            pod = self.pods.get(pod_id)
+            if pod is None:
+                return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
+            if isinstance(body, dict) and body.get("state") == "stopped":
+                pod.stopped = True
+                pod.stop_sshd()
+        self.ledger.record(pod_id, "stopped")
+        return Reply(200, {"success": True})
+
+    def _list(self, query: dict[str, str]) -> Reply:
+        limit = min(25, int(query.get("limit") or 25))
+        start = int(base64.b64decode(query["after_token"]).decode()) if query.get("after_token") else 0
+        with self.lock:
+            pods = list(self.pods.values())
+            page = [self._render(p, advance=False) for p in pods[start:start + limit]]
+        end = start + len(page)
+        token = base64.b64encode(str(end).encode()).decode() if end < len(pods) else None
+        return Reply(200, {"instances": page, "next_token": token, "total_instances": len(pods),
+                           "label_counts": {}})
+
+    # -- test controls ---------------------------------------------------------------------------
+    def preempt(self, pod_id: str) -> None:
+        """Outbid / interrupted: cur_state, intended_status and next_state all become "stopped"."""
+        with self.lock:
+            pod = self.pods[pod_id]
+            pod.stopped = True
+            pod.stop_sshd()
+        self.ledger.record(pod_id, "preempted")
