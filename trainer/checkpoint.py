@@ -207,9 +207,10 @@ def load_model_state(ckpt: Path, map_location: str | torch.device = "cpu") -> di
     return torch.load(Path(ckpt) / "model.pt", map_location=map_location, weights_only=True)
 
 
-def load_optim_state(ckpt: Path, rank: int) -> dict | None:
+def load_optim_state(ckpt: Path, rank: int, trusted: bool = False) -> dict | None:
+    """Rank ``rank``'s optimizer + RNG file. ``trusted`` (FSDP: DTensor states) allows full
+    unpickling; call it only for a checkpoint whose sha256 verified."""
     path = Path(ckpt) / f"optim_rank{rank}.pt"
     if not path.exists():
         return None
-    # RNG states are ByteTensors and the data state plain ints: weights_only loading accepts them.
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return torch.load(path, map_location="cpu", weights_only=not trusted)
