@@ -553,7 +553,7 @@ class Trainer:
         values = torch.stack([v.float() for _, v, _ in self.pending_losses]).tolist()
         thr = self.cfg.training.high_loss_threshold
         rows = []
-        for (step, _, starts), v in zip(self.pending_losses, values):
+        for (step, _, starts), v in zip(self.pending_losses, values, strict=True):
             if thr is not None and v > thr:
                 srcs = [f"{f}:{line}" for f, line in (self.train_split.source(int(s)) for s in starts)]
                 rows.append({"step": step, "loss": v, "ppl": safe_exp(v), "rank": self.d.rank,

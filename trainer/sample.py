@@ -1,0 +1,85 @@
+"""Generate text from a checkpoint: ``python -m trainer.sample --checkpoint DIR --prompt TEXT``.
+
+DIR is a checkpoint (``.../checkpoints/step_000500``), a run's ``checkpoints`` folder or the run
+folder itself; for the last two the best checkpoint by val loss is used (else the newest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer.data import BPETokenizer, ByteTokenizer, Tokenizer
+from trainer.model import GPT, ModelShape
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    path = Path(path)
+    if (path / "meta.json").exists() and (path / "model.pt").exists():
+        return path
+    root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    best = ckpt.best_checkpoint(root)
+    if best is not None:
+        return best
+    found = ckpt.list_checkpoints(root)
+    if not found:
+        raise FileNotFoundError(f"no checkpoint in {path}")
+    return found[0][1]
+
+
+def load_for_inference(path: Path, device: str = "cpu") -> tuple[GPT, Tokenizer, dict]:
+    """Model (eval mode, on ``device``), its tokenizer and meta.json, from a checkpoint directory."""
+    path = resolve_checkpoint(path)
+    meta = ckpt.read_meta(path)
+    if meta is None:
+        raise FileNotFoundError(f"{path}/meta.json is missing or unreadable")
+    model = GPT(ModelShape(**meta["model_shape"]))
+    model.load_state_dict(ckpt.load_model_state(path))
+    model.to(device).eval()
+    kind = meta.get("tokenizer", "byte")
+    if kind == "byte":
+        tok: Tokenizer = ByteTokenizer()
+    else:
+        tok = BPETokenizer.load(path / "tokenizer.json")
+    meta["path"] = str(path)
+    return model, tok, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainer.sample", description=__doc__)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--prompt", action="append", default=[], help="repeatable; default: one empty prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=200)
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--top-k", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    args = ap.parse_args(argv)
+    try:
+        model, tok, meta = load_for_inference(Path(args.checkpoint), args.device)
+    except (FileNotFoundError, KeyError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+    for prompt in args.prompt or [""]:
+        ids = tok.encode(prompt) or [tok.eot]
+        idx = torch.tensor([ids], device=args.device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device.startswith("cuda")):
+            out = model.generate(idx, args.max_new_tokens, args.temperature, args.top_k, generator=gen)
+        text = tok.decode(out[0, len(ids):].tolist())
+        if args.json:
+            print(json.dumps({"checkpoint": meta["path"], "step": meta["step"], "prompt": prompt, "text": text}))
+        else:
+            print(prompt + text)
+            print("-" * 40)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
