@@ -296,7 +296,7 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
         state = InstanceState.PENDING  # being provisioned
     else:
         state = _STATES.get(str(actual).lower(), InstanceState.UNKNOWN)
-    if ":oci runtime create failed:" in status_msg.lower().replace(" :", ":"):
+    if "oci runtime create failed" in status_msg.lower():  # never recovers (dstack's reading)
         state = InstanceState.FAILED
     words = (inst.get("cur_state"), inst.get("intended_status"), inst.get("next_state"))
     if all(w == "stopped" for w in words):
