@@ -100,12 +100,29 @@ READ_BATCH_BYTES = 64 << 20  # readv batch: bounds memory, still keeps the pipe 
 DEFAULT_REQUEST = 32 << 10  # paramiko's own; used when the server does not answer limits@openssh.com
 RESUME_CHECK_BYTES = 1 << 20
 IO_TIMEOUT_S = 60.0  # a channel silent this long is dead (keepalives run every 15 s)
+# The end of the manifest part of a sync channel: printf's spelling and the bytes it produces.
+_MANIFEST_END_FMT = r"\0--gpucli-manifest-end--\n"
+_MANIFEST_END = b"\0--gpucli-manifest-end--\n"
+_NO_PRINTF = "--gpucli-no-printf--"
 CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
 
 
 def _paramiko() -> Any:
-    import paramiko
+    """Import paramiko without ``invoke``: paramiko.config imports it eagerly when installed, only
+    for ssh_config ``Match exec`` (which gpucli never parses), and that costs ~0.2 s of every SSH
+    command's start-up on these machines. Other importers of invoke are unaffected afterwards."""
+    import sys
 
+    if "paramiko" in sys.modules:
+        return sys.modules["paramiko"]
+    blocked = "invoke" not in sys.modules
+    if blocked:
+        sys.modules["invoke"] = None  # type: ignore[assignment]  # makes `import invoke` fail fast
+    try:
+        import paramiko
+    finally:
+        if blocked:
+            del sys.modules["invoke"]
     return paramiko
 
 
@@ -696,40 +713,71 @@ class Remote:
         rdir = _norm(remote_dir).rstrip("/") or "/"
         local = walk_local(root, load_ignore(root, excludes))
         with self._io(f"syncing to {rdir}"):
-            remote = self.list_files(rdir)
-            small: list[LocalFile] = []
-            big: list[LocalFile] = []
-            doubt: list[LocalFile] = []
-            for f in local:
-                r = remote.get(f.rel)
-                if r is not None and r.size == f.size and r.mtime == f.mtime:
-                    continue
-                if r is not None and r.size == f.size and f.size >= small_file_bytes:
-                    doubt.append(f)
-                elif f.size < small_file_bytes:
-                    small.append(f)
-                else:
-                    big.append(f)
-            if doubt:
-                big.extend(self._settle_doubts(rdir, doubt))
-            todo = small + big
-            total_bytes = sum(f.size for f in todo)
-            done = {"bytes": 0, "files": 0, "resumed": 0}
+            # One exec channel does both halves: it prints the manifest, then becomes `tar -x` and
+            # waits for the stream. A login shell can cost a lot to start (pyenv or conda init in
+            # .bashrc: 0.35 s here), so a sync starts exactly one, as rsync does.
+            chan, remote = self._open_sync_channel(rdir)
+            try:
+                small: list[LocalFile] = []
+                big: list[LocalFile] = []
+                doubt: list[LocalFile] = []
+                for f in local:
+                    r = remote.get(f.rel)
+                    if r is not None and r.size == f.size and r.mtime == f.mtime:
+                        continue
+                    if r is not None and r.size == f.size and f.size >= small_file_bytes:
+                        doubt.append(f)
+                    elif f.size < small_file_bytes:
+                        small.append(f)
+                    else:
+                        big.append(f)
+                if doubt:
+                    big.extend(self._settle_doubts(rdir, doubt))
+                todo = small + big
+                total_bytes = sum(f.size for f in todo)
+                done = {"bytes": 0, "files": 0, "resumed": 0}
 
-            def on_bytes(n: int, path: str, file_done: bool) -> None:
-                done["bytes"] += n
-                done["files"] += int(file_done)
-                _emit(progress, done["bytes"], total_bytes, done["files"], len(todo), path)
+                def on_bytes(n: int, path: str, file_done: bool) -> None:
+                    done["bytes"] += n
+                    done["files"] += int(file_done)
+                    _emit(progress, done["bytes"], total_bytes, done["files"], len(todo), path)
 
-            if small:
-                self._tar_up(root, rdir, small, on_bytes)
-            if big:
-                self._mkdirs(rdir, {posixpath.dirname(f.rel) for f in big})
-                for f in big:
-                    done["resumed"] += self._put_big(f, rdir, remote, on_bytes)
+                # Folders of the big files travel in the tar stream too, so SFTP can write into them.
+                dirs = sorted({posixpath.dirname(f.rel) for f in big} - {""})
+                self._finish_tar(chan, rdir, root, small, dirs, on_bytes)
+            finally:
+                chan.close()
+            for f in big:
+                done["resumed"] += self._put_big(f, rdir, remote, on_bytes)
         return SyncStats(files_total=len(local), files_sent=len(todo), files_skipped=len(local) - len(todo),
                          bytes_total=sum(f.size for f in local), bytes_sent=done["bytes"] - done["resumed"],
                          bytes_resumed=done["resumed"], seconds=time.monotonic() - started)
+
+    def _open_sync_channel(self, rdir: str) -> tuple[Any, dict[str, RemoteFile]]:
+        """Start ``mkdir; find -printf; tar -x`` on one channel and read the manifest part."""
+        q = shlex.quote(rdir)
+        script = (f"mkdir -p {q} && cd {q} || exit 1; "
+                  f"if find . -maxdepth 0 -printf '' 2>/dev/null; then "
+                  f"find . -type f -printf '%s %T@ %P\\0' 2>/dev/null; else printf '{_NO_PRINTF}'; fi; "
+                  f"printf '{_MANIFEST_END_FMT}'; exec tar -xf -")
+        chan = self._transport().open_session(timeout=self.connect_timeout_s)
+        chan.settimeout(IO_TIMEOUT_S)
+        chan.exec_command(script)
+        buf = bytearray()
+        end = _MANIFEST_END
+        deadline = time.monotonic() + 300
+        while not buf.endswith(end):
+            data = chan.recv(1 << 20)
+            if not data or time.monotonic() > deadline:
+                err = chan.recv_stderr(65536).decode(errors="replace").strip() if chan.recv_stderr_ready() else ""
+                chan.close()
+                raise TransferError(f"listing {rdir} on {self.target} failed"
+                                    + (f": {err}" if err else ""), hint="check the folder is writable")
+            buf += data
+        raw = bytes(buf[: -len(end)])
+        if raw == _NO_PRINTF.encode():  # busybox find: walk over SFTP instead
+            return chan, self._sftp_walk(rdir)
+        return chan, parse_manifest(raw)
 
     def _settle_doubts(self, rdir: str, doubt: list[LocalFile]) -> list[LocalFile]:
         """Hash same-size files whose mtime differs; fix the mtime of the equal ones, return the rest."""
@@ -750,46 +798,33 @@ class Remote:
                 changed.append(f)
         return changed
 
-    def _mkdirs(self, rdir: str, dirs: set[str]) -> None:
-        listing = b"".join(d.encode() + b"\0" for d in sorted({d or "." for d in dirs} | {"."}))
-        code, _, err = self._exec(f"mkdir -p {shlex.quote(rdir)} && cd {shlex.quote(rdir)} && "
-                                  "xargs -0 mkdir -p --", timeout_s=120, input=listing)
+    def _finish_tar(self, chan: Any, rdir: str, root: Path, files: list[LocalFile], dirs: list[str],
+                    on_bytes: Callable[[int, str, bool], None]) -> None:
+        """Stream ``files`` (and ``dirs``) as one tar into the waiting ``tar -x``: no per-file round
+        trips, which is what makes 10k small files as fast as rsync. An empty sync sends an empty
+        archive so tar exits cleanly."""
+        writer = CountingWriter(chan.sendall)
+        write_tar(writer, files, lambda f: on_bytes(f.size, f.rel, True),
+                  dirs=[(d, _dir_mode(root / d), int(_dir_mtime(root / d))) for d in dirs])
+        chan.shutdown_write()
+        err = bytearray()
+        deadline = time.monotonic() + 600
+        while not chan.exit_status_ready() or chan.recv_stderr_ready() or chan.recv_ready():
+            if chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            elif chan.recv_ready():
+                chan.recv(65536)
+            elif time.monotonic() > deadline:
+                raise TransferError(f"tar -x on {self.target} did not finish")
+            elif chan.closed:
+                break
+            else:
+                select.select([chan], [], [], 0.2)
+        code = chan.recv_exit_status() if chan.exit_status_ready() else -1
         if code != 0:
-            raise TransferError(f"cannot create folders under {rdir} on {self.target}: "
-                                f"{err.decode(errors='replace').strip()}")
-
-    def _tar_up(self, root: Path, rdir: str, files: list[LocalFile],
-                on_bytes: Callable[[int, str, bool], None]) -> None:
-        """All ``files`` as one tar stream into ``tar -x`` on one exec channel: no per-file round
-        trips, which is what makes 10k small files as fast as rsync."""
-        q = shlex.quote(rdir)
-        chan = self._transport().open_session(timeout=self.connect_timeout_s)
-        chan.settimeout(IO_TIMEOUT_S)
-        try:
-            chan.exec_command(f"mkdir -p {q} && exec tar -xf - -C {q}")
-            writer = CountingWriter(chan.sendall)
-            write_tar(writer, files, lambda f: on_bytes(f.size, f.rel, True))
-            chan.shutdown_write()
-            err = bytearray()
-            deadline = time.monotonic() + 600
-            while not chan.exit_status_ready() or chan.recv_stderr_ready() or chan.recv_ready():
-                if chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                elif chan.recv_ready():
-                    chan.recv(65536)
-                elif time.monotonic() > deadline:
-                    raise TransferError(f"tar -x on {self.target} did not finish")
-                elif chan.closed:
-                    break
-                else:
-                    select.select([chan], [], [], 0.2)
-            code = chan.recv_exit_status() if chan.exit_status_ready() else -1
-            if code != 0:
-                raise TransferError(f"unpacking files into {rdir} on {self.target} failed "
-                                    f"(tar exit {code}): {err.decode(errors='replace').strip()[-500:]}",
-                                    hint="run the same command again to resume")
-        finally:
-            chan.close()
+            raise TransferError(f"unpacking files into {rdir} on {self.target} failed "
+                                f"(tar exit {code}): {err.decode(errors='replace').strip()[-500:]}",
+                                hint="run the same command again to resume")
 
     def _put_big(self, f: LocalFile, rdir: str, remote: dict[str, RemoteFile],
                  on_bytes: Callable[[int, str, bool], None]) -> int:
@@ -982,6 +1017,20 @@ def _short(cmd: str, limit: int = 80) -> str:
 def _sh_path(path: str) -> str:
     """Quote a remote path for sh, anchoring a relative one at $HOME (it is used after a `cd`)."""
     return shlex.quote(path) if path.startswith("/") else '"$HOME"/' + shlex.quote(path)
+
+
+def _dir_mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return 0o755
+
+
+def _dir_mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _file_sha256(path: Path) -> str:

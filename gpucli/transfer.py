@@ -261,11 +261,19 @@ class CountingWriter:
 
 
 def write_tar(out: CountingWriter, files: list[LocalFile], on_file: Callable[[LocalFile], None],
-              bufsize: int = 1 << 20) -> None:
-    """Write ``files`` as one ustar/pax stream with integer mtimes (so no pax record per file) and
-    neutral ownership (root extracting it must not try to recreate our uid)."""
+              dirs: Iterable[tuple[str, int, int]] = (), bufsize: int = 1 << 20) -> None:
+    """Write ``dirs`` (rel, mode, mtime) then ``files`` as one ustar/pax stream with integer mtimes
+    (so no pax record per file) and neutral ownership (root extracting it must not try to recreate
+    our uid)."""
     with tarfile.open(fileobj=out, mode="w|", bufsize=bufsize,  # type: ignore[call-overload]
                       format=tarfile.PAX_FORMAT) as tar:
+        for rel, mode, mtime in dirs:
+            info = tarfile.TarInfo(rel)
+            info.type = tarfile.DIRTYPE
+            info.mode, info.mtime = mode, mtime
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info)
         for f in files:
             info = tarfile.TarInfo(f.rel)
             info.size = f.size

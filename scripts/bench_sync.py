@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Loopback benchmark: gpucli's sync and download against ``rsync -a`` over ssh and ``scp``.
+
+Every measurement is a whole command in its own process (Python start-up, imports, connect and
+auth included), timed from spawn to exit, against a private OpenSSH sshd on 127.0.0.1 started
+here with the test suite's helper. Each case runs ``--runs`` times (interleaved, so drift hits
+every tool alike) and the table shows the median wall time, MB/s (10^6 bytes/s), the throughput
+ratio against rsync, and gpucli's peak RSS.
+
+    python scripts/bench_sync.py            # 1 GiB file up/down, 10,000 files of 1-16 KiB, no-op
+    python scripts/bench_sync.py --small    # 64 MiB, 1,000 files: a smoke run for the tests
+
+Why the setup looks the way it does (see shared/reference/ssh-transfer.md): outputs of a previous
+run are deleted right before each run, and tree targets are fresh folders never deleted during the
+run, because ext4 makes creating files slow right after deleting many (recently-deleted inodes).
+On a 2-core machine client and server share the CPU, so these are CPU ceilings, not network ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _worker(argv: list[str]) -> int:
+    """The gpucli side of one measurement, run as its own process: ``up SRC DST`` or ``down SRC DST``."""
+    sys.path.insert(0, str(REPO))
+    from gpucli.remote import Remote, SshTarget
+
+    mode, port, key, src, dst = argv
+    target = SshTarget(host="127.0.0.1", port=int(port), user=os.environ["BENCH_USER"], identity_file=key)
+    with Remote(target) as r:
+        if mode == "up":
+            r.sync_up(src, dst, excludes=())
+        else:
+            r.download(src, dst)
+    return 0
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one command."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{err}")
+    return elapsed, usage.ru_maxrss
+
+
+def _make_data(data: Path, big_bytes: int, n_files: int) -> None:
+    import random
+
+    data.mkdir(parents=True, exist_ok=True)
+    big = data / "big" / "big.bin"
+    if not big.exists() or big.stat().st_size != big_bytes:
+        big.parent.mkdir(parents=True, exist_ok=True)
+        with open(big, "wb") as fh:
+            left = big_bytes
+            while left:
+                n = min(left, 16 << 20)
+                fh.write(os.urandom(n))
+                left -= n
+    tree = data / f"tree{n_files}"
+    if not tree.exists():
+        rng = random.Random(1)
+        tmp = data / f"tree{n_files}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for i in range(n_files):
+            d = tmp / f"d{i % 100:03d}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"f{i:05d}.bin").write_bytes(os.urandom(rng.randint(1024, 16 * 1024)))
+        tmp.rename(tree)
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        return _worker(sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="64 MiB file and 1,000 files (smoke run)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--scratch", type=Path, default=None, help="work folder (default: a temp dir)")
+    ap.add_argument("--only", default="", help="comma list of cases: up,down,tree,noop")
+    args = ap.parse_args()
+
+    sys.path.insert(0, str(REPO))
+    from tests.support.sshd import SshServer, make_keypair
+
+    big_bytes = (64 << 20) if args.small else (1 << 30)
+    n_files = 1000 if args.small else 10_000
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="gpucli-bench-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    data, out = scratch / "data", scratch / "out"
+    _make_data(data, big_bytes, n_files)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    key, pub = make_keypair(scratch / "client" / "id_ed25519")
+    server = SshServer.start(scratch / "sshd", authorized_keys=[pub])
+    ssh_opts = ["-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"]
+    ssh_e = " ".join(["ssh", "-p", str(server.port), *ssh_opts])
+    host = f"{server.user}@127.0.0.1"
+    env = {**os.environ, "GPUCLI_HOME": str(scratch / "home"), "BENCH_USER": server.user}
+    me = [sys.executable, str(Path(__file__).resolve()), "--worker"]
+    big = data / "big" / "big.bin"
+    tree = data / f"tree{n_files}"
+    tree_mb = _tree_bytes(tree) / 1e6
+    only = set(filter(None, args.only.split(","))) or {"up", "down", "tree", "noop"}
+    results: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    counter = iter(range(10**6))
+
+    def fresh(name: str) -> Path:
+        return out / f"{name}{next(counter)}"
+
+    def case_cmds(case: str) -> dict[str, tuple[list[str], Path | None]]:
+        """Commands for one run of a case; the Path is the output to delete before the next run."""
+        if case == "up":
+            d = out / "up"
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            return {
+                "gpucli": ([*me, "up", str(server.port), str(key), str(big.parent), str(d / "g")], d),
+                "rsync": (["rsync", "-a", "-e", ssh_e, str(big), f"{host}:{d}/r.bin"], d),
+                "scp": (["scp", "-q", "-P", str(server.port), *ssh_opts, str(big), f"{host}:{d}/s.bin"], d),
+            }
+        if case == "down":
+            d = out / "down"
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            return {
+                "gpucli": ([*me, "down", str(server.port), str(key), str(big), str(d / "g.bin")], d),
+                "rsync": (["rsync", "-a", "-e", ssh_e, f"{host}:{big}", str(d / "r.bin")], d),
+                "scp": (["scp", "-q", "-P", str(server.port), *ssh_opts, f"{host}:{big}", str(d / "s.bin")], d),
+            }
+        if case == "tree":
+            return {
+                "gpucli": ([*me, "up", str(server.port), str(key), str(tree), str(fresh("tg"))], None),
+                "rsync": (["rsync", "-a", "-e", ssh_e, f"{tree}/", f"{host}:{fresh('tr')}/"], None),
+                "scp": (["scp", "-q", "-r", "-P", str(server.port), *ssh_opts, str(tree),
+                         f"{host}:{fresh('ts')}"], None),
+            }
+        # noop: targets synced once beforehand by the same tool
+        return {
+            "gpucli": ([*me, "up", str(server.port), str(key), str(tree), str(out / "noop_g")], None),
+            "rsync": (["rsync", "-a", "-e", ssh_e, f"{tree}/", f"{host}:{out / 'noop_r'}/"], None),
+        }
+
+    sizes = {"up": big_bytes / 1e6, "down": big_bytes / 1e6, "tree": tree_mb, "noop": 0.0}
+    try:
+        if "noop" in only:
+            for cmd, _ in case_cmds("noop").values():
+                _run(cmd, env)
+        if "tree" in only:
+            print("waiting 20 s so ext4's recently-deleted inode slots cool off ...", file=sys.stderr)
+            time.sleep(20)
+        for case in ("up", "down", "tree", "noop"):
+            if case not in only:
+                continue
+            for run in range(args.runs):
+                cmds = case_cmds(case)
+                # rotate the order each run so no tool always goes first
+                names = list(cmds)[run % len(cmds):] + list(cmds)[:run % len(cmds)]
+                for name in names:
+                    cmd, _ = cmds[name]
+                    if case in ("up", "down"):
+                        for p in (out / case).iterdir():
+                            shutil.rmtree(p) if p.is_dir() else p.unlink()
+                    results.setdefault((case, name), []).append(_run(cmd, env))
+                print(f"  {case} run {run + 1}/{args.runs}: " + ", ".join(
+                    f"{n} {results[(case, n)][-1][0]:.2f}s" for n in cmds), file=sys.stderr)
+    finally:
+        server.stop()
+
+    label = {"up": f"{big_bytes >> 20} MiB file up", "down": f"{big_bytes >> 20} MiB file down",
+             "tree": f"{n_files} files up ({tree_mb:.1f} MB)", "noop": f"no-op re-sync of {n_files} files"}
+    print(f"\nloopback, median of {args.runs}, wall time of the whole command "
+          f"(MB = 10^6 bytes; ratio = rsync time / this time; RSS = peak of that process)\n")
+    print("| case | tool | median s | MB/s | vs rsync | peak RSS MiB |")
+    print("|---|---|---:|---:|---:|---:|")
+    for case in ("up", "down", "tree", "noop"):
+        if (case, "rsync") not in results:
+            continue
+        base = statistics.median(t for t, _ in results[(case, "rsync")])
+        for tool in ("gpucli", "rsync", "scp"):
+            runs = results.get((case, tool))
+            if not runs:
+                continue
+            med = statistics.median(t for t, _ in runs)
+            rss = max(r for _, r in runs) / 1024
+            mbs = f"{sizes[case] / med:.0f}" if sizes[case] else "-"
+            print(f"| {label[case]} | {tool} | {med:.2f} | {mbs} | {base / med:.2f}x | {rss:.0f} |")
+    if args.scratch is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
