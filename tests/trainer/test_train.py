@@ -1,0 +1,157 @@
+"""End-to-end runs of ``trainer.train`` as a subprocess: DDP on gloo, exact resume after kill -9,
+SIGTERM emergency checkpoint, truncated-checkpoint skip, limits, stages, provenance, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from tests.trainer.conftest import (
+    REPO,
+    finished,
+    read_rows,
+    run_trainer,
+    tiny_args,
+    train_losses,
+    trainer_env,
+)
+from trainer import checkpoint as ckpt
+
+
+def test_ddp_two_ranks_on_gloo_loss_falls(data_dir, tmp_path):
+    out = tmp_path / "run"
+    r = run_trainer(tiny_args(data_dir, out, **{"training.max_steps": 30}), nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    losses = train_losses(out)
+    assert losses[30] < losses[1] - 1.0, losses
+    assert any(r.get("event") == "started" and r["world_size"] == 2 for r in read_rows(out))
+    last = out / "checkpoints" / "step_000030"
+    assert {p.name for p in last.iterdir()} >= {"model.pt", "optim_rank0.pt", "optim_rank1.pt", "meta.json"}
+    meta = json.loads((last / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["tokens_seen"] == 30 * 2 * 4 * 64 * 2
+    assert finished(out)["reason"] == "max_steps"
+    assert json.loads((out / "status.json").read_text())["reason"] == "max_steps"
+
+
+def test_kill9_and_resume_gives_the_same_step20_loss(data_dir, straight_run, tmp_path):
+    broken = tmp_path / "broken"
+    args = tiny_args(data_dir, broken, **{"training.eval_prompts": "[def]"})
+    r = run_trainer(args, env=trainer_env(TRAINER_FAULT_KILL_AT_STEP="13"))
+    assert r.returncode == -signal.SIGKILL
+    assert max(train_losses(broken)) == 13 and not any(r.get("event") == "finished" for r in read_rows(broken))
+    r = run_trainer([*args, "--resume", "auto"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from step_000010" in r.stderr
+    a, b = train_losses(straight_run), train_losses(broken)
+    assert a[20] == b[20] and a[15] == b[15]  # same data order, same dropout masks, same optimizer
+    assert (sorted(p.name for _, p in ckpt.list_checkpoints(straight_run / "checkpoints"))
+            == sorted(p.name for _, p in ckpt.list_checkpoints(broken / "checkpoints")))
+
+
+def test_sigterm_leaves_a_loadable_emergency_checkpoint(data_dir, tmp_path):
+    out = tmp_path / "run"
+    args = tiny_args(data_dir, out, **{"training.max_steps": 100000, "training.checkpoint_interval": 100000})
+    p = subprocess.Popen([sys.executable, "-m", "trainer.train", *args], cwd=REPO, env=trainer_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "metrics.jsonl").exists() and any(r.get("kind") == "train" and r["step"] >= 3
+                                                    for r in read_rows(out)):
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err[-3000:]
+    fin = finished(out)
+    assert fin["reason"] == "signal"
+    path = ckpt.find_resumable(out / "checkpoints")
+    assert path is not None and path.name == f"step_{fin['step']:06d}"
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["kind"] == "emergency" and meta["step"] == fin["step"] >= 3
+    state = ckpt.load_model_state(path)
+    assert "wte.weight" in state and torch.isfinite(state["wte.weight"]).all()
+
+
+def test_truncated_newest_checkpoint_is_skipped_on_resume(data_dir, straight_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(straight_run, out)
+    model = out / "checkpoints" / "step_000020" / "model.pt"
+    model.write_bytes(model.read_bytes()[:1000])
+    r = run_trainer([*tiny_args(data_dir, out, **{"training.max_steps": 22}), "--resume=auto"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "skipping step_000020: model.pt sha256 mismatch" in r.stderr
+    resumed = [r for r in read_rows(out) if r.get("event") == "resumed"]
+    assert resumed[-1]["step"] == 10
+    assert finished(out)["step"] == 22
+
+
+def test_stages_cost_limit_and_high_loss_provenance(data_dir, tmp_path):
+    out = tmp_path / "run"
+    args = tiny_args(data_dir, out, **{
+        "training.max_steps": 100000, "training.stage1_steps": 4, "training.stage2_seq_len": 32,
+        "training.high_loss_threshold": 0.0, "limits.price_per_hour": 36000.0, "limits.max_cost_usd": 8.0,
+        "training.checkpoint_interval": 100000})
+    r = run_trainer(args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_rows(out)
+    fin = finished(out)
+    assert fin["reason"] == "max_cost" and fin["cost_usd"] >= 8.0
+    trans = [r for r in rows if r.get("event") == "stage_transition"]
+    assert trans and trans[0]["step"] == 4 and trans[0]["seq_len"] == 32
+    train = [r for r in rows if r.get("kind") == "train"]
+    assert {r["seq_len"] for r in train if r["step"] <= 4} == {64}
+    assert {r["seq_len"] for r in train if r["step"] > 4} == {32}
+    assert all(r["cost_usd"] is not None and r["mfu"] is None for r in train)  # CPU: no MFU guess
+    final = ckpt.find_resumable(out / "checkpoints")
+    assert final is not None and json.loads((final / "meta.json").read_text())["kind"] == "final"
+    hl = [json.loads(x) for x in (out / "high_loss.jsonl").read_text().splitlines()]
+    assert hl and len(hl[0]["sources"]) == 4
+    from trainer.data import stdlib_sources
+
+    root, _ = stdlib_sources()
+    f, line = hl[0]["sources"][0].rsplit(":", 1)
+    assert len((root / f).read_text().splitlines()) >= int(line)
+
+
+def test_sample_and_snapshot_on_a_checkpoint(straight_run, tmp_path):
+    out = straight_run
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [10, 20] and samples[0]["prompt"] == "def"
+    env = trainer_env()
+    s = subprocess.run([sys.executable, "-m", "trainer.sample", "--checkpoint", str(out), "--prompt", "import",
+                        "--max-new-tokens", "8", "--json", "--device", "cpu"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout)["step"] == 20  # the best by val loss
+    snap = tmp_path / "snap"
+    s = subprocess.run([sys.executable, "-m", "trainer.snapshot", "--checkpoint", str(out / "checkpoints" /
+                        "step_000010"), "--out", str(snap)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert s.returncode == 0, s.stderr
+    m = json.loads((snap / "metrics.json").read_text())
+    assert m["step"] == 10 and len(m["layers"]) == 3 and m["layers"]["layer_02"]["attn.qkv.weight/D_eff"] > 1
+    assert torch.load(snap / "layer_01" / "hidden.pt").shape[-1] == 64
+
+
+def test_config_errors_exit_2_with_one_line(tmp_path, data_dir, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  preset: tiny\ntraining:\n  max_steps: 5\n  warmup_stepz: 3\n")
+    r = subprocess.run([sys.executable, "-m", "trainer.train", "--config", str(bad)], cwd=REPO,
+                       env=trainer_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == (
+        "error: unknown config key 'training.warmup_stepz' (valid here: " + r.stderr.split("(valid here: ")[1])
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    from trainer.train import main
+
+    for args in (["--training.max_steps=abc"], ["--config", str(tmp_path / "nope.yaml")], ["stray"],
+                 ["--model.preset=tiny", "--training.max_steps=2", "--training.seq_len=100000",
+                  f"--training.out_dir={tmp_path / 'o'}", "--hardware.device=cpu", f"--data.dir={data_dir}"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err

@@ -1,0 +1,268 @@
+"""In-process tests of the trainer's parts: config, model, data, checkpoints, metrics, notifier."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainer import checkpoint as ckpt
+from trainer.config import ConfigError, load_config
+from trainer.data import BatchLoader, ByteTokenizer, TokenSplit, stdlib_sources, val_batches
+from trainer.metrics import SpikeDetector, mfu, peak_flops
+from trainer.model import GPT, chunked_cross_entropy, resolve_shape
+from trainer.notify import Notifier
+from trainer.train import lr_factor
+
+# ---------------------------------------------------------------------------------------------- config
+
+SEED_SHAPED = """
+model:
+  d_model: 64
+  n_layers: 2
+  n_heads: 2
+  d_ff: 256
+  vocab_size: 512
+  max_seq_len: 128
+  dropout: 0.1
+training:
+  batch_size: 4
+  grad_accum_steps: 32
+  learning_rate: 0.0001
+  min_lr: 0.00001
+  warmup_steps: 2000
+  stage1_steps: 80000
+  stage2_steps: 8000
+  seq_len: 128
+  stage2_seq_len: 32
+  val_interval: 500
+  checkpoint_interval: 5000
+  val_patience: 25
+hardware:
+  mixed_precision: true
+  compile: true
+data:
+  val_split: 0.1
+notifications:
+  telegram:
+    enabled: true
+    bot_token: "${TELEGRAM_BOT_TOKEN}"
+    chat_id: "${TELEGRAM_CHAT_ID}"
+  events: [checkpoint_saved, ppl_spike]
+"""
+
+
+def test_config_seed_shape_and_overrides(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text(SEED_SHAPED)
+    cfg = load_config(p, ["--training.max_steps=20", "--limits.max_hours=1.5", "--training.out_dir=/x/y",
+                          "--training.eval_prompts=[a, b]"])
+    assert cfg.training.max_steps == 20 and cfg.resolved_max_steps() == 20
+    assert cfg.limits.max_hours == 1.5 and cfg.training.out_dir == "/x/y"
+    assert cfg.training.eval_prompts == ["a", "b"]
+    assert cfg.model.d_ff == 256 and cfg.notifications.events == ["checkpoint_saved", "ppl_spike"]
+    cfg2 = load_config(p)
+    assert cfg2.resolved_max_steps() == 88000  # stage1 + stage2
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("--training.max_stepz=3", "unknown config key 'training.max_stepz'"),
+    ("--model.n_layers=two", "model.n_layers: expected an integer"),
+    ("--training.learning_rate=-1", "training.learning_rate must be > 0"),
+    ("--hardware.device=tpu", "hardware.device must be"),
+    ("--model.preset=7b", "model.preset '7b' is unknown"),
+    ("--limits.max_cost_usd=10", "needs limits.price_per_hour"),
+])
+def test_config_errors_are_one_line(override, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["--training.max_steps=5", override])
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+def test_fused_chunked_loss_matches_reference_loss_and_grads():
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    tgt = torch.randint(0, 50, (37,))
+    tgt[:5] = -1  # ignored positions
+    loss = chunked_cross_entropy(h, w, tgt, chunk_rows=8)
+    loss.backward()
+    gh, gw = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    ref = F.cross_entropy(h @ w.t(), tgt, ignore_index=-1)
+    ref.backward()
+    assert torch.allclose(loss, ref, atol=1e-5)
+    assert torch.allclose(gh, h.grad, atol=1e-5) and torch.allclose(gw, w.grad, atol=1e-5)
+    with torch.no_grad():  # the eval path computes no gradients but the same loss
+        assert torch.allclose(chunked_cross_entropy(h, w, tgt, 8), ref, atol=1e-5)
+
+
+def test_model_hidden_states_and_param_counts():
+    shape = resolve_shape("tiny", data_vocab_size=257)
+    assert shape.vocab_size == 320  # padded to a multiple of 64
+    m = GPT(shape)
+    loss, hidden = m(torch.randint(0, 257, (2, 16)), torch.randint(0, 257, (2, 16)), return_hidden=True)
+    assert loss.ndim == 0 and len(hidden) == shape.n_layers + 1 and hidden[-1].shape == (2, 16, 64)
+    # The nanoGPT benchmark shape: 124M params with the tied head counted once, positions excluded.
+    big = resolve_shape("124m", vocab_size=50304)
+    n = 12 * (4 * 768 * 768 + 2 * 768 * 3072 + 2 * 768) + 50304 * 768 + 768
+    with torch.device("meta"):
+        g = GPT(big)
+    assert g.num_params() == n
+    assert g.flops_per_token(1024) == 6 * n + 12 * 12 * 768 * 1024
+    with pytest.raises(ValueError, match="smaller than the data"):
+        resolve_shape("tiny", data_vocab_size=257, vocab_size=100)
+
+
+def test_lr_schedule_warmup_cosine():
+    assert lr_factor(0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert lr_factor(9, 10, 100, 0.1) == pytest.approx(1.0)
+    assert lr_factor(100, 10, 100, 0.1) == pytest.approx(0.1)
+    vals = [lr_factor(s, 10, 100, 0.1) for s in range(10, 101)]
+    assert all(a >= b for a, b in zip(vals, vals[1:], strict=False))
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+def test_provenance_points_at_the_real_line(data_dir):
+    split = TokenSplit(data_dir, "train")
+    root, _ = stdlib_sources()
+    tok = ByteTokenizer()
+    for pos in (0, 12345, len(split) // 2, len(split) - 3):
+        f, line = split.source(pos)
+        text_line = (root / f).read_text().splitlines(keepends=True)[line - 1]
+        # walk back to the line's first token and compare bytes
+        li = int(np.searchsorted(split.line_starts, pos, side="right")) - 1
+        start = int(split.line_starts[li])
+        got = tok.decode(np.asarray(split.tokens[start : start + len(text_line.encode())]).tolist())
+        assert got == text_line
+
+
+def test_loader_is_deterministic_resumable_and_rank_disjoint(data_dir):
+    split = TokenSplit(data_dir, "train")
+    a = BatchLoader(split, 4, 32, seed=3)
+    first = [a.next().starts.copy() for _ in range(5)]
+    state = a.state_dict()
+    rest = [a.next().starts.copy() for _ in range(3)]
+    b = BatchLoader(split, 4, 32, seed=3)
+    b.load_state_dict(state)
+    assert all((x == y).all() for x, y in zip(rest, [b.next().starts for _ in range(3)], strict=True))
+    r0, r1 = BatchLoader(split, 4, 32, 0, 2, seed=3), BatchLoader(split, 4, 32, 1, 2, seed=3)
+    assert not set(r0.next().starts) & set(r1.next().starts)
+    assert len(first) == 5
+    v0 = val_batches(TokenSplit(data_dir, "val"), 3, 4, 32, 0, 2)
+    v1 = val_batches(TokenSplit(data_dir, "val"), 3, 4, 32, 1, 2)
+    assert len(v0) == len(v1) == 3
+
+
+def test_bpe_tokenizer_roundtrip(tmp_path):
+    pytest.importorskip("tokenizers")
+    from trainer.data import load_tokenizer, prepare
+
+    src = tmp_path / "a.txt"
+    src.write_text("hello world\n" * 600 + "def f(x):\n    return x + 1\n" * 300)
+    meta = prepare([str(src)], tmp_path / "d", "bpe", bpe_vocab_size=300, val_split=0.2, log=lambda m: None)
+    tok = load_tokenizer(tmp_path / "d")
+    assert meta["vocab_size"] <= 300 and tok.decode(tok.encode("hello world\n")) == "hello world\n"
+    assert TokenSplit(tmp_path / "d", "val").source(0) == (str(src), 801)  # 5th segment of 200 lines
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+def _fake_ckpt(root: Path, step: int, val: float | None) -> Path:
+    return ckpt.save_checkpoint(root, step, rank=0, world=1, model_state={"w": torch.full((4,), float(step))},
+                                optim_state={"o": torch.zeros(2)}, meta={"val_loss": val})
+
+
+def test_save_hashes_files_and_keep_last_plus_best(tmp_path):
+    root = tmp_path / "checkpoints"
+    vals = {10: 3.0, 20: 1.5, 30: 2.0, 40: 2.5, 50: 2.2}
+    for s, v in vals.items():
+        _fake_ckpt(root, s, v)
+        ckpt.prune(root, keep_last=2)
+    names = sorted(p.name for _, p in ckpt.list_checkpoints(root))
+    assert names == ["step_000020", "step_000040", "step_000050"]  # last 2 + best (val 1.5)
+    meta = json.loads((root / "step_000050" / "meta.json").read_text())
+    assert meta["sha256"] == hashlib.sha256((root / "step_000050" / "model.pt").read_bytes()).hexdigest()
+    assert set(meta["files"]) == {"model.pt", "optim_rank0.pt"} and meta["step"] == 50
+    assert not list(root.glob(".tmp_*"))
+
+
+def test_truncated_checkpoint_is_skipped(tmp_path):
+    root = tmp_path / "checkpoints"
+    _fake_ckpt(root, 10, None)
+    newest = _fake_ckpt(root, 20, None)
+    data = (newest / "model.pt").read_bytes()
+    (newest / "model.pt").write_bytes(data[: len(data) // 2])
+    ok, reason = ckpt.verify(newest)
+    assert not ok and "sha256" in reason
+    msgs: list[str] = []
+    assert ckpt.find_resumable(root, log=msgs.append) == root / "step_000010"
+    assert any("step_000020" in m for m in msgs)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+def test_mfu_table_and_unknown_device():
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_flops("Some Future GPU") is None and mfu(1e6, 1e9, None) is None
+    assert mfu(485_937, 6 * 124e6, 989e12) == pytest.approx(485_937 * 6 * 124e6 / 989e12)
+
+
+def test_spike_detector():
+    d = SpikeDetector(window=10, factor=2.0, min_history=3)
+    assert all(d.update(v) is None for v in (10, 11, 9, 10))
+    assert d.update(25.0) == pytest.approx(10.0)
+    assert d.update(12.0) is None
+
+
+# ---------------------------------------------------------------------------------------------- telegram
+
+def test_notifier_sends_in_background_and_never_logs_token(monkeypatch, caplog):
+    got: list[tuple[str, dict]] = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            got.append((self.path, body))
+            self.send_response(500 if body["text"] == "fail" else 200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TELEGRAM_API_BASE", f"http://127.0.0.1:{srv.server_port}")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "SECRET-TOKEN-123")
+    monkeypatch.setenv("TELEGRAM_CHAT_ID", "42")
+    caplog.set_level(logging.WARNING)
+    n = Notifier(events=["checkpoint_saved"])
+    n.send("hello", "checkpoint_saved")
+    n.send("filtered", "ppl_spike")
+    n.send("fail", "checkpoint_saved")
+    n.close()
+    srv.shutdown()
+    assert [b["text"] for _, b in got] == ["hello", "fail"]
+    assert got[0][0] == "/botSECRET-TOKEN-123/sendMessage" and got[0][1]["chat_id"] == "42"
+    assert n.sent == 1 and n.failed == 1
+    assert "SECRET" not in caplog.text and "SECRET" not in repr(n)
+    # Unreachable server: still never raises.
+    monkeypatch.setenv("TELEGRAM_API_BASE", "http://127.0.0.1:9")
+    n2 = Notifier(timeout_s=0.5)
+    n2.send("x")
+    n2.close()
+    assert n2.failed == 1
