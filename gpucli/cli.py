@@ -40,25 +40,32 @@ def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    if catalog:
-        os.environ["GPUCLI_CATALOG"] = catalog
+    from gpucli.settings import set_catalog_override
+
+    set_catalog_override(catalog)
 
 
 catalog_cmds.register(app)
 plan_cmd.register(app)
 
 
+def _is_click_error(exc: BaseException) -> bool:
+    """Usage errors from the parser: click's, or the copy of click that typer >= 0.26 vendors."""
+    return callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map every error to an exit code and a one-line message on stderr."""
-    import click
-
     from gpucli.errors import ExitCode, GpucliError
+    from gpucli.settings import set_catalog_override
 
+    set_catalog_override(None)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("GPUCLI_DEBUG") == "1"
     try:
-        app(args=args, prog_name="gpucli", standalone_mode=False)
-        return ExitCode.OK
+        result = app(args=args, prog_name="gpucli", standalone_mode=False)
+        # With standalone_mode=False, --help and typer.Exit come back as a return value.
+        return int(result) if isinstance(result, int) else ExitCode.OK
     except GpucliError as err:
         from gpucli import render
 
@@ -66,21 +73,24 @@ def main(argv: list[str] | None = None) -> int:
             render.traceback()
         render.error(str(err))
         return int(err.exit_code)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        return int(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         from gpucli import render
 
         render.error("interrupted")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `gpucli plan --json | head`: not an error of ours.
-        sys.stderr.close()
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter shutdown quiet
+        except OSError:
+            pass
         return ExitCode.OK
-    except Exception as exc:  # a bug: one line unless --debug
+    except Exception as exc:
+        if _is_click_error(exc):
+            exc.show()  # type: ignore[attr-defined]
+            return int(exc.exit_code)  # type: ignore[attr-defined]
         from gpucli import render
 
         if debug:

@@ -2,10 +2,9 @@
 
 No I/O, no clock, no printing. ``today`` comes in with the request so price ages are reproducible.
 
-Dominance is exact on values rounded to a micro-dollar and a millisecond-ish fraction of an hour
-(``_key``), so two setups whose costs differ only by floating-point noise (4 GPUs for a quarter of the
-time at the same per-GPU price) count as equal, and "a dominates b" means: no slower, no dearer, and
-strictly better in at least one of the two.
+Dominance is exact up to floating-point noise (a relative 1e-9): two setups whose costs differ only
+by rounding (4 GPUs for a quarter of the time at the same per-GPU price) count as equal, and
+"a dominates b" means: no slower, no dearer, and strictly better in at least one of the two.
 """
 
 from __future__ import annotations
@@ -36,8 +35,16 @@ T = TypeVar("T")
 # The exact Pareto front, generic over what is being compared
 
 
-def _key(hours: float, cost: float) -> tuple[float, float]:
-    return (round(hours, 9), round(cost, 6))
+_REL = 1e-9  # values this close (relative) are equal: float noise, not a difference in cost or time
+
+
+def _eq(a: float, b: float) -> bool:
+    return abs(a - b) <= _REL * max(1.0, abs(a), abs(b))
+
+
+def _lt(a: float, b: float) -> bool:
+    """a is smaller than b by more than float noise."""
+    return a < b and not _eq(a, b)
 
 
 @dataclass(frozen=True)
@@ -49,29 +56,93 @@ class Front(Generic[T]):
 def pareto_front(items: Iterable[T], point: Callable[[T], tuple[float, float]]) -> Front[T]:
     """Minimise both coordinates of ``point(item)`` = (hours, dollars). O(n log n).
 
-    Sweep in order of (hours, cost): an item is on the front when it is cheaper than everything at
-    least as fast; an exact tie with the current best is kept (neither dominates the other). Each
-    dominated item is paired with the cheapest front member that is at least as fast as it, which is
-    no slower, no dearer and (since the item is not a tie) strictly better in one coordinate.
+    Sweep in order of (time, cost): an item is on the front when it is cheaper than everything
+    faster; an exact tie with the front member before it is kept (neither dominates the other). A
+    dominated item is paired with the cheapest front member at least as fast as it, which is no
+    slower, no dearer and strictly better in one coordinate.
+
+    Large inputs (live offers by the thousand) take a numpy path when numpy is installed; the two
+    paths give the same answer (tests/unit/test_pareto.py checks both).
     """
-    keyed = sorted(((_key(*point(it)), i, it) for i, it in enumerate(items)), key=lambda x: (x[0], x[1]))
-    members: list[T] = []
-    dominated: list[tuple[T, T]] = []
-    best_key: tuple[float, float] | None = None
-    best: T | None = None
-    for key, _, item in keyed:
-        if best_key is None or key[1] < best_key[1] or key == best_key:
-            members.append(item)
-            if best_key is None or key[1] < best_key[1]:
-                best_key, best = key, item
+    seq = items if isinstance(items, list) else list(items)
+    pts = list(map(point, seq))
+    if len(pts) >= _NUMPY_MIN:
+        try:
+            import numpy  # noqa: F401 - only to know it is there
+        except ImportError:
+            pass
         else:
-            dominated.append((item, best))  # type: ignore[arg-type]
-    return Front(tuple(members), tuple(dominated))
+            members_idx, dominated_idx = _sweep_numpy(pts)
+            return Front(tuple(seq[i] for i in members_idx),
+                         tuple((seq[i], seq[j]) for i, j in dominated_idx))
+    members_idx, dominated_idx = _sweep(pts)
+    return Front(tuple(seq[i] for i in members_idx), tuple((seq[i], seq[j]) for i, j in dominated_idx))
+
+
+_NUMPY_MIN = 5000
+
+
+def _sweep(pts: Sequence[tuple[float, float]]) -> tuple[list[int], list[tuple[int, int]]]:
+    order = sorted(range(len(pts)), key=pts.__getitem__)
+    members: list[int] = []
+    dominated: list[tuple[int, int]] = []
+    best = -1  # the cheapest front member so far
+    best_h = best_c = 0.0
+    for k in order:
+        h, c = pts[k]
+        if best < 0 or _lt(c, best_c):
+            members.append(k)
+            best, best_h, best_c = k, h, c
+        elif _eq(c, best_c) and _eq(h, best_h):
+            members.append(k)  # an exact tie: neither dominates the other
+        else:
+            dominated.append((k, best))
+    return members, dominated
+
+
+def _sweep_numpy(pts: Sequence[tuple[float, float]]) -> tuple[list[int], list[tuple[int, int]]]:
+    import numpy as np
+
+    arr = np.asarray(pts, dtype=np.float64)
+    hours, costs = arr[:, 0], arr[:, 1]
+    order = np.lexsort((costs, hours))
+    sc, sh = costs[order], hours[order]
+    n = len(order)
+
+    def tol(x: np.ndarray) -> np.ndarray:
+        return _REL * np.maximum(1.0, np.abs(x))
+
+    # A position starts a new front member when its cost is below the running minimum before it
+    # by more than float noise. The running minimum only ever moves at such positions, so it is
+    # computed over the front members alone.
+    prev_min = np.empty(n)
+    prev_min[0] = np.inf
+    prev_min[1:] = np.minimum.accumulate(sc)[:-1]
+    new_best = (sc < prev_min) & ((prev_min - sc) > tol(prev_min))
+    new_best[0] = True
+    # Recompute the running minimum over new-best positions only (noise-level dips are not members).
+    best_pos = np.where(new_best, np.arange(n), -1)
+    best_pos = np.maximum.accumulate(best_pos)
+    prev_best = np.empty(n, dtype=np.int64)
+    prev_best[0] = -1
+    prev_best[1:] = best_pos[:-1]
+    ref_c = np.where(prev_best >= 0, sc[np.maximum(prev_best, 0)], np.inf)
+    ref_h = np.where(prev_best >= 0, sh[np.maximum(prev_best, 0)], np.inf)
+    is_best = (prev_best < 0) | ((sc < ref_c) & ((ref_c - sc) > tol(ref_c)))
+    if not np.array_equal(is_best, new_best):  # a noise-level dip moved the plain minimum: be exact
+        return _sweep(pts)
+    tie = ~is_best & (np.abs(sc - ref_c) <= tol(ref_c)) & (np.abs(sh - ref_h) <= tol(ref_h))
+    member = is_best | tie
+    members = order[member].tolist()
+    dom_pos = np.nonzero(~member)[0]
+    dominated = list(zip(order[dom_pos].tolist(), order[best_pos[dom_pos - 1]].tolist(), strict=True))
+    return members, dominated
 
 
 def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    ka, kb = _key(*a), _key(*b)
-    return ka[0] <= kb[0] and ka[1] <= kb[1] and ka != kb
+    """No slower, no dearer, and strictly better in one (beyond float noise)."""
+    no_worse = (a[0] <= b[0] or _eq(a[0], b[0])) and (a[1] <= b[1] or _eq(a[1], b[1]))
+    return no_worse and (_lt(a[0], b[0]) or _lt(a[1], b[1]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,9 +336,17 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
 
 
 def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float, seq_len: int,
-                   flops: float) -> Estimate:
-    fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len)
-    tps, mfu, source = _train_speed(catalog, request, setup, flops)
+                   flops: float, memo: dict | None = None) -> Estimate:
+    """One setup's estimate. ``memo`` shares the work between setups of the same GPU and count
+    (thousands of live offers are a few dozen distinct (GPU, count) pairs)."""
+    key = (setup.gpu.id, setup.n_gpus)
+    if memo is not None and key in memo:
+        fr, (tps, mfu, source) = memo[key]
+    else:
+        fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len)
+        tps, mfu, source = _train_speed(catalog, request, setup, flops)
+        if memo is not None:
+            memo[key] = (fr, (tps, mfu, source))
     hours = tokens / tps / 3600.0
     return Estimate(setup=setup, fit=fr.fit, memory_gb=fr.memory.total_gb,
                     micro_batch=fr.memory.micro_batch if fr.fit is not Fit.NO else None,
@@ -300,7 +379,7 @@ def _picks(runnable: Sequence[Estimate], front: Sequence[Estimate], request: Pla
     if not runnable:
         return Picks(None, None, None, None, None, None)
     cheapest = min(runnable, key=lambda e: (round(e.cost_usd, 6), e.hours))
-    fastest = min(runnable, key=lambda e: (round(e.hours, 9), e.cost_usd))
+    fastest = min(runnable, key=lambda e: (round(e.hours, 6), e.cost_usd))
     min_cost = max(cheapest.cost_usd, 1e-12)
     min_hours = max(fastest.hours, 1e-12)
     best_value = min(front, key=lambda e: e.cost_usd / min_cost + e.hours / min_hours)
@@ -339,7 +418,8 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
         raise NothingFitsError(f"no {kind} prices for the GPUs asked for",
                                hint="drop --gpu/--spot, raise --max-gpus, or pass --price USD")
     if request.workload == "train":
-        estimates = [estimate_train(catalog, request, s, tokens, seq_len, flops) for s in setups]
+        memo: dict = {}
+        estimates = [estimate_train(catalog, request, s, tokens, seq_len, flops, memo) for s in setups]
     else:
         estimates = [estimate_generate(catalog, request, s, tokens) for s in setups]
     runnable = [e for e in estimates if e.runs]

@@ -32,9 +32,18 @@ def home() -> Path:
     return path
 
 
+_catalog_override: str | None = None
+
+
+def set_catalog_override(directory: str | None) -> None:
+    """``--catalog DIR`` for this invocation (``gpucli.cli.main`` resets it on every call)."""
+    global _catalog_override
+    _catalog_override = directory
+
+
 def catalog_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """The catalogue directory: ``--catalog DIR``, else ``GPUCLI_CATALOG``, else the packaged one."""
-    chosen = override or os.environ.get("GPUCLI_CATALOG")
+    chosen = override or _catalog_override or os.environ.get("GPUCLI_CATALOG")
     if not chosen:
         return PACKAGE_CATALOG
     path = Path(chosen).expanduser()
