@@ -13,7 +13,7 @@ import sys
 import typer
 
 from gpucli import __version__
-from gpucli.commands import catalog_cmds, plan_cmd
+from gpucli.commands import catalog_cmds, keys_cmd, offers_cmd, plan_cmd
 
 app = typer.Typer(
     name="gpucli",
@@ -47,6 +47,8 @@ def root(
 
 catalog_cmds.register(app)
 plan_cmd.register(app)
+offers_cmd.register(app)
+keys_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:

@@ -6,6 +6,9 @@ import pytest
 
 from tests.support.sshd import SshServer, make_keypair
 
+# The RunPod and vast.ai emulator fixtures (runpod_emulator, vast_emulator) for every test directory.
+pytest_plugins = ["tests.support.emulators.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch):
