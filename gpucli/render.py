@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from gpucli.catalog import Catalog
+    from gpucli.commands.keys_cmd import KeyInfo
+    from gpucli.offers import OfferView
     from gpucli.planner import Estimate, Plan
 
 _OUT: Console | None = None
@@ -244,7 +246,9 @@ def _price_text(e: Estimate) -> str:
     from rich.markup import escape
 
     q = e.setup.price
-    age = q.age_text + (", [yellow]stale[/]" if q.stale and not q.offer_id else "")
+    if q.offer_id is not None:  # "live vast offer 1001": already says live, and which offer
+        return escape(q.source)
+    age = q.age_text + (", [yellow]stale[/]" if q.stale else "")
     return f"{escape(q.source)} ({age})"
 
 
@@ -254,6 +258,8 @@ def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
     req = plan.request
     o = out()
     kind = "spot" if req.spot else "on-demand"
+    if any(e.setup.price.offer_id for e in plan.estimates):
+        kind = f"live {kind} offer"
     o.print(f"[bold]{req.model.name}[/]: {si(plan.params)} params, {req.workload}, {plan.tokens_note}; "
             f"T {plan.seq_len}; {plan.flops_per_token / 1e9:.2f} GFLOP/token; {kind} prices")
     t = _table(f"Pareto front: cost against time ({len(plan.front)} of {len(plan.estimates)} setups)")
@@ -438,3 +444,79 @@ def plot_png(plan: Plan, path: Path) -> None:
     fig.savefig(path)
     plt.close(fig)
     info(f"wrote {path}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Live offers and keys
+
+
+def offers_table(views: Sequence[OfferView], *, spot: bool) -> None:
+    """One table of live offers across providers; the speed column is the catalogue's estimate."""
+    from rich.markup import escape
+
+    mode = "spot floor" if spot else "on-demand"
+    t = _table(f"Live offers ({len(views)}; {mode} prices; speed = dense BF16 peak from the catalogue)")
+    for col, kw in (("provider", {}), ("offer", {"no_wrap": True}), ("GPU", {}), ("n", {"justify": "right"}),
+                    ("VRAM", {"justify": "right"}), ("$/GPU/h", {"justify": "right"}),
+                    ("$/h", {"justify": "right"}), ("spot $/GPU/h", {"justify": "right"}),
+                    ("reliab.", {"justify": "right"}), ("inet down", {"justify": "right"}), ("location", {}),
+                    ("TFLOP/s", {"justify": "right"}), ("TFLOP/s per $/h", {"justify": "right"})):
+        t.add_column(col, **kw)
+    for v in views:
+        o = v.offer
+        gpu = escape(v.gpu.name) if v.gpu is not None else f"[dim]{escape(o.gpu_display_name or o.gpu_name)}?[/]"
+        t.add_row(
+            o.provider, escape(o.offer_id), gpu, str(o.gpu_count), f"{o.vram_gb_per_gpu:.0f} GB",
+            money(v.price_per_gpu_hour_usd), money(v.price_per_hour_usd), money(o.spot_price_per_gpu_hour_usd),
+            "-" if o.reliability is None else f"{o.reliability:.1%}",
+            "-" if o.inet_down_mbps is None else f"{o.inet_down_mbps:,.0f} Mb/s",
+            escape(o.location or "-"),
+            "-" if v.bf16_tflops is None else f"{v.bf16_tflops:,.0f}",
+            "-" if v.tflops_per_usd_hour is None else f"{v.tflops_per_usd_hour:,.0f}")
+    out().print(t)
+    if any(v.gpu is None for v in views):
+        out().print("[dim]GPU? = not in the catalogue (gpus.yaml vast_names/runpod_ids): no speed estimate.[/]")
+
+
+def offers_json(views: Sequence[OfferView], *, spot: bool) -> dict[str, Any]:
+    rows = []
+    for v in views:
+        o = v.offer
+        rows.append({
+            "provider": o.provider, "offer_id": o.offer_id, "gpu_name": o.gpu_name,
+            "gpu_display_name": o.gpu_display_name, "gpu": None if v.gpu is None else v.gpu.id,
+            "gpu_count": o.gpu_count, "vram_gb_per_gpu": o.vram_gb_per_gpu,
+            "price_per_hour_usd": o.price_per_hour_usd, "price_per_gpu_hour_usd": o.price_per_gpu_hour_usd,
+            "spot_price_per_hour_usd": o.spot_price_per_hour_usd,
+            "spot_price_per_gpu_hour_usd": o.spot_price_per_gpu_hour_usd,
+            "reliability": o.reliability, "inet_down_mbps": o.inet_down_mbps, "inet_up_mbps": o.inet_up_mbps,
+            "location": o.location, "dlperf": o.dlperf, "stock": o.stock, "verified": o.verified,
+            "bf16_tflops": v.bf16_tflops, "tflops_per_usd_hour": v.tflops_per_usd_hour,
+        })
+    return {"spot": spot, "offers": rows}
+
+
+def keys_table(rows: Sequence[KeyInfo]) -> None:
+    """Key names and where each comes from. Values are never shown, only ``****`` and the last 4."""
+    from rich.markup import escape
+
+    t = _table("Keys (first source wins: environment, then keys.json, then the vendor's own file)")
+    for col in ("name", "set?", "from", "value", "also in", "env var"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.name, "yes" if r.source else "[dim]no[/]", escape(r.source or "-"), escape(r.masked or "-"),
+                  escape(", ".join(r.shadowed) or "-"), r.env_var)
+    out().print(t)
+
+
+def ask_secret(label: str) -> str:
+    """Prompt on the terminal without echo (the value never reaches the screen or scrollback)."""
+    import getpass
+
+    return getpass.getpass(f"{label}: ")
+
+
+def line(text: str) -> None:
+    """One plain line of data on stdout (a path, an id) with no markup or wrapping."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
