@@ -215,7 +215,9 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             return float(value)
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if hint is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans
+            return "on" if value else "off"
+        if isinstance(value, (str, int, float)):
             return str(value)
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     raise ConfigError(f"{key}: unsupported type {hint}")  # pragma: no cover - a bug in this file

@@ -110,6 +110,8 @@ def setup_dist(cfg: Config) -> Dist:
     use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
     if use_cuda:
         torch.cuda.set_device(local_rank)
+        torch.backends.cuda.matmul.allow_tf32 = True  # the few fp32 matmuls outside autocast
+        torch.backends.cudnn.allow_tf32 = True
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")

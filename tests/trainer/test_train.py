@@ -155,3 +155,21 @@ def test_config_errors_exit_2_with_one_line(tmp_path, data_dir, capsys):
         assert main(args) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_fsdp2_on_gloo_survives_kill9_and_writes_plain_weights(data_dir, tmp_path):
+    out = tmp_path / "run"
+    args = [*tiny_args(data_dir, out, **{"training.max_steps": 14}), "--hardware.fsdp=on"]
+    r = run_trainer(args, nproc=2, env=trainer_env(TRAINER_FAULT_KILL_AT_STEP="11"))
+    assert r.returncode != 0 and max(train_losses(out)) == 11
+    r = run_trainer([*args, "--resume=auto"], nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "FSDP x2" in r.stderr and "resumed from step_000010" in r.stderr
+    losses = train_losses(out)
+    assert losses[14] < losses[1] - 1.0
+    last = out / "checkpoints" / "step_000014"
+    assert (last / "optim_rank1.pt").exists()
+    from trainer.sample import load_for_inference
+
+    model, _, meta = load_for_inference(last)  # full, unsharded state dict with plain keys
+    assert meta["step"] == 14 and model.shape.n_layers == 2
