@@ -454,8 +454,9 @@ def offers_table(views: Sequence[OfferView], *, spot: bool) -> None:
     """One table of live offers across providers; the speed column is the catalogue's estimate."""
     from rich.markup import escape
 
-    mode = "spot floor" if spot else "on-demand"
-    t = _table(f"Live offers ({len(views)}; {mode} prices; speed = dense BF16 peak from the catalogue)")
+    value = "at the spot floor" if spot else "on-demand"
+    t = _table(f"Live {'spot' if spot else 'on-demand'} offers ({len(views)}; TFLOP/s = dense BF16 peak from the "
+               f"catalogue x GPUs; TFLOP/s per $/h {value})")
     for col, kw in (("provider", {}), ("offer", {"no_wrap": True}), ("GPU", {}), ("n", {"justify": "right"}),
                     ("VRAM", {"justify": "right"}), ("$/GPU/h", {"justify": "right"}),
                     ("$/h", {"justify": "right"}), ("spot $/GPU/h", {"justify": "right"}),
@@ -467,7 +468,7 @@ def offers_table(views: Sequence[OfferView], *, spot: bool) -> None:
         gpu = escape(v.gpu.name) if v.gpu is not None else f"[dim]{escape(o.gpu_display_name or o.gpu_name)}?[/]"
         t.add_row(
             o.provider, escape(o.offer_id), gpu, str(o.gpu_count), f"{o.vram_gb_per_gpu:.0f} GB",
-            money(v.price_per_gpu_hour_usd), money(v.price_per_hour_usd), money(o.spot_price_per_gpu_hour_usd),
+            money(o.price_per_gpu_hour_usd), money(o.price_per_hour_usd), money(o.spot_price_per_gpu_hour_usd),
             "-" if o.reliability is None else f"{o.reliability:.1%}",
             "-" if o.inet_down_mbps is None else f"{o.inet_down_mbps:,.0f} Mb/s",
             escape(o.location or "-"),
