@@ -25,7 +25,7 @@ API::
 How transfers are made fast (measured in ``shared/reference/ssh-transfer.md``): aes128-gcm first
 (paramiko lists it last, and its per-packet cost is what limits throughput on a fast link), SFTP
 requests of the server's ``limits@openssh.com`` max (255 KiB, not paramiko's 32 KiB which splits into
-two packets), pipelined writes, downloads by ``readv`` in bounded 64 MiB batches over an 8 MiB window
+two packets), pipelined writes, downloads with 32 MiB of 255 KiB read requests in flight over an 8 MiB window
 with 256 KiB packets (a bigger window makes paramiko's receive buffer quadratic), many small files as
 one tar stream into ``tar -x`` over one exec channel, and one remote ``find -printf`` manifest so an
 unchanged tree costs one round trip.
@@ -72,7 +72,6 @@ from gpucli.transfer import (
     RemoteFile,
     TransferProgress,
     is_part,
-    iter_batches,
     load_ignore,
     manifest_command,
     parse_manifest,
@@ -96,7 +95,7 @@ log = logging.getLogger(__name__)
 SMALL_FILE_BYTES = 4 << 20
 WINDOW_BYTES = 8 << 20  # >8 MiB makes paramiko's BufferedPipe quadratic (ssh-transfer.md, point 3)
 PACKET_BYTES = 256 << 10  # sshd honours it for data it sends us: 8x fewer packets to decrypt
-READ_BATCH_BYTES = 64 << 20  # readv batch: bounds memory, still keeps the pipe full
+READ_INFLIGHT_BYTES = 32 << 20  # read requests in flight: > the 8 MiB window keeps the pipe full
 DEFAULT_REQUEST = 32 << 10  # paramiko's own; used when the server does not answer limits@openssh.com
 RESUME_CHECK_BYTES = 1 << 20
 IO_TIMEOUT_S = 60.0  # a channel silent this long is dead (keepalives run every 15 s)
@@ -104,6 +103,7 @@ IO_TIMEOUT_S = 60.0  # a channel silent this long is dead (keepalives run every 
 _MANIFEST_END_FMT = r"\0--gpucli-manifest-end--\n"
 _MANIFEST_END = b"\0--gpucli-manifest-end--\n"
 _NO_PRINTF = "--gpucli-no-printf--"
+_SFTP_ONLY_MAX_FILES = 32  # a sync of at most this many big files needs no shell at all
 CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
 
 
@@ -595,10 +595,10 @@ class Remote:
         path = _norm(remote_path)
         with self._io(f"reading {path}"):
             sftp = self._sftp_client()
-            with sftp.open(path, "rb") as fh:
-                fh.MAX_REQUEST_SIZE = self._max_read
-                fh.prefetch()
-                return fh.read()
+            size = sftp.stat(path).st_size or 0
+            parts: list[bytes] = []
+            self._read_range(sftp, path, 0, size, parts.append)
+            return b"".join(parts)
 
     def stat(self, remote_path: str) -> RemoteStat | None:
         """None when the path does not exist."""
@@ -634,11 +634,9 @@ class Remote:
             if size == offset:
                 return b"", offset
             want = min(size - offset, max_bytes)
-            with sftp.open(path, "rb") as fh:
-                fh.MAX_REQUEST_SIZE = self._max_read
-                chunks = [(o, min(self._max_read, offset + want - o))
-                          for o in range(offset, offset + want, self._max_read)]
-                data = b"".join(fh.readv(chunks))
+            parts: list[bytes] = []
+            self._read_range(sftp, path, offset, want, parts.append)
+            data = b"".join(parts)
         return data, offset + len(data)
 
     def follow(self, remote_path: str, *, offset: int = 0, poll_s: float = 0.5,
@@ -716,7 +714,11 @@ class Remote:
             # One exec channel does both halves: it prints the manifest, then becomes `tar -x` and
             # waits for the stream. A login shell can cost a lot to start (pyenv or conda init in
             # .bashrc: 0.35 s here), so a sync starts exactly one, as rsync does.
-            chan, remote = self._open_sync_channel(rdir)
+            if local and len(local) <= _SFTP_ONLY_MAX_FILES and all(f.size >= small_file_bytes for f in local):
+                # A few big files (checkpoints, shards): SFTP alone, no login shell to start.
+                chan, remote = None, self._sftp_manifest(rdir, {posixpath.dirname(f.rel) for f in local})
+            else:
+                chan, remote = self._open_sync_channel(rdir)
             try:
                 small: list[LocalFile] = []
                 big: list[LocalFile] = []
@@ -744,14 +746,52 @@ class Remote:
 
                 # Folders of the big files travel in the tar stream too, so SFTP can write into them.
                 dirs = sorted({posixpath.dirname(f.rel) for f in big} - {""})
-                self._finish_tar(chan, rdir, root, small, dirs, on_bytes)
+                if chan is not None:
+                    self._finish_tar(chan, rdir, root, small, dirs, on_bytes)
+                elif big:
+                    self._sftp_makedirs(rdir, dirs)
             finally:
-                chan.close()
+                if chan is not None:
+                    chan.close()
             for f in big:
                 done["resumed"] += self._put_big(f, rdir, remote, on_bytes)
         return SyncStats(files_total=len(local), files_sent=len(todo), files_skipped=len(local) - len(todo),
                          bytes_total=sum(f.size for f in local), bytes_sent=done["bytes"] - done["resumed"],
                          bytes_resumed=done["resumed"], seconds=time.monotonic() - started)
+
+    def _sftp_manifest(self, rdir: str, dirs: set[str]) -> dict[str, RemoteFile]:
+        """The files directly inside ``dirs`` (relative to ``rdir``): one listdir each."""
+        import stat as st
+
+        sftp = self._sftp_client()
+        files: dict[str, RemoteFile] = {}
+        for d in sorted(dirs):
+            try:
+                entries = sftp.listdir_attr(posixpath.join(rdir, d) if d else rdir)
+            except FileNotFoundError:
+                continue
+            for a in entries:
+                if st.S_ISREG(a.st_mode or 0):
+                    rel = posixpath.join(d, a.filename) if d else a.filename
+                    files[rel] = RemoteFile(rel, a.st_size or 0, int(a.st_mtime or 0))
+        return files
+
+    def _sftp_makedirs(self, rdir: str, dirs: list[str]) -> None:
+        """``mkdir -p`` over SFTP for the root and ``dirs`` below it."""
+        sftp = self._sftp_client()
+        wanted = [rdir] + [posixpath.join(rdir, d) for d in dirs]
+        for path in wanted:
+            parts = path.split("/")
+            for i in range(1, len(parts) + 1):
+                sub = "/".join(parts[:i])
+                if not sub or sub == ".":
+                    continue
+                try:
+                    sftp.stat(sub)
+                except FileNotFoundError:
+                    with contextlib.suppress(OSError):  # raced with another creator: stat decides
+                        sftp.mkdir(sub)
+                    sftp.stat(sub)
 
     def _open_sync_channel(self, rdir: str) -> tuple[Any, dict[str, RemoteFile]]:
         """Start ``mkdir; find -printf; tar -x`` on one channel and read the manifest part."""
@@ -882,11 +922,9 @@ class Remote:
         partial is a prefix; its last MiB is compared with the local file in case it was cut
         mid-request or written by another version."""
         check = min(size, RESUME_CHECK_BYTES)
-        with sftp.open(part, "rb") as fh:
-            fh.MAX_REQUEST_SIZE = self._max_read
-            start = size - check
-            chunks = [(o, min(self._max_read, size - o)) for o in range(start, size, self._max_read)]
-            tail = b"".join(fh.readv(chunks))
+        parts: list[bytes] = []
+        self._read_range(sftp, part, size - check, check, parts.append)
+        tail = b"".join(parts)
         with open(f.path, "rb") as src:
             src.seek(size - check)
             if src.read(check) == tail:
@@ -897,7 +935,7 @@ class Remote:
 
     def download(self, remote_path: str, local_path: str | os.PathLike[str], *,
                  sha256: str | None = None, progress: ProgressFn | None = None) -> DownloadStats:
-        """Copy one remote file to ``local_path``: pipelined ``readv`` in bounded batches into
+        """Copy one remote file to ``local_path``: pipelined reads (bounded requests in flight) into
         ``local_path.partial`` (continued from where a cut left it), sha256 checked when given,
         then renamed into place with the remote mtime. On a mismatch the old copy stays and
         TransferError is raised. A local copy with the remote size and mtime (and hash, when
@@ -957,24 +995,99 @@ class Remote:
 
     def _readv_into(self, sftp: paramiko.SFTPClient, rpath: str, out: Any, offset: int, size: int,
                     hasher: Any, progress: ProgressFn | None) -> int:
-        """readv in 64 MiB batches: each batch's requests are all in flight at once (full pipe),
-        and memory holds at most one batch. paramiko's own prefetch would queue the whole file."""
-        req = self._max_read
         pos = offset
-        with sftp.open(rpath, "rb") as fh:
-            fh.MAX_REQUEST_SIZE = req
-            chunks = [(o, min(req, size - o)) for o in range(offset, size, req)]
-            for batch in iter_batches(chunks, READ_BATCH_BYTES):
-                for (_, length), data in zip(batch, fh.readv(batch), strict=False):
-                    out.write(data)
-                    if hasher is not None:
-                        hasher.update(data)
-                    pos += len(data)
-                    if len(data) != length:
-                        return pos
-                out.flush()
+        last = [time.monotonic()]
+
+        def sink(data: bytes) -> None:
+            nonlocal pos
+            out.write(data)
+            if hasher is not None:
+                hasher.update(data)
+            pos += len(data)
+            now = time.monotonic()
+            if now - last[0] > 0.1 or pos == size:
+                last[0] = now
                 _emit(progress, pos, size, 0, 1, rpath)
+
+        self._read_range(sftp, rpath, offset, size - offset, sink)
         return pos
+
+    def _read_range(self, sftp: paramiko.SFTPClient, path: str, offset: int, length: int,
+                    sink: Callable[[bytes], None]) -> None:
+        """Read ``length`` bytes from ``offset`` with up to ``READ_INFLIGHT_BYTES`` of read requests
+        in flight, handing chunks to ``sink`` in order; stops early at EOF.
+
+        This is what paramiko's ``readv`` does (pipelined 255 KiB requests), minus its background
+        prefetch thread: that thread dies with a traceback printed to the terminal when the
+        connection drops, and it queues a whole batch in memory. Here everything runs in the
+        calling thread, memory is bounded by the requests in flight, and a drop raises here.
+        Uses paramiko's SFTP request plumbing (``_async_request``/``_read_response``), the same
+        calls ``readv`` is built on.
+        """
+        from collections import deque
+
+        from paramiko.sftp import CMD_DATA, CMD_READ, CMD_STATUS
+
+        class _Responses:
+            """Receives replies that arrive while we wait for an older one."""
+
+            def __init__(self) -> None:
+                self.got: dict[int, tuple[int, Any]] = {}
+
+            def _async_response(self, t: int, msg: Any, num: int) -> None:
+                self.got[num] = (t, msg)
+
+        req = self._max_read
+        end = offset + length
+        responses = _Responses()
+        inflight: deque[tuple[int, int, int]] = deque()  # (request number, offset, length)
+        max_inflight = max(1, READ_INFLIGHT_BYTES // req)
+        next_off = offset
+        with sftp.open(path, "rb") as fh:
+            handle = fh.handle
+            while True:
+                while next_off < end and len(inflight) < max_inflight:
+                    n = min(req, end - next_off)
+                    num = sftp._async_request(responses, CMD_READ, handle, _int64(next_off), n)
+                    inflight.append((num, next_off, n))
+                    next_off += n
+                if not inflight:
+                    return
+                num, off, n = inflight.popleft()
+                if num in responses.got:
+                    t, msg = responses.got.pop(num)
+                    if t == CMD_STATUS:
+                        try:
+                            sftp._convert_status(msg)
+                        except EOFError:
+                            t = None
+                else:
+                    try:
+                        t, msg = sftp._read_response(num)
+                    except EOFError:  # SFTP status EOF: the file ended early
+                        t = None
+                if t != CMD_DATA:
+                    self._drain(sftp, responses, inflight)
+                    return
+                data = msg.get_string()
+                sink(data)
+                if len(data) < n:  # short read (EOF, or a server with a smaller limit): stop here
+                    self._drain(sftp, responses, inflight)
+                    if off + len(data) < end:  # the rest, in order, from where it stopped
+                        fh.seek(off + len(data))
+                        rest = fh.read(end - off - len(data))
+                        if rest:
+                            sink(rest)
+                    return
+
+    @staticmethod
+    def _drain(sftp: paramiko.SFTPClient, responses: Any, inflight: Any) -> None:
+        """Collect the replies to requests still in flight so the SFTP session stays in sync."""
+        while inflight:
+            num = inflight.popleft()[0]
+            if responses.got.pop(num, None) is None:
+                with contextlib.suppress(EOFError, OSError):
+                    sftp._read_response(num)
 
     def download_tree(self, remote_dir: str, local_dir: str | os.PathLike[str], *,
                       progress: ProgressFn | None = None) -> SyncStats:
@@ -1031,6 +1144,12 @@ def _dir_mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return time.time()
+
+
+def _int64(n: int) -> Any:
+    from paramiko.sftp import int64
+
+    return int64(n)
 
 
 def _file_sha256(path: Path) -> str:

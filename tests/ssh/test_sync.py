@@ -174,3 +174,26 @@ def test_download_tree(remote, tmp_path):
     stats = remote.download_tree(str(src), out)
     assert stats.files_sent == 3 and _tree(out) == _tree(src)
     assert remote.download_tree(str(src), out).files_sent == 0
+
+
+def test_few_big_files_go_over_sftp_only_into_new_nested_folders(remote, tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst" / "deep"
+    _write(src / "step_1/model.pt", os.urandom(50_000), 1_700_000_000)
+    _write(src / "step_2/sub/optim.pt", os.urandom(70_000), 1_700_000_001)
+    stats = remote.sync_up(src, str(dst), small_file_bytes=1024)
+    assert stats.files_sent == 2 and _tree(dst) == _tree(src)
+    assert remote.sync_up(src, str(dst), small_file_bytes=1024).files_sent == 0
+
+
+def test_cut_mid_tar_stream_then_resync_is_complete(sshd, target, tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    for i in range(400):
+        _write(src / f"d{i % 7}/f{i}.bin", os.urandom(60_000), 1_700_000_000 + i)
+    cut = _CutAt(sshd, 0.3)
+    with Remote(target) as r, pytest.raises(TransferError):
+        r.sync_up(src, str(dst), progress=cut)
+    assert cut.fired.is_set()
+    with Remote(target) as r:
+        stats = r.sync_up(src, str(dst))
+    assert stats.files_skipped > 0  # what arrived before the cut is not sent again
+    assert _tree(dst) == _tree(src)
