@@ -25,6 +25,11 @@ def plan(
     plot: Path = typer.Option(None, "--plot", metavar="FILE", help="Write the cost/time chart as a PNG."),
     chart: bool = typer.Option(True, "--chart/--no-chart", help="Draw the cost/time chart in the terminal."),
     all_: bool = typer.Option(False, "--all", help="List every dominated setup."),
+    live: bool = typer.Option(False, "--live", help="Plan on live provider offers (gpucli offers) instead of "
+                              "catalogue prices; each price names its offer id."),
+    query: str = typer.Option(None, "--query", "-q", metavar="QUERY",
+                              help="With --live: vast.ai query for the offers, e.g. 'num_gpus>=4 reliability>0.98'."),
+    provider: str = typer.Option("all", "--provider", help="With --live: vast, runpod or all."),
 ) -> None:
     """Estimate every setup that fits and show the exact Pareto front of cost against time."""
     import datetime as dt
@@ -54,7 +59,12 @@ def plan(
         model=catalog.model(model), today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
-    result = make_plan(catalog, request)
+    setups = None
+    if live:
+        setups = _live_setups(catalog, request, query=query, provider=provider)
+    elif query is not None or provider != "all":
+        raise UsageError("--query and --provider only apply with --live")
+    result = make_plan(catalog, request, setups=setups)
     if plot is not None:
         render.plot_png(result, plot)
     if json_:
@@ -63,6 +73,32 @@ def plan(
     render.plan_tables(result, show_all=all_)
     if chart:
         render.plan_chart(result)
+
+
+LIVE_OFFER_LIMIT = 200  # per provider: enough for a front, few enough for one search call each
+
+
+def _live_setups(catalog, request, *, query: str | None, provider: str) -> list:  # noqa: ANN001
+    """Planner setups from live offers (warnings for skipped providers go to stderr)."""
+    from gpucli import render
+    from gpucli.commands.offers_cmd import resolve_providers
+    from gpucli.errors import NothingFitsError, UsageError
+    from gpucli.offers import DEFAULT_ORDER, DEFAULT_SPOT_ORDER, offers_to_setups, search_all
+    from gpucli.query import parse_query
+
+    if request.price_per_gpu_hour is not None:
+        raise UsageError("--price and --live both set the price", hint="use one of them")
+    names, required = resolve_providers(provider)
+    offers, warnings = search_all(names, parse_query(query), spot=request.spot, limit=LIVE_OFFER_LIMIT,
+                                  order=DEFAULT_SPOT_ORDER if request.spot else DEFAULT_ORDER, required=required)
+    for message in warnings:
+        render.warn(message)
+    gpu_ids = {catalog.gpu(g).id for g in request.gpus} if request.gpus else None
+    setups = offers_to_setups(catalog, offers, spot=request.spot, gpu_ids=gpu_ids, max_gpus=request.max_gpus)
+    if not setups:
+        raise NothingFitsError(f"none of the {len(offers)} live offers matches a catalogue GPU within the limits",
+                               hint="widen --query, drop --gpu, raise --max-gpus, or see `gpucli offers`")
+    return setups
 
 
 def register(app: typer.Typer) -> None:
