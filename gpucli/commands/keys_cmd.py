@@ -83,7 +83,8 @@ keys_app = typer.Typer(help="API keys and tokens: runpod, vast, telegram (bot to
                        no_args_is_help=True)
 
 
-@keys_app.command("set")
+# ignore_unknown_options: a group chat id such as -1001234567890 is a value, not an unknown option.
+@keys_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_key(
     name: str = typer.Argument(..., help="runpod, vast, telegram (bot token) or telegram-chat (chat id)."),
     value: str = typer.Argument(None, help="The value. Omit it to be asked without echo (or pipe it on stdin); "
@@ -104,6 +105,10 @@ def set_key(
                          hint=f"run `gpucli keys set {key}` and paste it, or pipe it: `... | gpucli keys set {key}`")
     if any(ch.isspace() for ch in value):
         raise UsageError(f"the {what} cannot contain spaces or line breaks", hint="paste the value alone")
+    if value.startswith("-") and not (key == "telegram-chat" and _CHAT_ID.match(value)):
+        # unknown options reach us as values (see ignore_unknown_options): never store "--json" as a key
+        raise UsageError(f"the value starts with '-': it looks like an option, not a {what}",
+                         hint=f"run `gpucli keys set {key}` and paste the value at the prompt")
     if key == "telegram-chat" and not _CHAT_ID.match(value):
         raise UsageError("a Telegram chat id is a number (e.g. 123456789 or -100123...) or @channel_name")
     path = save_key(key, value)
