@@ -264,6 +264,7 @@ class Trainer:
         self.last_train_loss: float | None = None
         self.last_val_loss: float | None = None
         self.last_ckpt_step = -1
+        self.last_val_step = -1
 
         self.metrics = MetricsLogger(self.out_dir, enabled=d.master)
         tg = cfg.notifications.telegram
@@ -462,7 +463,7 @@ class Trainer:
             except Exception as e:  # noqa: BLE001 - geometry is diagnostic; never stop training for it
                 log.warning("tcf metrics failed: %s", e)
         self.model.train()
-        self.last_val_loss = val
+        self.last_val_loss, self.last_val_step = val, self.step
         improved = self.best_val is None or val < self.best_val
         if improved:
             self.best_val, self.bad_vals = val, 0
@@ -509,7 +510,10 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
 
     def on_signal(self, signum: int, _frame: Any) -> None:
-        # Only a flag: the step in flight finishes, then an emergency checkpoint is written.
+        # Only a flag: the step in flight finishes, then an emergency checkpoint is written. A second
+        # signal (Ctrl-C twice, or a peer rank died and we are stuck in a collective) exits at once.
+        if self.stop_requested:
+            os._exit(128 + signum)
         self.stop_requested = signum
 
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -647,7 +651,7 @@ class Trainer:
         if reason == "early_stop":
             self.metrics.event("early_stop", step=self.step, best_val_loss=self.best_val)
         if self.last_ckpt_step != self.step:
-            if reason != "signal" and self.last_val_loss is not None:
+            if reason != "signal" and self.last_val_step not in (-1, self.step):
                 self.validate()  # the final checkpoint carries its own val loss
             self.save("emergency" if reason == "signal" else "final")
         if d.master:

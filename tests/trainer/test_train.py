@@ -173,3 +173,22 @@ def test_fsdp2_on_gloo_survives_kill9_and_writes_plain_weights(data_dir, tmp_pat
 
     model, _, meta = load_for_inference(last)  # full, unsharded state dict with plain keys
     assert meta["step"] == 14 and model.shape.n_layers == 2
+
+
+def test_early_stop_after_val_patience(data_dir, tmp_path):
+    out = tmp_path / "run"
+    # An absurd LR makes validation loss jump around: two validations without a new best stop the run.
+    r = run_trainer(tiny_args(data_dir, out, **{
+        "training.max_steps": 200, "training.val_interval": 2, "training.val_patience": 2,
+        "training.learning_rate": 2.0, "training.min_lr": 1.0, "training.warmup_steps": 0,
+        "training.checkpoint_interval": 1000}))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_rows(out)
+    vals = [r["val_loss"] for r in rows if r.get("kind") == "val"]
+    fin = finished(out)
+    assert fin["reason"] == "early_stop" and fin["step"] < 200
+    assert min(vals[-2:]) >= min(vals[:-2])  # the last two did not improve on the best before them
+    assert len(vals) == fin["step"] // 2  # one validation per interval, none repeated at the end
+    assert any(r.get("event") == "early_stop" for r in rows)
+    final = ckpt.find_resumable(out / "checkpoints")
+    assert final is not None and final.name == f"step_{fin['step']:06d}"

@@ -266,3 +266,15 @@ def test_notifier_sends_in_background_and_never_logs_token(monkeypatch, caplog):
     n2.send("x")
     n2.close()
     assert n2.failed == 1
+
+
+def test_bundled_example_configs_load():
+    root = Path(__file__).resolve().parents[2] / "trainer" / "configs"
+    demo = load_config(root / "demo_124m.yaml")
+    assert demo.model.preset == "124m" and demo.resolved_max_steps() == 300
+    atlas = load_config(root / "atlas_1b.yaml")
+    assert atlas.resolved_max_steps() == 88000 and atlas.training.stage2_seq_len == 256
+    shape = resolve_shape(None, d_model=atlas.model.d_model, n_layers=atlas.model.n_layers,
+                          n_heads=atlas.model.n_heads, d_ff=atlas.model.d_ff, vocab_size=atlas.model.vocab_size,
+                          max_seq_len=atlas.model.max_seq_len, data_vocab_size=32000)
+    assert shape.d_ff == 6144 and shape.vocab_size == 32000
