@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError, ProviderError
 from gpucli.planner import PriceQuote, Setup
-from gpucli.query import OFFER_FIELDS, Query, QueryError, parse_order
+from gpucli.query import DEFAULT_FILTERS, OFFER_FIELDS, Query, QueryError, parse_order
 
 if TYPE_CHECKING:
     from gpucli.catalog import Catalog, Gpu
@@ -178,6 +178,20 @@ def _sort(offers: list[Offer], order: str) -> list[Offer]:
     return result
 
 
+def unreported_fields(query: Query | None, offers: Sequence[Offer]) -> list[str]:
+    """Fields the user filtered on that none of ``offers`` carries (so the filter was skipped for them).
+
+    vast's default filters (verified, external, rentable) are not the user's and are not reported.
+    """
+    if query is None or not offers:
+        return []
+    defaults = {f for f, _op, _v in DEFAULT_FILTERS}
+    present: set[str] = set()
+    for offer in offers:
+        present.update(offer.query_record())
+    return [f for f in query.fields if f not in present and f not in defaults]
+
+
 def search_all(providers: Sequence[str], query: Query | None, *, spot: bool, limit: int, order: str,
                required: bool = False) -> tuple[list[Offer], list[str]]:
     """Offers from every provider in ``providers``, merged, sorted by ``order``, at most ``limit``.
@@ -198,12 +212,18 @@ def search_all(providers: Sequence[str], query: Query | None, *, spot: bool, lim
     for name in providers:
         provider = get_provider(name)
         try:
-            merged.extend(provider.search_offers(query, spot=spot, limit=limit, order=order))
+            found = provider.search_offers(query, spot=spot, limit=limit, order=order)
         except ProviderError as exc:  # MissingKeyError included
             if required:
                 raise
             failures.append(exc)
             warnings.append(f"skipping {name}: {exc}")
+            continue
+        merged.extend(found)
+        unknown = unreported_fields(query, found)
+        if unknown:
+            warnings.append(f"{name} does not report {', '.join(unknown)}: that part of the query "
+                            f"was not applied to its {len(found)} offers")
     if providers and len(failures) == len(providers):
         if all(isinstance(f, MissingKeyError) for f in failures):
             names = " or ".join(providers)

@@ -48,8 +48,8 @@ def test_json_is_sorted_and_complete(run, runpod_emulator, vast_emulator):
 
 
 def test_query_filters_both_sides(run, runpod_emulator, vast_emulator):
-    rows, _ = offers_json(run, "gpu_name=RTX_4090 num_gpus>=2")
-    assert rows
+    rows, err = offers_json(run, "gpu_name=RTX_4090 num_gpus>=2")
+    assert rows and err == ""
     assert all(r["gpu"] == "rtx4090" and r["gpu_count"] >= 2 for r in rows)
     assert {r["provider"] for r in rows} == {"vast", "runpod"}
     # sent server-side to vast exactly as the vastai CLI would
@@ -59,6 +59,11 @@ def test_query_filters_both_sides(run, runpod_emulator, vast_emulator):
     # vast-only fields filter vast offers; RunPod offers do not report them and are kept
     rows, _ = offers_json(run, "inet_down>=1000", "--provider", "vast")
     assert {r["offer_id"] for r in rows} == {"1004", "1006", "1007"}
+    # ... and the user is told which part of the query RunPod's offers could not be filtered by
+    rows, err = offers_json(run, "inet_down>=1000 num_gpus=1")
+    assert {r["offer_id"] for r in rows if r["provider"] == "vast"} == {"1006"}
+    assert {r["gpu_count"] for r in rows} == {1} and any(r["provider"] == "runpod" for r in rows)
+    assert "runpod does not report inet_down" in err and "num_gpus" not in err
 
 
 def test_order_and_limit(run, runpod_emulator, vast_emulator):
