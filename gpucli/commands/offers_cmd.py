@@ -29,7 +29,7 @@ def offers(
     order: str = typer.Option(None, "--order", "-o",
                               help="Sort fields, '-' for descending: dph_total, dlperf_usd-, reliability- "
                                    "(default: dph_total; min_bid with --spot)."),
-    spot: bool = typer.Option(False, "--spot", help="Interruptible offers; prices are the spot floor (min bid)."),
+    spot: bool = typer.Option(False, "--spot", help="Interruptible offers, sorted by and valued at the spot floor (min bid)."),
     limit: int = typer.Option(30, "--limit", "-n", help="At most this many offers (per provider, then overall)."),
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
