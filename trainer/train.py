@@ -327,6 +327,14 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def eager(self):
+        """Run compiled blocks eagerly: generation grows the sequence one token at a time, which
+        would otherwise recompile the blocks for each new length."""
+        stance = getattr(torch.compiler, "set_stance", None)
+        if stance is None or not (self.cfg.hardware.compile and self.cuda):
+            return contextlib.nullcontext()
+        return stance("force_eager")
+
     def to_device(self, a: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(a)
         if self.cuda:
@@ -476,7 +484,7 @@ class Trainer:
 
     def tcf_metrics(self, batch) -> dict[str, float]:
         x = self.to_device(batch.x[:1])
-        with self.autocast():
+        with self.autocast(), self.eager():
             _, hidden = self.raw(x, return_hidden=True)  # type: ignore[misc]
         weights = {}
         if not self.fsdp:
@@ -496,7 +504,7 @@ class Trainer:
         for p in prompts:
             ids = tok.encode(p) or [tok.eot]
             idx = torch.tensor([ids], device=self.device)
-            with self.autocast():
+            with self.autocast(), self.eager():
                 out = self.raw.generate(idx, self.cfg.training.eval_max_new_tokens, generator=gen)
             rows.append({"step": self.step, "prompt": p, "text": tok.decode(out[0, len(ids):].tolist())})
         self.model.train()
