@@ -13,7 +13,7 @@ import sys
 import typer
 
 from gpucli import __version__
-from gpucli.commands import catalog_cmds, keys_cmd, offers_cmd, plan_cmd
+from gpucli.commands import catalog_cmds, keys_cmd, offers_cmd, plan_cmd, run_cmds
 
 app = typer.Typer(
     name="gpucli",
@@ -48,6 +48,7 @@ def root(
 catalog_cmds.register(app)
 plan_cmd.register(app)
 offers_cmd.register(app)
+run_cmds.register(app)
 keys_cmd.register(app)
 
 

@@ -1,0 +1,338 @@
+"""The run lifecycle: launch, status/ls, tail, fetch-best, down, sync, ssh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).")
+JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
+
+
+def launch(
+    profile: str = typer.Option(..., "--profile", "-p", help="Profile: cpu, h100, 8xA100, ... (gpucli profiles)."),
+    phase: str = typer.Option("fast", "--phase", help="Training phase: fast or extreme."),
+    model: str = typer.Option(None, "--model", "-m", help="Model preset (default: tiny on CPU, 124m on GPUs)."),
+    provider: str = typer.Option("local", "--provider", help="local, ssh, runpod or vast."),
+    host: str = typer.Option(None, "--host", help="ssh provider: user@host[:port]."),
+    identity: Path = typer.Option(None, "--identity", "-i", help="ssh provider: private key file."),
+    data: Path = typer.Option(None, "--data", help="Folder of text files to train on (default: a demo corpus)."),
+    hours: float = typer.Option(None, "--hours", help="Stop after this many hours (a final checkpoint is written)."),
+    budget: float = typer.Option(None, "--budget", help="Stop when the run has cost this many dollars."),
+    price: float = typer.Option(None, "--price", help="$/hour of the machine (default: the catalogue's)."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer steps (default: the phase's iterations)."),
+    name: str = typer.Option(None, "--name", help="Run name (default: model-profile-phase)."),
+    spot: bool = typer.Option(False, "--spot", help="Rent an interruptible (spot) pod."),
+    bid: float = typer.Option(None, "--bid", help="Spot bid in $/GPU-hour (default: just above the floor)."),
+    image: str = typer.Option(None, "--image", help="Container image for cloud pods."),
+    disk: int = typer.Option(50, "--disk", help="Disk for cloud pods, GB."),
+    ready_timeout: float = typer.Option(600, "--ready-timeout", help="Seconds to wait for a pod's SSH."),
+    python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one)."),
+    set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
+    val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
+    workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Rent (or use) a machine, sync code and data, and start the bundled trainer detached."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.catalog import load_catalog
+    from gpucli.errors import UsageError
+    from gpucli.launcher import LaunchRequest, resolve
+    from gpucli.launcher import launch as run_launch
+
+    provider = provider.strip().lower()
+    if provider not in ("local", "ssh", "runpod", "vast"):
+        from gpucli.errors import UnknownNameError
+
+        raise UnknownNameError("provider", provider, ["local", "ssh", "runpod", "vast"])
+    if provider == "ssh" and not host:
+        raise UsageError("--provider ssh needs --host user@host[:port]")
+    for opt, value in (("--hours", hours), ("--budget", budget), ("--price", price), ("--steps", steps),
+                       ("--bid", bid), ("--val-interval", val_interval)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{opt} must be positive, got {value:g}")
+    if data is not None and not data.is_dir():
+        raise UsageError(f"--data {data}: not a folder")
+    catalog = load_catalog()
+    prof = catalog.profile(profile)
+    model_name = model or ("tiny" if prof.gpu is None else "124m")
+    run_name = runs.check_name(name) if name else runs.unique_name(f"{model_name}-{prof.name}-{phase}")
+    if name and (runs.runs_dir() / f"{name}.json").exists():
+        raise UsageError(f"a run named '{name}' exists", hint="pick another --name")
+    req = LaunchRequest(profile=profile, phase=phase, provider=provider, model=model_name, data=data, hours=hours,
+                        budget_usd=budget, steps=steps, name=run_name, host=host,
+                        identity=str(identity) if identity else None, price_per_hour_usd=price, spot=spot,
+                        bid_per_gpu_usd=bid, val_interval=val_interval, workdir=workdir,
+                        extra=tuple(s if s.startswith("--") else f"--{s}" for s in set_))
+    resolved = resolve(catalog, req, run_name=run_name, python=python)
+    if dry_run:
+        render.launch_plan(resolved, json_=json_)
+        return
+    ssh_info = None
+    provision = None
+    if provider == "ssh":
+        from gpucli.remote import parse_target
+        from gpucli.runs import SshInfo
+
+        t = parse_target(host)
+        ssh_info = SshInfo(host=t.host, port=t.port, user=t.user, identity_file=str(identity) if identity else None)
+    elif provider in ("runpod", "vast"):
+        from gpucli import cloud
+
+        if resolved.gpu_id is None:
+            raise UsageError(f"profile {prof.name} has no GPU; cloud pods need a GPU profile")
+
+        def provision(on_created, on_event):  # noqa: ANN001 - the launcher's callback shape
+            info, _ = cloud.provision(run_name, provider, catalog, resolved.gpu_id, resolved.n_gpus, spot=spot,
+                                      bid_per_gpu_usd=bid, image=image, disk_gb=disk,
+                                      ready_timeout_s=ready_timeout, on_created=on_created, on_event=on_event)
+            return info
+
+    with render.status_line() as step:
+        try:
+            record = run_launch(catalog, resolved, on_event=step, ssh=ssh_info, provision=provision)
+        except BaseException:
+            _cleanup_failed(run_name)
+            raise
+    render.launched(record, json_=json_)
+
+
+def _cleanup_failed(run_name: str) -> None:
+    """A failed launch terminates whatever pod it created (the record names it)."""
+    from gpucli import cloud, runs
+    from gpucli import render_runs as render
+    from gpucli.errors import GpucliError
+
+    try:
+        record = runs.load(run_name)
+    except GpucliError:
+        return
+    if record.instance_id and record.provider in ("runpod", "vast"):
+        try:
+            cloud.terminate(record)
+            runs.save(record.with_(status="failed", message=(record.message or "") + " (pod terminated)"))
+            render.info(f"terminated pod {record.instance_id} of the failed launch")
+        except GpucliError as exc:
+            render.error(f"could not terminate pod {record.instance_id}: {exc}; end it in the provider console")
+
+
+def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
+    """State, step, latest loss, tok/s, elapsed, $ so far, $ per hour, projected total, ETA."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+
+    record = runs.resolve(run)
+    st = _live_status(record)
+    render.run_status(record, st, json_=json_)
+
+
+def _live_status(record):  # noqa: ANN001, ANN202
+    from gpucli import runs
+    from gpucli.errors import GpucliError
+    from gpucli.hosts import open_host
+    from gpucli.monitor import RunStatus, status_of
+
+    try:
+        host = open_host(record, connect_timeout_s=10)
+    except GpucliError as exc:
+        return RunStatus(state=f"unreachable ({exc})" if record.active else record.status)
+    try:
+        st = status_of(host, record)
+    finally:
+        host.close()
+    if record.active and st.state in ("finished", "failed"):
+        runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason))
+    return st
+
+
+def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="Check every run's host.")) -> None:
+    """Every run with its state and cost; the day's total."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.monitor import RunStatus
+
+    records = runs.list_runs()
+    statuses = [(r, _live_status(r) if (r.active or all_) else RunStatus(state=r.status)) for r in records]
+    render.runs_table(statuses, json_=json_)
+
+
+def tail(
+    run: str = RUN_ARG,
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="Keep watching (default) or print once."),
+    json_: bool = typer.Option(False, "--json", help="Stream the raw metrics rows as JSON lines."),
+    poll: float = typer.Option(1.0, "--poll", help="Seconds between reads."),
+) -> None:
+    """Live metrics of a run: loss, ppl, lr, tok/s, MFU, ETA, $ so far, validation and events."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.hosts import open_host
+    from gpucli.monitor import follow_rows, log_tail, read_all_rows, summarize
+
+    record = runs.resolve(run)
+    if not follow:
+        host = open_host(record)
+        try:
+            rows = read_all_rows(host, record.workdir)
+            alive = host.is_running(record.pid) if record.pid else None
+            st = summarize(record, rows, alive=alive,
+                           log_tail=log_tail(host, record.workdir) if alive is False else ())
+        finally:
+            host.close()
+        render.tail_once(record, rows, st, json_=json_)
+        return
+
+    def finished(batch: list[dict]) -> bool:
+        return any(r.get("kind") == "event" and r.get("event") == "finished" for r in batch)
+
+    stream = follow_rows(lambda: open_host(record), record.workdir, poll_s=poll, stop=finished,
+                         on_reconnect=render.warn)
+    render.tail_live(record, stream, json_=json_)
+
+
+def fetch_best(
+    run: str = RUN_ARG,
+    dest: Path = typer.Option(Path("checkpoints"), "--dest", help="Folder to put the checkpoint in."),
+    with_optimizer: bool = typer.Option(False, "--with-optimizer", help="Also the optimizer state (to resume)."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Download the checkpoint with the lowest validation loss, verified by sha256."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.hosts import open_host
+    from gpucli.monitor import fetch_best as do_fetch
+
+    record = runs.resolve(run)
+    host = open_host(record)
+    try:
+        with render.transfer_progress("downloading") as progress:
+            result = do_fetch(host, record, dest, with_optimizer=with_optimizer, progress=progress,
+                              on_event=render.info)
+    finally:
+        host.close()
+    render.fetched(result, json_=json_)
+
+
+def down(
+    run: str = RUN_ARG,
+    strays: bool = typer.Option(False, "--strays", help="Find gpucli-labelled pods no run owns, and end them."),
+    keep: bool = typer.Option(False, "--keep-pod", help="Stop the trainer but leave the pod running."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --strays: end them without asking."),
+) -> None:
+    """Stop the trainer (it writes an emergency checkpoint), then release the machine."""
+    from gpucli import cloud, runs
+    from gpucli import render_runs as render
+    from gpucli.errors import GpucliError
+    from gpucli.hosts import open_host
+    from gpucli.monitor import stop_trainer
+
+    if strays:
+        _down_strays(yes)
+        return
+    record = runs.resolve(run)
+    was_running = False
+    try:
+        host = open_host(record, connect_timeout_s=15)
+        try:
+            was_running = stop_trainer(host, record, on_event=render.info)
+        finally:
+            host.close()
+    except GpucliError as exc:
+        render.warn(f"could not reach the run's host to stop the trainer cleanly: {exc}")
+    ended_pod = False
+    if not keep:
+        ended_pod = cloud.terminate(record)
+    final = "stopped" if record.active else record.status
+    runs.save(record.with_(status=final, ended_at=record.ended_at or runs.now_iso(),
+                           end_reason=record.end_reason or ("down" if was_running else None)))
+    render.downed(record, was_running=was_running, ended_pod=ended_pod)
+
+
+def _down_strays(yes: bool) -> None:
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.errors import GpucliError
+    from gpucli.providers import get_provider
+
+    owned = {r.instance_id for r in runs.list_runs() if r.instance_id and r.active}
+    found = []
+    for name in ("runpod", "vast"):
+        try:
+            p = get_provider(name)
+            found += [(p, i) for i in p.list_instances() if i.is_ours and i.instance_id not in owned]
+        except GpucliError as exc:
+            render.warn(f"{name}: {exc}")
+    render.strays([i for _, i in found])
+    if found and (yes or render.confirm(f"terminate {len(found)} pod(s)?")):
+        for p, inst in found:
+            p.terminate(inst.instance_id)
+            render.info(f"terminated {p.name} {inst.instance_id} ({inst.label})")
+
+
+def sync(run: str = typer.Argument(..., help="Run name."),
+         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/.")) -> None:
+    """Push more data to a running pod (incremental; resumable)."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.errors import UsageError
+    from gpucli.hosts import open_host
+
+    record = runs.resolve(run)
+    host = open_host(record)
+    try:
+        for path in paths:
+            if not path.exists():
+                raise UsageError(f"{path}: no such file or folder")
+            if path.is_dir():
+                stats = host.sync_up(path, f"{record.workdir}/data/src/{path.name}")
+            else:
+                import shutil
+                import tempfile
+
+                with tempfile.TemporaryDirectory() as tmp:
+                    shutil.copy2(path, Path(tmp) / path.name)
+                    stats = host.sync_up(tmp, f"{record.workdir}/data/src")
+            render.info(f"{path}: {stats.files_sent} sent, {stats.files_skipped} unchanged "
+                        f"({stats.bytes_sent / 1e6:.1f} MB in {stats.seconds:.1f} s)")
+    finally:
+        host.close()
+
+
+def ssh(run: str = RUN_ARG) -> None:
+    """An interactive shell on the run's pod (in its folder)."""
+    import os
+    import shutil
+
+    from gpucli import runs
+    from gpucli.errors import UsageError
+    from gpucli.settings import home
+
+    record = runs.resolve(run)
+    if record.provider == "local":
+        os.chdir(record.workdir)
+        shell = os.environ.get("SHELL", "/bin/sh")
+        os.execvp(shell, [shell])
+    if record.ssh is None:
+        raise UsageError(f"run {record.name} has no SSH endpoint")
+    exe = shutil.which("ssh")
+    if exe is None:
+        raise UsageError("the ssh client is not installed")
+    args = [exe, "-p", str(record.ssh.port), "-o", f"UserKnownHostsFile={home() / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-t"]
+    if record.ssh.identity_file:
+        args += ["-i", record.ssh.identity_file]
+    args += [f"{record.ssh.user}@{record.ssh.host}", f"cd {record.workdir} && exec $SHELL -l"]
+    os.execv(exe, args)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("launch")(launch)
+    app.command("status")(status)
+    app.command("ls")(ls)
+    app.command("tail")(tail)
+    app.command("fetch-best")(fetch_best)
+    app.command("down")(down)
+    app.command("sync")(sync)
+    app.command("ssh")(ssh)

@@ -1,0 +1,293 @@
+"""The launch sequence: resolve -> provision -> wait (deadline) -> bootstrap -> sync -> start -> record.
+
+Pure resolution (:func:`resolve`) is separate from the steps that touch machines (:func:`launch`), so
+``--dry-run`` prints exactly what would run. Every step reports through an ``on_event`` callback
+(the CLI renders it); nothing here prints. The run record is written before anything waits, and the
+pod id goes into it the moment the provider returns one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import shlex
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucli.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
+from gpucli.errors import GpucliError, NothingFitsError, UsageError
+from gpucli.estimate import Fit, choose_micro_batch
+from gpucli.runs import Limits, PlannedSpeed, RunRecord, SshInfo, now_iso
+
+EventFn = Callable[[str], None]
+POD_SETUP = Path(__file__).resolve().parent / "pod" / "setup_pod.sh"
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    profile: str
+    phase: str
+    provider: str = "local"
+    model: str | None = None
+    data: Path | None = None
+    hours: float | None = None
+    budget_usd: float | None = None
+    steps: int | None = None
+    name: str | None = None
+    host: str | None = None  # ssh provider: user@host[:port]
+    identity: str | None = None  # ssh provider: private key file
+    price_per_hour_usd: float | None = None  # what the machine costs (ssh hosts the user rents)
+    spot: bool = False
+    bid_per_gpu_usd: float | None = None
+    val_interval: int | None = None
+    checkpoint_interval: int | None = None
+    extra: tuple[str, ...] = ()  # more --section.key=value trainer overrides
+    workdir: str | None = None  # the run's folder on the host (default: per provider)
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    name: str
+    provider: str
+    profile: str
+    phase: str
+    model: ModelShape
+    gpu_id: str | None
+    gpu_name: str
+    n_gpus: int
+    micro_batch: int
+    grad_accum: int
+    steps: int
+    seq_len: int
+    fit: str
+    trainer_config: Mapping[str, Any]
+    workdir: str
+    python: str
+    command: str  # the exact line started on the pod, from <workdir>/code
+    price_per_hour_usd: float | None
+    limits: Limits
+    planned: PlannedSpeed
+    data: Path | None
+    overrides: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def label(self) -> str:
+        return f"gpucli-{self.name}"
+
+
+def default_workdir(provider: str, name: str) -> str:
+    """Where the run's folder lives on the pod. RunPod's /workspace is the persistent volume."""
+    if provider == "local":
+        from gpucli.settings import home
+
+        return str(home() / "local-runs" / name)
+    if provider == "runpod":
+        return f"/workspace/gpucli-runs/{name}"
+    return f"gpucli-runs/{name}"  # relative to the login directory
+
+
+def _profile_batch(profile: SingleProfile | ClusterProfile, phase_name: str, batch_scale: float
+                   ) -> tuple[int, int]:
+    """(samples per GPU per step, grad accum) as the profile gives them for the phase."""
+    if isinstance(profile, ClusterProfile):
+        pb = profile.phases.get(phase_name)
+        if pb is None:
+            raise UsageError(f"profile {profile.name} has no settings for phase '{phase_name}'",
+                             hint=f"its phases: {', '.join(profile.phases)}")
+        return pb.micro_batch, pb.grad_accum
+    per_step = max(1, round(profile.batch_size * batch_scale))
+    accum = profile.grad_accum
+    return max(1, per_step // accum), accum
+
+
+def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str, python: str | None = None) -> ResolvedLaunch:
+    """Everything a launch will do, decided before any machine is touched."""
+    profile = catalog.profile(req.profile)
+    phase = catalog.phase(req.phase)
+    gpu = catalog.gpus[profile.gpu] if profile.gpu else None
+    n_gpus = profile.count
+    model = catalog.model(req.model or ("tiny" if gpu is None else "124m"))
+    seq_len = model.max_seq_len
+    samples, accum = _profile_batch(profile, phase.name, phase.batch_scale)
+    fit = "cpu"
+    micro = samples
+    if gpu is not None:
+        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len)
+        if fr.fit is Fit.NO:
+            raise NothingFitsError(
+                f"model {model.name} does not fit on {n_gpus}x {gpu.name} even at micro-batch 1 "
+                f"(needs {fr.memory.total_gb:.0f} GB per GPU)", hint="pick a larger profile or a smaller --model")
+        fit = fr.fit.value
+        if samples > fr.memory.micro_batch:
+            # Keep the profile's samples per step by accumulating more, at a micro-batch that fits.
+            accum = accum * math.ceil(samples / fr.memory.micro_batch)
+            micro = fr.memory.micro_batch
+    steps = req.steps or phase.iterations
+    val_interval = req.val_interval or max(10, steps // 20)
+    ckpt_interval = req.checkpoint_interval or max(val_interval, steps // 10)
+    price = req.price_per_hour_usd
+    if price is None and gpu is not None:
+        from gpucli.planner import choose_price
+
+        p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand")
+        price = p.usd_per_gpu_hour * n_gpus if p else None
+    if req.budget_usd is not None and not price:
+        raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
+    limits = Limits(max_steps=steps, max_hours=req.hours, budget_usd=req.budget_usd)
+    workdir = req.workdir.rstrip("/") if req.workdir else default_workdir(req.provider, run_name)
+    py = python or (sys.executable if req.provider == "local" else "python3")
+    cfg: dict[str, Any] = {
+        "model": {"d_model": model.d_model, "n_layers": model.n_layers, "n_heads": model.n_heads,
+                  "d_ff": model.d_ff, "max_seq_len": seq_len, "tie_embeddings": model.tied_embeddings},
+        "training": {
+            "out_dir": "..", "batch_size": micro, "grad_accum_steps": accum, "max_steps": steps,
+            "learning_rate": phase.matrix_lr, "embedding_lr": phase.embedding_lr,
+            "min_lr": phase.matrix_lr / 10, "warmup_steps": max(1, min(100, steps // 20)),
+            "val_interval": val_interval, "checkpoint_interval": ckpt_interval, "seq_len": seq_len,
+            "log_interval": max(1, min(10, steps // 100)),
+        },
+        "limits": {"max_hours": req.hours, "max_cost_usd": req.budget_usd, "price_per_hour": price},
+        "hardware": {"device": "cpu" if gpu is None else "cuda",
+                     "mixed_precision": bool(getattr(profile, "bf16", True)),
+                     "compile": bool(getattr(profile, "compile", gpu is not None))},
+        "data": {"dir": "../data/prepared", "inputs": ["../data/src"] if req.data else []},
+        "notifications": {"telegram": {"enabled": True}},
+    }
+    if gpu is None and not req.data:
+        cfg["data"]["max_bytes"] = 8_000_000
+    overrides = tuple(req.extra)
+    for item in overrides:
+        if not item.startswith("--") or "=" not in item:
+            raise UsageError(f"trainer override '{item}' must look like --section.key=value")
+    trainer_args = "--config ../run.yaml --resume auto" + "".join(f" {shlex.quote(o)}" for o in overrides)
+    if n_gpus > 1:
+        cmd = (f"{shlex.quote(py)} -m torch.distributed.run --standalone --nproc_per_node={n_gpus} "
+               f"-m trainer.train {trainer_args}")
+    else:
+        cmd = f"{shlex.quote(py)} -m trainer.train {trainer_args}"
+    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price)
+    return ResolvedLaunch(
+        name=run_name, provider=req.provider, profile=profile.name, phase=phase.name, model=model,
+        gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
+        grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
+        command=cmd, price_per_hour_usd=price, limits=limits, planned=planned, data=req.data, overrides=overrides)
+
+
+def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,
+             accum: int, seq_len: int, price: float | None) -> PlannedSpeed:
+    """What the planner predicts for this run (GPU setups only), kept for plan-against-actual."""
+    if gpu_id is None:
+        return PlannedSpeed(source="no prediction for CPU runs")
+    import datetime as dt
+
+    from gpucli.estimate import train_flops_per_token
+    from gpucli.planner import PlanRequest, PriceQuote, Setup, estimate_train
+
+    tokens = float(steps * micro * accum * n_gpus * seq_len)
+    req = PlanRequest(model=model, today=dt.date.today(), tokens=tokens)
+    setup = Setup(catalog.gpus[gpu_id], n_gpus, PriceQuote((price or 0) / n_gpus, "on-demand", "launch", "", None, False))
+    est = estimate_train(catalog, req, setup, tokens, seq_len, train_flops_per_token(model, seq_len))
+    return PlannedSpeed(tokens_per_s=est.tokens_per_s, hours=est.hours,
+                        cost_usd=est.cost_usd if price else None, source=est.speed_source)
+
+
+def trainer_package_dir() -> Path:
+    spec = importlib.util.find_spec("trainer")
+    if spec is None or not spec.origin:
+        raise GpucliError("the bundled trainer package is not installed", hint="reinstall gpucli")
+    return Path(spec.origin).resolve().parent
+
+
+def secrets_env() -> dict[str, str]:
+    """Secrets for the pod's 0600 env file: Telegram's token and chat id when configured."""
+    from gpucli.settings import load_keys
+
+    keys = load_keys()
+    env = {}
+    for var, key in (("TELEGRAM_BOT_TOKEN", "telegram"), ("TELEGRAM_CHAT_ID", "telegram-chat")):
+        value = os.environ.get(var) or keys.get(key)
+        if value:
+            env[var] = value
+    if os.environ.get("TELEGRAM_API_BASE"):
+        env["TELEGRAM_API_BASE"] = os.environ["TELEGRAM_API_BASE"]
+    return env
+
+
+def record_for(resolved: ResolvedLaunch) -> RunRecord:
+    return RunRecord(
+        name=resolved.name, provider=resolved.provider, created_at=now_iso(), profile=resolved.profile,
+        phase=resolved.phase, model=resolved.model.name, n_gpus=resolved.n_gpus, gpu=resolved.gpu_id,
+        workdir=resolved.workdir, status="provisioning", label=resolved.label,
+        price_per_hour_usd=resolved.price_per_hour_usd, limits=resolved.limits, planned=resolved.planned,
+        python=resolved.python)
+
+
+def start_on_host(host: Any, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
+                  save: Callable[[RunRecord], Any]) -> RunRecord:
+    """Bootstrap, sync, write run.yaml and the env file, start the trainer detached."""
+    import yaml
+
+    wd = resolved.workdir
+    # exec starts in the login directory, so a relative workdir works as it is.
+    host.run(f"mkdir -p -- {shlex.quote(wd)}/code {shlex.quote(wd)}/data", timeout_s=60)
+    if resolved.provider != "local":
+        on_event("bootstrapping the pod (setup_pod.sh)")
+        host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
+        res = host.run(f"cd {shlex.quote(wd)} && sh ./setup_pod.sh {shlex.quote(resolved.python)}",
+                       timeout_s=900, check=False)
+        if res.exit_code != 0:
+            raise GpucliError(f"pod bootstrap failed: {(res.stderr or res.stdout).strip()[-300:]}")
+    on_event("syncing the trainer code")
+    host.sync_up(trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
+    if resolved.data is not None:
+        on_event(f"syncing data from {resolved.data}")
+        stats = host.sync_up(resolved.data, f"{wd}/data/src")
+        on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+    host.write_file(f"{wd}/run.yaml", yaml.safe_dump(dict(resolved.trainer_config), sort_keys=False).encode(),
+                    mode=0o644)
+    host.write_env_file(f"{wd}/env", secrets_env())
+    on_event("starting the trainer")
+    pid = host.start_detached(resolved.command, cwd=f"{wd}/code", log_path=f"{wd}/console.log",
+                               env_file=f"{wd}/env")
+    record = record.with_(status="running", pid=pid, started_at=now_iso())
+    save(record)
+    on_event(f"trainer started (pid {pid})")
+    return record
+
+
+def launch(catalog: Catalog, resolved: ResolvedLaunch, *, on_event: EventFn,
+           ssh: SshInfo | None = None, provision: Callable[..., Any] | None = None) -> RunRecord:
+    """Run the launch sequence. ``provision`` (cloud providers) creates the pod and returns SshInfo;
+    it gets ``on_created(instance_id)`` to record the id before it waits."""
+    from gpucli import runs
+    from gpucli.hosts import open_host
+
+    record = record_for(resolved)
+    runs.save(record)  # written before anything waits
+    try:
+        if provision is not None:
+            def on_created(instance_id: str) -> None:
+                nonlocal record
+                record = record.with_(instance_id=instance_id)
+                runs.save(record)
+
+            ssh = provision(on_created=on_created, on_event=on_event)
+        record = record.with_(ssh=ssh, status="starting")
+        runs.save(record)
+        host = open_host(record)
+        try:
+            if record.ssh is not None and getattr(host, "host_key", None):
+                record = record.with_(ssh=SshInfo(**{**record.ssh.__dict__, "host_key": host.host_key}))
+                runs.save(record)
+            record = start_on_host(host, resolved, record, on_event=on_event, save=runs.save)
+        finally:
+            host.close()
+        return record
+    except BaseException as exc:
+        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
+        runs.save(record.with_(status="failed", ended_at=now_iso(), message=message[:500]))
+        raise

@@ -1,0 +1,180 @@
+"""Local run records: one JSON file per run under ``GPUCLI_HOME/runs``, written atomically.
+
+A record is written before anything waits (so a pod id is never only in memory), and updated as
+the run moves on. It never holds a secret: API keys and tokens live in keys.json or the
+environment, and reach the pod only through its 0600 env file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucli.errors import NotFoundError, UsageError
+from gpucli.settings import home
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+ACTIVE_STATES = ("provisioning", "starting", "running")
+
+
+@dataclass(frozen=True)
+class SshInfo:
+    host: str
+    port: int
+    user: str
+    host_key: str | None = None  # "ssh-ed25519 AAAA...", pinned at first contact
+    identity_file: str | None = None  # a path, never the key itself
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int | None = None
+    max_hours: float | None = None
+    budget_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class PlannedSpeed:
+    """What the planner said before the run, for plan-against-actual in status."""
+
+    tokens_per_s: float | None = None
+    hours: float | None = None
+    cost_usd: float | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    name: str
+    provider: str  # local | ssh | runpod | vast
+    created_at: str  # ISO 8601, UTC
+    profile: str
+    phase: str
+    model: str
+    n_gpus: int
+    gpu: str | None
+    workdir: str  # the run's folder on the pod (or on this machine for local)
+    status: str = "provisioning"  # provisioning | starting | running | finished | failed | stopped
+    instance_id: str | None = None
+    label: str | None = None  # gpucli-<name>
+    ssh: SshInfo | None = None
+    pid: int | None = None
+    price_per_hour_usd: float | None = None
+    limits: Limits = field(default_factory=Limits)
+    planned: PlannedSpeed = field(default_factory=PlannedSpeed)
+    python: str = "python3"
+    started_at: str | None = None
+    ended_at: str | None = None
+    end_reason: str | None = None
+    message: str | None = None
+
+    def with_(self, **changes: Any) -> RunRecord:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATES
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def parse_iso(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def runs_dir() -> Path:
+    d = home() / "runs"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise UsageError(f"run name '{name}' is not valid",
+                         hint="use lower-case letters, digits and '-', at most 63 characters")
+    return name
+
+
+def _to_json(record: RunRecord) -> dict[str, Any]:
+    return dataclasses.asdict(record)
+
+
+def _from_json(data: dict[str, Any], path: Path) -> RunRecord:
+    try:
+        ssh = SshInfo(**data["ssh"]) if data.get("ssh") else None
+        limits = Limits(**(data.get("limits") or {}))
+        planned = PlannedSpeed(**(data.get("planned") or {}))
+        known = {f.name for f in dataclasses.fields(RunRecord)}
+        rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned")}
+        return RunRecord(ssh=ssh, limits=limits, planned=planned, **rest)
+    except (TypeError, KeyError) as exc:
+        raise UsageError(f"{path}: not a gpucli run record ({exc})") from exc
+
+
+def save(record: RunRecord) -> Path:
+    """Write the record atomically (temp file + rename): a crash never leaves half a record."""
+    path = runs_dir() / f"{record.name}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_to_json(record), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load(name: str) -> RunRecord:
+    path = runs_dir() / f"{name}.json"
+    if not path.exists():
+        names = [r.name for r in list_runs()]
+        from gpucli.errors import UnknownNameError
+
+        if names:
+            raise UnknownNameError("run", name, names)
+        raise NotFoundError(f"no run named '{name}'", hint="start one with `gpucli launch`")
+    try:
+        return _from_json(json.loads(path.read_text()), path)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: corrupt run record ({exc.msg})") from exc
+
+
+def list_runs() -> list[RunRecord]:
+    """Every run, oldest first. Unreadable records are skipped, not fatal."""
+    out = []
+    for path in runs_dir().glob("*.json"):
+        try:
+            out.append(_from_json(json.loads(path.read_text()), path))
+        except (json.JSONDecodeError, UsageError, OSError):
+            continue
+    return sorted(out, key=lambda r: (r.created_at, r.name))
+
+
+def resolve(name: str | None) -> RunRecord:
+    """The named run, or the newest one."""
+    if name:
+        return load(name)
+    runs = list_runs()
+    if not runs:
+        raise NotFoundError("no runs yet", hint="start one with `gpucli launch`")
+    return runs[-1]
+
+
+def unique_name(base: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:50] or "run"
+    existing = {p.stem for p in runs_dir().glob("*.json")}
+    if base not in existing:
+        return base
+    i = 2
+    while f"{base}-{i}" in existing:
+        i += 1
+    return f"{base}-{i}"

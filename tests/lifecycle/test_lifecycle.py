@@ -1,0 +1,171 @@
+"""The run lifecycle end to end: launch, tail, fetch-best, down, on this machine and over a real sshd.
+
+The trainer is the real one (torch on CPU), started detached exactly as on a pod; only its size and
+step counts are small so a run shows validation rows and checkpoints within seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucli import runs
+from gpucli.cli import main
+
+FAST = ["--set", "model.max_seq_len=64", "--set", "training.seq_len=64", "--set", "training.batch_size=4",
+        "--set", "data.max_bytes=400000", "--set", "training.checkpoint_interval=5",
+        "--set", "training.log_interval=1", "--set", "training.val_batches=2",
+        "--set", "training.eval_max_new_tokens=4", "--set", "training.tcf=false",
+        "--val-interval", "5", "--steps", "400"]
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    from gpucli import render
+
+    render.reset_consoles()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def rows_of(capsys, name: str) -> list[dict]:
+    code, out, _ = cli(capsys, "tail", name, "--no-follow", "--json")
+    assert code == 0
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> None:
+    code, out, err = cli(capsys, "launch", "--profile", "cpu", "--phase", "fast", "--name", name, *launch_args,
+                         *FAST)
+    assert code == 0, err
+    assert f"started run {name}" in out
+    record = runs.load(name)
+    assert record.status == "running" and record.pid
+
+    # tail --json sees training steps and then a validation row.
+    def has_val():
+        rows = rows_of(capsys, name)
+        return rows if any(r.get("kind") == "val" for r in rows) and sum(r.get("kind") == "train" for r in rows) >= 3 else None
+
+    rows = wait_for(has_val, 150, "a validation row")
+    assert rows[0]["kind"] == "event" and rows[0]["event"] == "started"
+
+    # Two checkpoints with validation losses, then fetch-best takes the lower one.
+    workdir = Path(os.path.expanduser(record.workdir)) if record.provider == "local" else None
+
+    def two_checkpoints():
+        code, out, _ = cli(capsys, "status", name, "--json")
+        return code == 0 and (json.loads(out).get("step") or 0) >= 12
+
+    wait_for(two_checkpoints, 150, "step 12")
+    from gpucli.hosts import open_host
+    from gpucli.monitor import list_checkpoints
+
+    with open_host(runs.load(name)) as host:
+        before = list_checkpoints(host, record.workdir)
+    assert len(before) >= 2
+    dest = tmp_path / "fetched"
+    code, out, err = cli(capsys, "fetch-best", name, "--dest", str(dest), "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    folder = Path(got["dest"])
+    meta = json.loads((folder / "meta.json").read_text())
+    assert hashlib.sha256((folder / "model.pt").read_bytes()).hexdigest() == meta["files"]["model.pt"]
+    assert meta["val_loss"] == got["val_loss"]
+    # It is at least as good as every checkpoint that existed when it was asked for (training goes on).
+    assert got["val_loss"] <= min(c.val_loss for c in before if c.val_loss is not None)
+
+    # down: SIGTERM, the trainer writes its emergency checkpoint, the process group is gone.
+    code, out, err = cli(capsys, "down", name)
+    assert code == 0, err
+    assert "trainer stopped" in out
+    with open_host(runs.load(name)) as host:
+        cks = list_checkpoints(host, record.workdir)
+        assert not host.is_running(record.pid)
+        final_rows = [r for r in rows_of(capsys, name) if r.get("event") == "finished"]
+    assert final_rows and final_rows[-1]["reason"] == "signal"
+    # The state at the signal is on disk: an emergency checkpoint, or a regular one of that very step.
+    stop_step = final_rows[-1]["step"]
+    assert any(c.step == stop_step and c.kind in ("emergency", "regular") for c in cks), [(c.step, c.kind) for c in cks]
+    assert runs.load(name).status == "stopped"
+    if workdir is not None:
+        assert (workdir / "env").stat().st_mode & 0o777 == 0o600
+
+
+def test_local_provider_lifecycle(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:SECRET-token-never-shown")
+    monkeypatch.setenv("TELEGRAM_CHAT_ID", "42")
+    monkeypatch.setenv("TELEGRAM_API_BASE", "http://127.0.0.1:9")  # nothing listens: sending fails quietly
+    run_lifecycle(capsys, tmp_path, "local-e2e", ["--provider", "local"])
+    record_text = (runs.runs_dir() / "local-e2e.json").read_text()
+    assert "SECRET" not in record_text
+    env_file = Path(runs.load("local-e2e").workdir) / "env"
+    assert "SECRET-token" in env_file.read_text()  # the pod gets it, through the 0600 file only
+    assert env_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_ssh_provider_lifecycle(capsys, tmp_path, sshd, client_key):
+    workdir = str(tmp_path / "pod" / "run")
+    run_lifecycle(capsys, tmp_path, "ssh-e2e", [
+        "--provider", "ssh", "--host", f"{sshd.user}@127.0.0.1:{sshd.port}", "--identity", str(client_key[0]),
+        "--python", sys.executable, "--workdir", workdir])
+    record = runs.load("ssh-e2e")
+    assert record.ssh is not None and record.ssh.host_key and record.ssh.host_key.startswith("ssh-ed25519")
+    assert (Path(workdir) / "env").stat().st_mode & 0o777 == 0o600
+
+
+def test_dry_run_touches_nothing(capsys):
+    code, out, _ = cli(capsys, "launch", "--profile", "8xH100", "--phase", "extreme", "--model", "1b",
+                       "--provider", "runpod", "--dry-run", "--budget", "500")
+    assert code == 0
+    assert "-m torch.distributed.run --standalone --nproc_per_node=8 -m trainer.train" in out
+    assert "max_cost_usd: 500" in out and "learning_rate: 0.0005" in out
+    assert not list(runs.runs_dir().glob("*.json"))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["launch", "--profile", "cpu9"], "unknown profile 'cpu9'"),
+    (["launch", "--profile", "cpu", "--phase", "fastest"], "unknown phase 'fastest'"),
+    (["launch", "--profile", "cpu", "--provider", "aws"], "unknown provider 'aws'"),
+    (["launch", "--profile", "cpu", "--provider", "ssh"], "needs --host"),
+    (["launch", "--profile", "cpu", "--data", "/nonexistent/dir"], "not a folder"),
+    (["launch", "--profile", "h100", "--model", "d64"], "does not fit"),
+    (["status", "nope"], "no run named 'nope'"),
+    (["tail"], "no runs yet"),
+])
+def test_lifecycle_bad_input(capsys, args, needle):
+    code, _, err = cli(capsys, *args)
+    assert code != 0
+    assert needle in err and "Traceback" not in err
+
+
+def test_launch_on_unreachable_ssh_host_fails_cleanly(capsys, client_key):
+    from tests.support.sshd import free_port
+
+    code, _, err = cli(capsys, "launch", "--profile", "cpu", "--name", "nohost", "--provider", "ssh", "--host",
+                       f"root@127.0.0.1:{free_port()}", "--identity", str(client_key[0]))
+    assert code != 0 and "Traceback" not in err
+    assert runs.load("nohost").status == "failed"
+
+
+def test_real_process_launch_help():
+    out = subprocess.run([sys.executable, "-m", "gpucli.cli", "launch", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "--dry-run" in out.stdout
