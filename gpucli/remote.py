@@ -25,7 +25,7 @@ API::
 How transfers are made fast (measured in ``shared/reference/ssh-transfer.md``): aes128-gcm first
 (paramiko lists it last, and its per-packet cost is what limits throughput on a fast link), SFTP
 requests of the server's ``limits@openssh.com`` max (255 KiB, not paramiko's 32 KiB which splits into
-two packets), pipelined writes, downloads with 32 MiB of 255 KiB read requests in flight over an 8 MiB window
+two packets), pipelined writes, downloads with 16 MiB of 255 KiB read requests in flight over a 2 MiB window
 with 256 KiB packets (a bigger window makes paramiko's receive buffer quadratic), many small files as
 one tar stream into ``tar -x`` over one exec channel, and one remote ``find -printf`` manifest so an
 unchanged tree costs one round trip.
@@ -93,9 +93,13 @@ log = logging.getLogger(__name__)
 
 # Files below this go into the tar stream; above it over SFTP (resumable, and tar would gain nothing).
 SMALL_FILE_BYTES = 4 << 20
-WINDOW_BYTES = 8 << 20  # >8 MiB makes paramiko's BufferedPipe quadratic (ssh-transfer.md, point 3)
+# Receive window per channel. paramiko's BufferedPipe memmoves the whole buffered window on every
+# read (a 4-byte SFTP length read included), so a big window costs CPU: profiled, 8 MiB spent 40%
+# of a download there; 2 MiB is OpenSSH's own default and measured fastest on loopback. On a
+# long-RTT link it caps one channel at 2 MiB per round trip.
+WINDOW_BYTES = 2 << 20
 PACKET_BYTES = 256 << 10  # sshd honours it for data it sends us: 8x fewer packets to decrypt
-READ_INFLIGHT_BYTES = 32 << 20  # read requests in flight: > the 8 MiB window keeps the pipe full
+READ_INFLIGHT_BYTES = 16 << 20  # read requests in flight: well over the window keeps the pipe full
 DEFAULT_REQUEST = 32 << 10  # paramiko's own; used when the server does not answer limits@openssh.com
 RESUME_CHECK_BYTES = 1 << 20
 IO_TIMEOUT_S = 60.0  # a channel silent this long is dead (keepalives run every 15 s)

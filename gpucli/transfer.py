@@ -245,28 +245,41 @@ def parts_of(rel: str, remote: dict[str, RemoteFile]) -> list[str]:
 
 
 class CountingWriter:
-    """A write-only file object over a ``send(bytes)`` callable, counting bytes for progress."""
+    """A write-only file object over a ``send(bytes)`` callable that sends in ``chunk``-sized
+    pieces and counts bytes. The bytearray buffer appends in amortised O(1); tarfile's own stream
+    buffer re-copies itself on every write, which cost more CPU than the encryption for 10k files."""
 
-    def __init__(self, send: Callable[[bytes], object]) -> None:
+    def __init__(self, send: Callable[[bytes], object], chunk: int = 1 << 20) -> None:
         self._send = send
+        self._chunk = chunk
+        self._buf = bytearray()
         self.count = 0
 
     def write(self, data: bytes) -> int:
-        self._send(bytes(data))
+        self._buf += data
         self.count += len(data)
+        if len(self._buf) >= self._chunk:
+            self._send(bytes(self._buf))
+            self._buf.clear()
         return len(data)
 
-    def flush(self) -> None:  # tarfile calls it; the channel has no buffer of ours
-        pass
+    def tell(self) -> int:
+        return self.count
+
+    def flush(self) -> None:
+        if self._buf:
+            self._send(bytes(self._buf))
+            self._buf.clear()
 
 
 def write_tar(out: CountingWriter, files: list[LocalFile], on_file: Callable[[LocalFile], None],
-              dirs: Iterable[tuple[str, int, int]] = (), bufsize: int = 1 << 20) -> None:
-    """Write ``dirs`` (rel, mode, mtime) then ``files`` as one ustar/pax stream with integer mtimes
-    (so no pax record per file) and neutral ownership (root extracting it must not try to recreate
-    our uid)."""
-    with tarfile.open(fileobj=out, mode="w|", bufsize=bufsize,  # type: ignore[call-overload]
-                      format=tarfile.PAX_FORMAT) as tar:
+              dirs: Iterable[tuple[str, int, int]] = ()) -> None:
+    """Write ``dirs`` (rel, mode, mtime) then ``files`` as one GNU tar stream: integer mtimes, GNU
+    long-name records only where needed (pax headers cost CPU per file), and neutral ownership
+    (root extracting it must not try to recreate our uid)."""
+    # Plain "w" mode writes straight to ``out`` (it only needs tell()); "w|" would add a second,
+    # quadratic buffer.
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:  # type: ignore[call-overload]
         for rel, mode, mtime in dirs:
             info = tarfile.TarInfo(rel)
             info.type = tarfile.DIRTYPE
@@ -286,6 +299,7 @@ def write_tar(out: CountingWriter, files: list[LocalFile], on_file: Callable[[Lo
                 # info.size bytes, and one that shrank raises, which the caller reports.
                 tar.addfile(info, fh)
             on_file(f)
+    out.flush()
 
 
 def iter_batches(items: list[tuple[int, int]], batch_bytes: int) -> Iterator[list[tuple[int, int]]]:
