@@ -261,6 +261,17 @@ def fetch_best(host: Any, record: RunRecord, dest: Path, *, with_optimizer: bool
     return FetchResult(best, target, tuple(names + ["meta.json"]), total + len(meta_bytes))
 
 
+def _group_alive(host: Any, pid: int) -> bool:
+    """Whether any process of the trainer's process group is left.
+
+    The recorded pid is the detached shell that started the trainer; on SIGTERM that shell dies at
+    once while python (or torchrun and its workers) keeps running to write the emergency checkpoint.
+    Waiting for the pid alone would let ``down`` terminate the pod in the middle of that write.
+    """
+    res = host.run(f"kill -0 -- -{int(pid)} 2>/dev/null", timeout_s=15, check=False)
+    return res.exit_code == 0
+
+
 def stop_trainer(host: Any, record: RunRecord, *, timeout_s: float = 120.0,
                  on_event: Callable[[str], None] = lambda m: None) -> bool:
     """SIGTERM the trainer's process group (it writes its emergency checkpoint), wait for it to
@@ -271,7 +282,7 @@ def stop_trainer(host: Any, record: RunRecord, *, timeout_s: float = 120.0,
     host.signal(record.pid, "TERM")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not host.is_running(record.pid):
+        if not host.is_running(record.pid) and not _group_alive(host, record.pid):
             return True
         time.sleep(0.5)
     on_event(f"trainer still alive after {timeout_s:.0f} s; sending SIGKILL")

@@ -71,6 +71,20 @@ def launch(
     if dry_run:
         render.launch_plan(resolved, json_=json_)
         return
+    plan = None
+    if provider in ("runpod", "vast"):
+        import dataclasses
+
+        from gpucli import cloud
+
+        if resolved.gpu_id is None:
+            raise UsageError(f"profile {prof.name} has no GPU; cloud pods need a GPU profile")
+        # Offers and the bid are fixed before anything is created, so the record and the trainer's dollar
+        # limit carry the most this pod can cost per hour rather than the catalogue's typical price.
+        plan = cloud.plan_offers(provider, catalog, resolved.gpu_id, resolved.n_gpus, spot=spot, bid_per_gpu_usd=bid)
+        if price is None:
+            req = dataclasses.replace(req, price_per_hour_usd=plan.max_price_per_hour_usd)
+            resolved = resolve(catalog, req, run_name=run_name, python=python)
     ssh_info = None
     provision = None
     if provider == "ssh":
@@ -79,16 +93,14 @@ def launch(
 
         t = parse_target(host)
         ssh_info = SshInfo(host=t.host, port=t.port, user=t.user, identity_file=str(identity) if identity else None)
-    elif provider in ("runpod", "vast"):
+    elif plan is not None:
         from gpucli import cloud
 
-        if resolved.gpu_id is None:
-            raise UsageError(f"profile {prof.name} has no GPU; cloud pods need a GPU profile")
+        cloud_plan = plan
 
         def provision(on_created, on_event):  # noqa: ANN001 - the launcher's callback shape
-            info, _ = cloud.provision(run_name, provider, catalog, resolved.gpu_id, resolved.n_gpus, spot=spot,
-                                      bid_per_gpu_usd=bid, image=image, disk_gb=disk,
-                                      ready_timeout_s=ready_timeout, on_created=on_created, on_event=on_event)
+            info, _ = cloud.provision(run_name, cloud_plan, image=image, disk_gb=disk, ready_timeout_s=ready_timeout,
+                                      on_created=on_created, on_event=on_event)
             return info
 
     with render.status_line() as step:
@@ -101,7 +113,8 @@ def launch(
 
 
 def _cleanup_failed(run_name: str) -> None:
-    """A failed launch terminates whatever pod it created (the record names it)."""
+    """A failed launch terminates every pod it created: the one its record names and any other pod
+    carrying its label. Pods the provisioning loop already ended are not reported again."""
     from gpucli import cloud, runs
     from gpucli import render_runs as render
     from gpucli.errors import GpucliError
@@ -110,13 +123,18 @@ def _cleanup_failed(run_name: str) -> None:
         record = runs.load(run_name)
     except GpucliError:
         return
-    if record.instance_id and record.provider in ("runpod", "vast"):
-        try:
-            cloud.terminate(record)
-            runs.save(record.with_(status="failed", message=(record.message or "") + " (pod terminated)"))
-            render.info(f"terminated pod {record.instance_id} of the failed launch")
-        except GpucliError as exc:
-            render.error(f"could not terminate pod {record.instance_id}: {exc}; end it in the provider console")
+    if record.provider not in cloud.CLOUD_PROVIDERS:
+        return
+    try:
+        ended = cloud.terminate_alive(record)
+    except GpucliError as exc:
+        what = f"pod {record.instance_id}" if record.instance_id else f"pods labelled {record.label}"
+        render.error(f"could not terminate {what} of the failed launch: {exc}; end it in the provider console "
+                     "or with `gpucli down --strays`")
+        return
+    if ended:
+        runs.save(record.with_(message=(record.message or "") + f" (pod {', '.join(ended)} terminated)"))
+        render.info(f"terminated pod {', '.join(ended)} of the failed launch")
 
 
 def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
@@ -138,7 +156,13 @@ def _live_status(record):  # noqa: ANN001, ANN202
     try:
         host = open_host(record, connect_timeout_s=10)
     except GpucliError as exc:
-        return RunStatus(state=f"unreachable ({exc})" if record.active else record.status)
+        if not record.active:
+            return RunStatus(state=record.status)
+        from gpucli import cloud
+
+        # A cloud pod that SSH cannot reach: ask the provider why (preempted, exited, gone).
+        trouble = cloud.describe_pod_trouble(record)
+        return RunStatus(state=trouble or f"unreachable ({exc})")
     try:
         st = status_of(host, record)
     finally:
@@ -251,24 +275,36 @@ def down(
 
 
 def _down_strays(yes: bool) -> None:
+    """List gpucli-labelled pods that no active run owns, on every cloud with a key, and end them."""
     from gpucli import render_runs as render
     from gpucli import runs
-    from gpucli.errors import GpucliError
+    from gpucli.errors import GpucliError, ProviderError
     from gpucli.providers import get_provider
+    from gpucli.providers.base import InstanceState
 
-    owned = {r.instance_id for r in runs.list_runs() if r.instance_id and r.active}
+    owned = {(r.provider, r.instance_id) for r in runs.list_runs() if r.instance_id and r.active}
     found = []
     for name in ("runpod", "vast"):
         try:
             p = get_provider(name)
-            found += [(p, i) for i in p.list_instances() if i.is_ours and i.instance_id not in owned]
+            found += [(p, i) for i in p.list_instances()
+                      if i.is_ours and (name, i.instance_id) not in owned and i.state is not InstanceState.TERMINATED]
         except GpucliError as exc:
             render.warn(f"{name}: {exc}")
     render.strays([i for _, i in found])
     if found and (yes or render.confirm(f"terminate {len(found)} pod(s)?")):
+        failed = []
         for p, inst in found:
-            p.terminate(inst.instance_id)
+            try:
+                p.terminate(inst.instance_id)
+            except ProviderError as exc:
+                failed.append(inst.instance_id)
+                render.error(f"could not terminate {p.name} {inst.instance_id}: {exc}")
+                continue
             render.info(f"terminated {p.name} {inst.instance_id} ({inst.label})")
+        if failed:
+            raise ProviderError(f"{len(failed)} stray pod(s) still running: {', '.join(failed)}",
+                                hint="run `gpucli down --strays` again, or end them in the provider console")
 
 
 def sync(run: str = typer.Argument(..., help="Run name."),

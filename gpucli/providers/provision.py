@@ -133,6 +133,9 @@ def provision_with_retries(
         ready, reason = _wait_ready(provider, inst, ready_timeout_s, poll_interval_s, ssh_check, clock, sleep)
         if ready is not None:
             attempts.append(Attempt(offer_id, inst.instance_id, True, "ready"))
+            # A create whose answer was lost earlier may have made a pod after all; only one is kept.
+            _sweep_label(provider, spec.label, keep=ready.instance_id, on_event=on_event, sleep=sleep,
+                         left_running=left_running)
             return ProvisionResult(ready, tuple(attempts))
         attempts.append(Attempt(offer_id, inst.instance_id, False, reason))
         on_event(f"pod {inst.instance_id}: {reason}; terminating it")
@@ -140,17 +143,23 @@ def provision_with_retries(
             left_running.append(inst.instance_id)
 
     # Sweep: a pod whose create answer was lost may have appeared since; it carries our label.
+    _sweep_label(provider, spec.label, keep=None, on_event=on_event, sleep=sleep, left_running=left_running)
+    reasons = "; ".join(f"{a.offer_id or 'offer'}: {a.reason}" for a in attempts) or "no offers to try"
+    raise ProvisionFailed(f"could not get a reachable {provider.name} pod ({reasons})", attempts,
+                          left_running=left_running)
+
+
+def _sweep_label(provider: Provider, label: str, *, keep: str | None, on_event: Callable[[str], None],
+                 sleep: Callable[[float], None], left_running: list[str]) -> None:
+    """Terminate every pod carrying ``label`` except ``keep``; failures go to ``left_running``."""
     try:
         for stray in provider.list_instances():
-            if stray.label == spec.label and stray.instance_id not in left_running:
-                on_event(f"terminating stray pod {stray.instance_id} labelled {spec.label}")
+            if stray.label == label and stray.instance_id != keep and stray.instance_id not in left_running:
+                on_event(f"terminating stray pod {stray.instance_id} labelled {label}")
                 if not _terminate(provider, stray.instance_id, sleep):
                     left_running.append(stray.instance_id)
     except ProviderError as exc:
         on_event(f"could not list pods to sweep strays: {exc.message}")
-    reasons = "; ".join(f"{a.offer_id or 'offer'}: {a.reason}" for a in attempts) or "no offers to try"
-    raise ProvisionFailed(f"could not get a reachable {provider.name} pod ({reasons})", attempts,
-                          left_running=left_running)
 
 
 def _wait_ready(provider: Provider, inst: Instance, timeout_s: float, poll_s: float,
