@@ -44,6 +44,8 @@ log = logging.getLogger("trainer")
 
 FAULT_KILL_ENV = "TRAINER_FAULT_KILL_AT_STEP"
 """Fault injection for tests: SIGKILL this process right after the given step."""
+FAULT_HANG_ENV = "TRAINER_FAULT_HANG_AT_STEP"
+"""Fault injection for tests: stop making progress (sleep, ignoring nothing) after the given step."""
 
 
 def print0(msg: str) -> None:
@@ -380,6 +382,7 @@ class Trainer:
             optim_state=self.optim_state(), meta=meta, extra_files=extra, barrier=self.d.barrier,
             gather=self.d.gather)
         self.last_ckpt_step = self.step
+        self.last_ckpt_seconds = time.perf_counter() - t0
         if self.d.master:
             removed = ckpt.prune(self.ckpt_root, self.cfg.training.keep_last)
             print0(f"checkpoint {path.name} ({kind}) in {time.perf_counter() - t0:.1f}s"
@@ -448,6 +451,11 @@ class Trainer:
     def cost(self) -> float | None:
         price = self.cfg.limits.price_per_hour
         return None if price is None else self.elapsed() / 3600 * price
+
+    def reserve_s(self) -> float:
+        """Time to keep in hand before an hour or dollar cap: one more step, the final checkpoint
+        and shutdown, so the run ends *at* the cap rather than one checkpoint past it."""
+        return 2.0 * getattr(self, "last_ckpt_seconds", 0.0) + getattr(self, "last_step_seconds", 0.0) + 5.0
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -605,11 +613,13 @@ class Trainer:
 
     def stop_reason(self) -> str | None:
         lim = self.cfg.limits
-        cost = self.cost()
+        reserve = self.reserve_s()
+        ahead = self.elapsed() + reserve
+        price = lim.price_per_hour
         flags = self.d.max_flags([
             float(self.stop_requested),
-            float(lim.max_hours is not None and self.elapsed() >= lim.max_hours * 3600),
-            float(lim.max_cost_usd is not None and cost is not None and cost >= lim.max_cost_usd),
+            float(lim.max_hours is not None and ahead >= lim.max_hours * 3600),
+            float(lim.max_cost_usd is not None and price is not None and ahead / 3600 * price >= lim.max_cost_usd),
         ])
         if flags[0]:
             self.stop_requested = self.stop_requested or int(flags[0])
@@ -638,11 +648,14 @@ class Trainer:
         if d.master:
             write_status(self.out_dir, state="running", step=self.step, pid=os.getpid())
         kill_at = int(os.environ.get(FAULT_KILL_ENV, "0") or 0)
+        hang_at = int(os.environ.get(FAULT_HANG_ENV, "0") or 0)
         self.model.train()
         t_log, tokens_since = time.perf_counter(), 0
         reason = self.stop_reason()
         while reason is None:
+            t_step = time.perf_counter()
             loss, grad_norm, tokens = self.train_step()
+            self.last_step_seconds = time.perf_counter() - t_step
             tokens_since += tokens
             if self.step % t.log_interval == 0 or self.step >= self.max_steps:
                 now = time.perf_counter()
@@ -655,6 +668,9 @@ class Trainer:
                 self.sample_prompts()
             if kill_at and self.step == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if hang_at and self.step == hang_at:
+                while True:  # a wedged collective or dataloader, as the watchdog sees it
+                    time.sleep(3600)
             reason = self.stop_reason()
         if reason == "early_stop":
             self.metrics.event("early_stop", step=self.step, best_val_loss=self.best_val)
