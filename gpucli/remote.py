@@ -564,7 +564,13 @@ class Remote:
                                      f"{res.stderr.strip() or 'no pid reported'}") from exc
 
     def is_running(self, pid: int, *, timeout_s: float = 15.0) -> bool:
-        return self.run(f"kill -0 {int(pid)} 2>/dev/null", timeout_s=timeout_s, check=False).exit_code == 0
+        """Whether any process of the run's process group is alive. Zombies do not count: in a
+        container without an init, exited processes may never be reaped."""
+        p = int(pid)
+        cmd = (f"if command -v ps >/dev/null 2>&1; then "
+               f"ps -eo pgid=,stat= | awk -v g={p} '$1==g && $2 !~ /^Z/ {{f=1}} END {{exit !f}}'; "
+               f"else kill -s 0 -- -{p} 2>/dev/null; fi")
+        return self.run(cmd, timeout_s=timeout_s, check=False).exit_code == 0
 
     def signal(self, pid: int, sig: str = "TERM", *, timeout_s: float = 15.0) -> bool:
         """Send ``sig`` to the process group of a :meth:`start_detached` pid (torchrun and its
@@ -572,7 +578,8 @@ class Remote:
         if not re.fullmatch(r"[A-Z0-9]+", sig):
             raise ValueError(f"bad signal name {sig!r}")
         p = int(pid)
-        res = self.run(f"kill -{sig} -- -{p} 2>/dev/null || kill -{sig} {p} 2>/dev/null",
+        # `kill -s SIG -- -PGID` is the form both dash and bash accept (dash rejects `kill -SIG -- -PGID`).
+        res = self.run(f"kill -s {sig} -- -{p} 2>/dev/null || kill -s {sig} {p} 2>/dev/null",
                        timeout_s=timeout_s, check=False)
         return res.exit_code == 0
 
