@@ -24,7 +24,7 @@ TINY = ["--model", "tiny", "--set", "hardware.device=cpu", "--set", "hardware.co
         "--set", "hardware.mixed_precision=false",
         "--set", "model.max_seq_len=64", "--set", "training.seq_len=64", "--set", "training.batch_size=4",
         "--set", "training.grad_accum_steps=1",
-        "--set", "data.max_bytes=400000", "--set", "training.checkpoint_interval=5",
+        "--set", "data.max_bytes=120000", "--set", "training.checkpoint_interval=5",
         "--set", "training.log_interval=1", "--set", "training.val_batches=2",
         "--set", "training.eval_max_new_tokens=4", "--set", "training.tcf=false",
         "--val-interval", "5", "--steps", "400"]
