@@ -13,7 +13,7 @@ import sys
 import typer
 
 from gpucli import __version__
-from gpucli.commands import catalog_cmds, keys_cmd, offers_cmd, plan_cmd, run_cmds
+from gpucli.commands import catalog_cmds, keys_cmd, notify_cmd, offers_cmd, plan_cmd, run_cmds
 
 app = typer.Typer(
     name="gpucli",
@@ -50,6 +50,7 @@ plan_cmd.register(app)
 offers_cmd.register(app)
 run_cmds.register(app)
 keys_cmd.register(app)
+notify_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:

@@ -521,3 +521,9 @@ def line(text: str) -> None:
     """One plain line of data on stdout (a path, an id) with no markup or wrapping."""
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def notify_sent(sent: Any, token_source: str) -> None:
+    """`gpucli notify test` succeeded: which chat got it (never the token, only where it came from)."""
+    mid = f" (message {sent.message_id})" if sent.message_id is not None else ""
+    info(f"sent a test message to Telegram chat {sent.chat_id}{mid} using the bot token from {token_source}")

@@ -7,7 +7,7 @@ import pytest
 from tests.support.sshd import SshServer, make_keypair
 
 # The RunPod and vast.ai emulator fixtures (runpod_emulator, vast_emulator) for every test directory.
-pytest_plugins = ["tests.support.emulators.fixtures"]
+pytest_plugins = ["tests.support.emulators.fixtures", "tests.support.telegram"]
 
 
 @pytest.fixture(autouse=True)

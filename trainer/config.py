@@ -139,8 +139,12 @@ class DataConfig:
 class TelegramConfig:
     enabled: bool = False
     bot_token: str | None = None
-    """Default: $TELEGRAM_BOT_TOKEN. '${VAR}' is read from the environment."""
+    """Default: $TELEGRAM_BOT_TOKEN. '${VAR}' is read from the environment. Prefer the variable: a
+    literal token here would be copied into every checkpoint's meta.json."""
     chat_id: str | None = None
+    """Default: $TELEGRAM_CHAT_ID."""
+    timeout_s: float = 10.0
+    """Per request. At exit the run waits at most min(5, timeout_s) seconds for unsent alerts."""
 
 
 @dataclass
@@ -154,8 +158,12 @@ class NotificationsConfig:
             "error_occurred",
             "ppl_spike",
             "stage_transition",
+            "cost_update",
         ]
     )
+    """Which events alert (see ``trainer.notify.EVENTS``)."""
+    cost_update_hours: float | None = 4.0
+    """A cost_update (hours, limits.price_per_hour, $ so far) every this many hours; None = never."""
 
 
 @dataclass
@@ -326,6 +334,13 @@ def validate(cfg: Config) -> None:
     positive("limits.max_hours", cfg.limits.max_hours)
     positive("limits.max_cost_usd", cfg.limits.max_cost_usd)
     positive("limits.price_per_hour", cfg.limits.price_per_hour)
+    positive("notifications.cost_update_hours", cfg.notifications.cost_update_hours)
+    positive("notifications.telegram.timeout_s", cfg.notifications.telegram.timeout_s, allow_none=False)
+    from trainer.notify import EVENTS
+
+    for ev in cfg.notifications.events:
+        if ev not in EVENTS:
+            raise ConfigError(f"notifications.events: unknown event '{ev}' (valid: {', '.join(EVENTS)})")
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "max_seq_len"):
         positive(f"model.{name}", getattr(m, name))
     if t.min_lr < 0 or t.min_lr > t.learning_rate:

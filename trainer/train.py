@@ -37,13 +37,15 @@ from trainer.config import Config, ConfigError, expand_env, load_config
 from trainer.data import BatchLoader, TokenSplit, load_tokenizer, prepare, val_batches
 from trainer.metrics import MetricsLogger, SpikeDetector, mfu, peak_flops, safe_exp
 from trainer.model import GPT, ModelShape, resolve_shape
-from trainer.notify import Notifier
+from trainer.notify import Notifier, read_log_tail
 from trainer.tcf import TCFTracker
 
 log = logging.getLogger("trainer")
 
 FAULT_KILL_ENV = "TRAINER_FAULT_KILL_AT_STEP"
 """Fault injection for tests: SIGKILL this process right after the given step."""
+FAULT_RAISE_ENV = "TRAINER_FAULT_RAISE_AT_STEP"
+"""Fault injection for tests: raise a RuntimeError right after the given step (the error path)."""
 FAULT_HANG_ENV = "TRAINER_FAULT_HANG_AT_STEP"
 """Fault injection for tests: stop making progress (sleep, ignoring nothing) after the given step."""
 
@@ -270,8 +272,9 @@ class Trainer:
 
         self.metrics = MetricsLogger(self.out_dir, enabled=d.master)
         tg = cfg.notifications.telegram
-        self.notifier = Notifier(expand_env(tg.bot_token), expand_env(tg.chat_id),
-                                 enabled=tg.enabled and d.master, events=cfg.notifications.events)
+        self.notifier = Notifier(expand_env(tg.bot_token), expand_env(tg.chat_id), enabled=tg.enabled and d.master,
+                                 events=cfg.notifications.events, timeout_s=tg.timeout_s)
+        self.next_cost_update_h = math.inf
         self.spikes = SpikeDetector(factor=t.spike_factor)
         self.tcf = TCFTracker()
         self.peak = peak_flops(torch.cuda.get_device_name(d.device) if self.cuda else None)
@@ -389,7 +392,8 @@ class Trainer:
                    + (f", pruned {', '.join(p.name for p in removed)}" if removed else ""))
             self.metrics.event("checkpoint", step=self.step, path=str(path), checkpoint_kind=kind,
                                val_loss=self.last_val_loss)
-            self.notifier.send(f"checkpoint {path.name} ({kind}) loss {self.last_train_loss}", "checkpoint_saved")
+            self.notifier.checkpoint_saved(self.step, self.last_train_loss, safe_exp(self.last_train_loss)
+                                           if self.last_train_loss is not None else None, kind)
         return path
 
     def resume(self, target: str) -> None:
@@ -457,6 +461,16 @@ class Trainer:
         and shutdown, so the run ends *at* the cap rather than one checkpoint past it."""
         return 2.0 * getattr(self, "last_ckpt_seconds", 0.0) + getattr(self, "last_step_seconds", 0.0) + 5.0
 
+    def maybe_cost_update(self) -> None:
+        """Seed 000's cost update: elapsed hours and $ so far, every notifications.cost_update_hours."""
+        every = self.cfg.notifications.cost_update_hours
+        if every is None or not self.d.master:
+            return
+        hours = self.elapsed() / 3600
+        if hours >= self.next_cost_update_h:
+            self.notifier.cost_update(hours, self.cfg.limits.price_per_hour)
+            self.next_cost_update_h = (math.floor(hours / every) + 1) * every
+
     # -- evaluation ----------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -487,7 +501,8 @@ class Trainer:
             self.bad_vals += 1
         self.metrics.write(row)
         print0(f"step {self.step} val_loss {val:.4f} (best {self.best_val:.4f})")
-        self.notifier.send(f"step {self.step}: val loss {val:.4f}", "validation_complete")
+        if self.d.master:
+            self.notifier.validation_complete(self.step, val, self.best_val)
         return val
 
     def tcf_metrics(self, batch) -> dict[str, float]:
@@ -539,7 +554,8 @@ class Trainer:
             self.loader.set_seq_len(seq)
             print0(f"stage {self.stage_for(self.step)} from step {self.step}: seq_len {seq}")
             self.metrics.event("stage_transition", step=self.step, stage=self.stage_for(self.step), seq_len=seq)
-            self.notifier.send(f"stage {self.stage_for(self.step)} from step {self.step}", "stage_transition")
+            if self.d.master:
+                self.notifier.stage_transition(self.stage_for(self.step), self.step, seq)
         f = lr_factor(self.step, t.warmup_steps, self.max_steps, t.min_lr / t.learning_rate)
         for g in self.optimizer.param_groups:
             g["lr"] = t.learning_rate * f * g["lr_scale"]
@@ -608,7 +624,8 @@ class Trainer:
         mean = self.spikes.update(ppl)
         if mean is not None:
             self.metrics.event("ppl_spike", step=self.step, ppl=ppl, rolling_mean_ppl=mean)
-            self.notifier.send(f"PPL spike at step {self.step}: {ppl:.1f} vs mean {mean:.1f}", "ppl_spike")
+            if self.d.master:
+                self.notifier.ppl_spike(self.step, ppl, mean)
         self.flush_high_losses()
 
     def stop_reason(self) -> str | None:
@@ -648,6 +665,10 @@ class Trainer:
         if d.master:
             write_status(self.out_dir, state="running", step=self.step, pid=os.getpid())
         kill_at = int(os.environ.get(FAULT_KILL_ENV, "0") or 0)
+        raise_at = int(os.environ.get(FAULT_RAISE_ENV, "0") or 0)
+        every = self.cfg.notifications.cost_update_hours
+        if every is not None:  # a resumed run does not repeat the update it already sent
+            self.next_cost_update_h = (math.floor(self.elapsed() / 3600 / every) + 1) * every
         hang_at = int(os.environ.get(FAULT_HANG_ENV, "0") or 0)
         self.model.train()
         t_log, tokens_since = time.perf_counter(), 0
@@ -668,6 +689,9 @@ class Trainer:
                 self.sample_prompts()
             if kill_at and self.step == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if raise_at and self.step == raise_at:
+                raise RuntimeError(f"fault injected by {FAULT_RAISE_ENV} at step {self.step}")
+            self.maybe_cost_update()
             if hang_at and self.step == hang_at:
                 while True:  # a wedged collective or dataloader, as the watchdog sees it
                     time.sleep(3600)
@@ -683,15 +707,19 @@ class Trainer:
                                val_loss=self.last_val_loss, best_val_loss=self.best_val,
                                elapsed_s=self.elapsed(), cost_usd=self.cost())
             write_status(self.out_dir, state="finished", reason=reason, step=self.step)
-            self.notifier.send(f"training finished ({reason}) at step {self.step}, val {self.last_val_loss}",
-                               "training_complete")
+            final = self.last_val_loss if self.last_val_loss is not None else self.last_train_loss
+            self.notifier.training_complete(self.step, safe_exp(final) if final is not None else None,
+                                            self.elapsed() / 3600, reason, self.cost())
         print0(f"finished: {reason} at step {self.step}")
         return reason
 
     def close(self) -> None:
         self.flush_high_losses()
         self.metrics.close()
-        self.notifier.close()
+        if self.notifier.enabled:
+            self.notifier.close(wait_s=min(5.0, self.cfg.notifications.telegram.timeout_s))
+            n = self.notifier
+            print0(f"telegram: {n.sent} sent, {n.failed} failed, {n.dropped} dropped")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,8 +784,8 @@ def main(argv: list[str] | None = None) -> int:
         if trainer.d.master:
             trainer.metrics.event("error", step=trainer.step, error=f"{type(e).__name__}: {e}"[:500])
             write_status(trainer.out_dir, state="failed", step=trainer.step, error=type(e).__name__)
-            trainer.notifier.send(f"ERROR at step {trainer.step}: {type(e).__name__}: {str(e)[:200]}",
-                                  "error_occurred")
+            trainer.notifier.error_occurred(f"{type(e).__name__}: {e}", trainer.step,
+                                            read_log_tail(trainer.out_dir / "train.log"))
         return 1
     finally:
         trainer.close()
