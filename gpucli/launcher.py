@@ -25,6 +25,7 @@ from gpucli.runs import Limits, PlannedSpeed, RunRecord, SshInfo, now_iso
 
 EventFn = Callable[[str], None]
 POD_SETUP = Path(__file__).resolve().parent / "pod" / "setup_pod.sh"
+POD_WATCHDOG = Path(__file__).resolve().parent / "pod" / "watchdog.py"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class LaunchRequest:
     checkpoint_interval: int | None = None
     extra: tuple[str, ...] = ()  # more --section.key=value trainer overrides
     workdir: str | None = None  # the run's folder on the host (default: per provider)
+    stall_minutes: float = 30.0  # the pod-side watchdog ends a run with no new metrics for this long
+    on_end: str = "stop"  # what the watchdog does to a cloud pod when the run is over: stop | terminate
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class ResolvedLaunch:
     planned: PlannedSpeed
     data: Path | None
     overrides: tuple[str, ...] = field(default_factory=tuple)
+    stall_minutes: float = 30.0
+    on_end: str = "stop"
 
     @property
     def label(self) -> str:
@@ -174,7 +179,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str, python: str 
         name=run_name, provider=req.provider, profile=profile.name, phase=phase.name, model=model,
         gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
         grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
-        command=cmd, price_per_hour_usd=price, limits=limits, planned=planned, data=req.data, overrides=overrides)
+        command=cmd, price_per_hour_usd=price, limits=limits, planned=planned, data=req.data, overrides=overrides,
+        stall_minutes=req.stall_minutes, on_end=req.on_end)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,
@@ -247,8 +253,8 @@ def start_on_host(host: Any, resolved: ResolvedLaunch, record: RunRecord, *, on_
         on_event(f"syncing data from {resolved.data}")
         stats = host.sync_up(resolved.data, f"{wd}/data/src")
         on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
-    host.write_file(f"{wd}/run.yaml", yaml.safe_dump(dict(resolved.trainer_config), sort_keys=False).encode(),
-                    mode=0o644)
+    config = _config_for_time_spent(resolved, record)
+    host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
     host.write_env_file(f"{wd}/env", secrets_env())
     on_event("starting the trainer")
     pid = host.start_detached(resolved.command, cwd=f"{wd}/code", log_path=f"{wd}/console.log",
@@ -256,7 +262,56 @@ def start_on_host(host: Any, resolved: ResolvedLaunch, record: RunRecord, *, on_
     record = record.with_(status="running", pid=pid, started_at=now_iso())
     save(record)
     on_event(f"trainer started (pid {pid})")
+    watchdog_pid = start_watchdog(host, resolved, record)
+    record = record.with_(watchdog_pid=watchdog_pid)
+    save(record)
+    on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
     return record
+
+
+def _config_for_time_spent(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
+    """run.yaml with the hour and dollar caps reduced by what provisioning and setup already cost:
+    the pod has been billing since it was created, the trainer's clock starts now."""
+    import copy
+
+    from gpucli.runs import parse_iso
+
+    config = copy.deepcopy(dict(resolved.trainer_config))
+    created = parse_iso(record.created_at)
+    if created is None:
+        return config
+    import datetime as dt
+
+    spent_h = max(0.0, (dt.datetime.now(dt.timezone.utc) - created).total_seconds() / 3600)
+    limits = config.get("limits", {})
+    if limits.get("max_hours") is not None:
+        limits["max_hours"] = max(1e-6, limits["max_hours"] - spent_h)
+    if limits.get("max_cost_usd") is not None and limits.get("price_per_hour"):
+        limits["max_cost_usd"] = max(1e-6, limits["max_cost_usd"] - spent_h * limits["price_per_hour"])
+    return config
+
+
+def start_watchdog(host: Any, resolved: ResolvedLaunch, record: RunRecord) -> int:
+    """Start gpucli/pod/watchdog.py next to the trainer, in its own session (see its docstring)."""
+    from gpucli.runs import parse_iso
+
+    wd = resolved.workdir
+    host.write_file(f"{wd}/watchdog.py", POD_WATCHDOG.read_bytes(), mode=0o755)
+    created = parse_iso(record.created_at)
+    args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid", str(record.pid),
+            "--provider", resolved.provider, "--stall-minutes", f"{resolved.stall_minutes:g}",
+            "--poll-s", os.environ.get("GPUCLI_WATCHDOG_POLL_S", "30"),
+            "--grace-s", os.environ.get("GPUCLI_WATCHDOG_GRACE_S", "120"), "--on-end", resolved.on_end]
+    if created is not None:
+        args += ["--started-at", f"{created.timestamp():.0f}"]
+    if resolved.limits.max_hours is not None:
+        args += ["--max-hours", f"{resolved.limits.max_hours:g}"]
+    if resolved.limits.budget_usd is not None and resolved.price_per_hour_usd:
+        args += ["--budget", f"{resolved.limits.budget_usd:g}", "--price", f"{resolved.price_per_hour_usd:g}"]
+    if os.environ.get("GPUCLI_WATCHDOG_STARTUP_MIN"):
+        args += ["--startup-minutes", os.environ["GPUCLI_WATCHDOG_STARTUP_MIN"]]
+    return host.start_detached(" ".join(shlex.quote(a) for a in args), cwd=f"{wd}/code",
+                               log_path=f"{wd}/watchdog.out")
 
 
 def launch(catalog: Catalog, resolved: ResolvedLaunch, *, on_event: EventFn,

@@ -64,7 +64,9 @@ class RunRecord:
     instance_id: str | None = None
     label: str | None = None  # gpucli-<name>
     ssh: SshInfo | None = None
-    pid: int | None = None
+    pid: int | None = None  # the trainer's process group on the host
+    watchdog_pid: int | None = None
+    cost_usd: float | None = None  # metered: elapsed on the host x price, recorded when the run ends
     price_per_hour_usd: float | None = None
     limits: Limits = field(default_factory=Limits)
     planned: PlannedSpeed = field(default_factory=PlannedSpeed)
