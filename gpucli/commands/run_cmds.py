@@ -27,7 +27,8 @@ def launch(
     bid: float = typer.Option(None, "--bid", help="Spot bid in $/GPU-hour (default: just above the floor)."),
     image: str = typer.Option(None, "--image", help="Container image for cloud pods."),
     disk: int = typer.Option(50, "--disk", help="Disk for cloud pods, GB."),
-    ready_timeout: float = typer.Option(600, "--ready-timeout", help="Seconds to wait for a pod's SSH."),
+    ready_timeout: float = typer.Option(600, "--ready-timeout", help="Seconds to wait for a pod's SSH, per offer tried "
+                                        "(the provider is polled every GPUCLI_PROVIDER_POLL_S, default 5)."),
     python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one)."),
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
@@ -51,7 +52,7 @@ def launch(
     if provider == "ssh" and not host:
         raise UsageError("--provider ssh needs --host user@host[:port]")
     for opt, value in (("--hours", hours), ("--budget", budget), ("--price", price), ("--steps", steps),
-                       ("--bid", bid), ("--val-interval", val_interval)):
+                       ("--bid", bid), ("--val-interval", val_interval), ("--ready-timeout", ready_timeout)):
         if value is not None and value <= 0:
             raise UsageError(f"{opt} must be positive, got {value:g}")
     if data is not None and not data.is_dir():
