@@ -499,28 +499,55 @@ def _parse_models(data: Any, file: str) -> dict[str, ModelShape]:
     return models
 
 
+def match_gpu_name(gpus: Mapping[str, Gpu], name: str) -> Gpu | None:
+    """A catalogue GPU from an id, alias, name, or a device / provider name ("NVIDIA H100 80GB HBM3")."""
+    key = name.strip().lower()
+    norm = key.replace("_", " ").replace("-", " ")
+    for gpu in gpus.values():
+        names = {gpu.id, gpu.name.lower(), *gpu.aliases, *(n.lower() for n in gpu.runpod_ids),
+                 *(n.lower() for n in gpu.vast_names)}
+        if key in names or norm in {n.replace("_", " ").replace("-", " ") for n in names}:
+            return gpu
+    return None
+
+
 def _parse_calibration(data: Any, file: str, gpus: Mapping[str, Gpu]) -> tuple[CalibrationEntry, ...]:
+    """Measured entries: a list (what bench_trainer.py and `gpucli calibrate` append) or
+    ``{entries: [...]}``. ``gpu`` may be a catalogue id or a device name as torch reports it; ``model``
+    a preset name or a mapping with the measured shape."""
     r = _Reader(file)
     if data is None:
         return ()
-    root = r.mapping(data, "(top)")
-    rows = root.get("entries") or []
+    rows = data if isinstance(data, list) else r.mapping(data, "(top)").get("entries") or []
     if not isinstance(rows, list):
         raise r.fail("entries", "expected a list")
     out = []
     for i, raw in enumerate(rows):
         where = f"entries[{i}]"
         e = r.mapping(raw, where)
-        gpu = r.text(e, "gpu", where).lower()
-        if gpu not in gpus:
-            raise r.fail(f"{where}.gpu", f"unknown GPU '{gpu}' (not in gpus.yaml)")
+        gpu_name = r.text(e, "gpu", where)
+        gpu = match_gpu_name(gpus, gpu_name)
+        if gpu is None:
+            if gpu_name.lower() == "cpu":
+                continue  # a CPU smoke measurement: nothing to plan with
+            raise r.fail(f"{where}.gpu", f"unknown GPU '{gpu_name}' (not in gpus.yaml)")
+        model = e.get("model")
         shape = None
-        if isinstance(e.get("shape"), Mapping):
-            shape = _parse_shape(r, e["shape"], str(e.get("model", "custom")), f"{where}.shape")
+        if isinstance(model, Mapping):
+            m = dict(model)
+            name = str(m.pop("name", "custom")).lower()
+            m.pop("params", None)
+            m.setdefault("max_seq_len", e.get("seq_len") or 1024)
+            shape = _parse_shape(r, m, name, f"{where}.model")
+            model_name = name
+        else:
+            model_name = r.text(e, "model", where).lower()
+            if isinstance(e.get("shape"), Mapping):
+                shape = _parse_shape(r, e["shape"], model_name, f"{where}.shape")
         out.append(CalibrationEntry(
             workload=r.text(e, "workload", where, optional=True, default="train", choices=("train", "generate")),
-            gpu=gpu, gpu_count=r.number(e, "gpu_count", where, minimum=1, integer=True, optional=True, default=1),
-            model=r.text(e, "model", where).lower(),
+            gpu=gpu.id, gpu_count=r.number(e, "gpu_count", where, minimum=1, integer=True, optional=True, default=1),
+            model=model_name,
             tokens_per_s=r.number(e, "tokens_per_s", where, minimum=1e-9),
             mfu=r.number(e, "mfu", where, minimum=0, maximum=1, optional=True),
             seq_len=r.number(e, "seq_len", where, minimum=1, integer=True, optional=True),
@@ -575,9 +602,14 @@ def load_catalog(directory: Path | None = None) -> Catalog:
     defaults, gpus = read("gpus.yaml", _parse_gpus)
     phases = read("phases.yaml", _parse_phases)
     singles, clusters = read("profiles.yaml", _parse_profiles, gpus, phases)
-    calibration_path = directory / "calibration.yaml"
-    calibration = (_parse_calibration(_read_yaml(calibration_path), "calibration.yaml", gpus)
-                   if calibration_path.exists() else ())
+    # Measured entries: the catalogue's own, then this user's (`gpucli calibrate RUN` writes those).
+    from gpucli.settings import home
+
+    calibration: tuple[CalibrationEntry, ...] = ()
+    for path in (directory / "calibration.yaml", home() / "calibration.yaml"):
+        if path.exists():
+            calibration += _parse_calibration(_read_yaml(path), str(path.name if path.parent == directory
+                                                                    else path), gpus)
     catalog = Catalog(
         directory=directory, defaults=defaults, gpus=gpus, prices=read("prices.yaml", _parse_prices, gpus),
         single_profiles=singles, cluster_profiles=clusters, phases=phases,

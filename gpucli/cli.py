@@ -13,7 +13,7 @@ import sys
 import typer
 
 from gpucli import __version__
-from gpucli.commands import catalog_cmds, keys_cmd, notify_cmd, offers_cmd, plan_cmd, run_cmds
+from gpucli.commands import calibrate_cmd, catalog_cmds, keys_cmd, notify_cmd, offers_cmd, plan_cmd, run_cmds
 
 app = typer.Typer(
     name="gpucli",
@@ -49,6 +49,7 @@ catalog_cmds.register(app)
 plan_cmd.register(app)
 offers_cmd.register(app)
 run_cmds.register(app)
+calibrate_cmd.register(app)
 keys_cmd.register(app)
 notify_cmd.register(app)
 

@@ -10,11 +10,12 @@ by rounding (4 GPUs for a quarter of the time at the same per-GPU price) count a
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from gpucli.catalog import Catalog, Gpu, ModelShape, Price
+from gpucli.catalog import CalibrationEntry, Catalog, Gpu, ModelShape, Price
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.estimate import (
     Fit,
@@ -309,30 +310,78 @@ def catalog_setups(catalog: Catalog, request: PlanRequest) -> list[Setup]:
     return setups
 
 
+# How MFU moves with model size, fitted to nanoGPT's two measurements on one H100 (anchors.md):
+# 42.0 % at 0.85 GFLOP/token (124M) and 53.8 % at 8.5 GFLOP/token (1.31B): exponent log(1.28)/log(9.9).
+MFU_SIZE_EXPONENT = 0.108
+MFU_CEILING = 0.80  # the dense matmul peak itself is 77-81 % of the datasheet figure on an H100
+
+
+def _same_shape(a: ModelShape, b: ModelShape) -> bool:
+    return (a.d_model, a.n_layers, a.n_heads, a.d_ff, a.vocab_size) == (b.d_model, b.n_layers, b.n_heads, b.d_ff,
+                                                                         b.vocab_size)
+
+
+def _entry_shape(catalog: Catalog, entry: CalibrationEntry) -> ModelShape | None:
+    return entry.shape or catalog.models.get(entry.model)
+
+
 def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: float) -> tuple[float, float, str]:
-    """(tokens/s, MFU, where it came from): exact calibration, then transferred MFU, then default."""
+    """(tokens/s, MFU, where it came from), from the closest measured entry of the bundled trainer:
+
+    1. same GPU, same shape and sequence length, same GPU count: the measured tokens/s;
+    2. same GPU and shape, another count: its MFU, rescaled by the data-parallel efficiency;
+    3. same GPU, another shape: its MFU x (FLOPs/token ratio) ** 0.108 (fitted to nanoGPT's H100 pair);
+    4. another GPU of the same architecture, then any GPU: the same size rule, said so;
+    5. no entry: the catalogue default MFU.
+    Each step says which entry it used and how far it had to reach.
+    """
     d = catalog.defaults
+    gpu, n = setup.gpu, setup.n_gpus
     if request.mfu is not None:
-        return train_tokens_per_s(flops, setup.gpu, setup.n_gpus, request.mfu, d), request.mfu, "--mfu"
-    entries = [e for e in catalog.calibration if e.workload == "train" and e.gpu == setup.gpu.id]
-    exact = [e for e in entries if e.model == request.model.name and e.gpu_count == setup.n_gpus]
-    if exact:
-        e = exact[-1]
-        mfu = e.mfu if e.mfu is not None else e.tokens_per_s * flops / (
-            setup.n_gpus * setup.gpu.bf16_dense_tflops * 1e12)
-        return e.tokens_per_s, mfu, f"measured: {e.source} ({e.date})"
-    with_mfu = [e for e in entries if e.mfu is not None]
-    same_model = [e for e in with_mfu if e.model == request.model.name]
-    chosen = (same_model or with_mfu or [None])[-1]
-    if chosen is not None and chosen.mfu is not None:
-        # The entry's own scaling is divided out so the GPU count is modelled once.
-        mfu = chosen.mfu / scaling_efficiency(chosen.gpu_count, setup.gpu.interconnect, d)
-        how = "same model" if chosen.model == request.model.name else f"from model {chosen.model}"
-        return (train_tokens_per_s(flops, setup.gpu, setup.n_gpus, mfu, d), mfu,
-                f"MFU {mfu:.0%} {how}: {chosen.source} ({chosen.date})")
-    mfu = setup.gpu.train_mfu or d.train_mfu
-    source = f"MFU {mfu:.0%} for {setup.gpu.name} (gpus.yaml)" if setup.gpu.train_mfu else d.train_mfu_source
-    return train_tokens_per_s(flops, setup.gpu, setup.n_gpus, mfu, d), mfu, source
+        return train_tokens_per_s(flops, gpu, n, request.mfu, d), request.mfu, "--mfu"
+    seq = request.seq_len or request.model.max_seq_len
+    scored = []
+    for e in catalog.calibration:
+        if e.workload != "train":
+            continue
+        shape = _entry_shape(catalog, e)
+        if shape is None:
+            continue
+        e_seq = e.seq_len or shape.max_seq_len
+        e_flops = train_flops_per_token(shape, e_seq)
+        e_gpu = catalog.gpus[e.gpu]
+        mfu = e.mfu if e.mfu is not None else e.tokens_per_s * e_flops / (
+            e.gpu_count * e_gpu.bf16_dense_tflops * 1e12 * scaling_efficiency(e.gpu_count, e_gpu.interconnect, d))
+        same_shape = _same_shape(shape, request.model) and e_seq == seq
+        same_gpu = e.gpu == gpu.id
+        same_arch = e_gpu.architecture == gpu.architecture
+        rank = (0 if same_gpu else 1 if same_arch else 2, 0 if same_shape else 1,
+                abs(math.log(flops / e_flops)), 0 if e.gpu_count == n else 1)
+        scored.append((rank, e, shape, e_flops, mfu))
+    if not scored:
+        mfu = gpu.train_mfu or d.train_mfu
+        source = f"MFU {mfu:.0%} for {gpu.name} (gpus.yaml)" if gpu.train_mfu else d.train_mfu_source
+        return train_tokens_per_s(flops, gpu, n, mfu, d), mfu, source
+    scored.sort(key=lambda x: x[0])
+    (gpu_rank, shape_rank, _, count_rank), e, shape, e_flops, e_mfu = scored[0]
+    what = f"{e.source} ({e.date}): {shape.name} on {e.gpu_count}x {catalog.gpus[e.gpu].name}"
+    if gpu_rank == 0 and shape_rank == 0 and count_rank == 0:
+        mfu = e_mfu
+        return e.tokens_per_s, mfu, f"measured: {what}"
+    # The entry's own data-parallel efficiency is divided out so the GPU count is modelled once.
+    e_gpu = catalog.gpus[e.gpu]
+    mfu = e_mfu / scaling_efficiency(e.gpu_count, e_gpu.interconnect, d)
+    notes = []
+    if count_rank:
+        notes.append(f"from {e.gpu_count} GPUs to {n}")
+    if shape_rank:
+        mfu *= (flops / e_flops) ** MFU_SIZE_EXPONENT
+        notes.append(f"x{(flops / e_flops) ** MFU_SIZE_EXPONENT:.2f} for {flops / e_flops:.2g}x the FLOPs/token")
+    if gpu_rank:
+        notes.append("another GPU" + ("" if gpu_rank == 1 else ", another architecture"))
+    mfu = min(MFU_CEILING, max(0.01, mfu))
+    tps = train_tokens_per_s(flops, gpu, n, mfu, d)
+    return tps, mfu, f"MFU {mfu:.0%} from {what}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float, seq_len: int,
@@ -452,3 +501,69 @@ def _si(x: float) -> str:
         if abs(x) >= factor:
             return f"{x / factor:.3g}{suffix}"
     return f"{x:.3g}"
+
+
+# --------------------------------------------------------------------------------------------------
+# --explain
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The chain behind one setup's estimate, each step with its inputs (all numbers, no prose)."""
+
+    setup: str
+    params: int
+    flop_params: int
+    n_layers: int
+    d_model: int
+    seq_len: int
+    flops_per_token: float
+    peak_tflops: float
+    n_gpus: int
+    mfu: float | None
+    scaling: float
+    speed_source: str
+    tokens_per_s: float
+    tokens: float
+    hours: float
+    usd_per_gpu_hour: float
+    price_source: str
+    cost_usd: float
+    memory: Any  # estimate.Memory for training, DecodeMemory for generation
+    fit: str
+    on_front: bool
+    dominated_by: str | None
+
+
+def find_estimate(plan: Plan, name: str) -> Estimate:
+    """An estimate by its label ('8x H100 SXM'), forgiving case, spaces and the GPU's id ('8xh100-sxm')."""
+    def norm(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    want = norm(name)
+    for e in plan.estimates:
+        if want in (norm(e.setup.label), norm(f"{e.setup.n_gpus}x{e.setup.gpu.id}"),
+                    *(norm(f"{e.setup.n_gpus}x{a}") for a in e.setup.gpu.aliases)):
+            return e
+    raise UsageError(f"no setup '{name}' in this plan",
+                     hint="setups look like '" + "', '".join(e.setup.label for e in plan.front[:3]) + "'")
+
+
+def explain(catalog: Catalog, plan: Plan, name: str) -> Explanation:
+    e = find_estimate(plan, name)
+    p = count_params(plan.request.model)
+    if plan.request.workload == "train":
+        memory: Any = choose_micro_batch(plan.request.model, catalog.defaults, e.setup.gpu.vram_gb,
+                                         e.setup.n_gpus, plan.seq_len).memory
+    else:
+        memory = decode_memory(plan.request.model, catalog.defaults)
+    dominated_by = next((by.setup.label for d, by in plan.dominated if d is e), None)
+    q = e.setup.price
+    return Explanation(
+        setup=e.setup.label, params=p.total, flop_params=p.flop_params, n_layers=plan.request.model.n_layers,
+        d_model=plan.request.model.d_model, seq_len=plan.seq_len, flops_per_token=plan.flops_per_token,
+        peak_tflops=e.setup.gpu.bf16_dense_tflops, n_gpus=e.setup.n_gpus, mfu=e.mfu,
+        scaling=scaling_efficiency(e.setup.n_gpus, e.setup.gpu.interconnect, catalog.defaults),
+        speed_source=e.speed_source, tokens_per_s=e.tokens_per_s, tokens=plan.tokens, hours=e.hours,
+        usd_per_gpu_hour=q.usd_per_gpu_hour, price_source=f"{q.source} ({q.age_text})", cost_usd=e.cost_usd,
+        memory=memory, fit=e.fit.value, on_front=any(m is e for m in plan.front), dominated_by=dominated_by)

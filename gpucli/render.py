@@ -527,3 +527,48 @@ def notify_sent(sent: Any, token_source: str) -> None:
     """`gpucli notify test` succeeded: which chat got it (never the token, only where it came from)."""
     mid = f" (message {sent.message_id})" if sent.message_id is not None else ""
     info(f"sent a test message to Telegram chat {sent.chat_id}{mid} using the bot token from {token_source}")
+
+
+def explanation(x: Any, *, json_: bool) -> None:
+    """`gpucli plan --explain SETUP`: params -> FLOPs/token -> MFU source -> tokens/s -> hours -> dollars."""
+    if json_:
+        json_out(x)
+        return
+    from rich.markup import escape
+
+    o = out()
+    mem = x.memory
+    o.print(f"[bold]{x.setup}[/]" + (" (on the Pareto front)" if x.on_front else
+                                       f" (dominated by {x.dominated_by})" if x.dominated_by else ""))
+    steps = [
+        ("parameters", f"{si(x.params)} ({si(x.flop_params)} doing matmuls: layers + LM head)"),
+        ("FLOPs/token", f"6 x {si(x.flop_params)} + 12 x {x.n_layers} x {x.d_model} x {x.seq_len} "
+                        f"= {x.flops_per_token / 1e9:.3f} GFLOP"),
+        ("speed from", escape(x.speed_source)),
+    ]
+    if x.mfu is not None:
+        steps.append(("tokens/s", f"{x.n_gpus} GPUs x {x.peak_tflops:g} TFLOP/s x MFU {x.mfu:.1%} x scaling "
+                                  f"{x.scaling:.3f} / {x.flops_per_token / 1e9:.3f} GFLOP = {si(x.tokens_per_s)}"))
+    else:
+        steps.append(("tokens/s", si(x.tokens_per_s)))
+    steps += [
+        ("hours", f"{si(x.tokens)} tokens / {si(x.tokens_per_s)} tokens/s = {hours(x.hours)}"),
+        ("dollars", f"{hours(x.hours)} x {money(x.usd_per_gpu_hour)}/GPU-h x {x.n_gpus} = {money(x.cost_usd)}"
+                    f"  [dim]({escape(x.price_source)})[/]"),
+    ]
+    if hasattr(mem, "weights_gb") and hasattr(mem, "activations_gb"):
+        steps.append(("memory/GPU", f"weights {mem.weights_gb:.1f} + grads {mem.grads_gb:.1f} + AdamW "
+                                    f"{mem.optimizer_gb:.1f} + activations {mem.activations_gb:.1f} + logits "
+                                    f"{mem.logits_gb:.1f} + overhead {mem.overhead_gb:.1f} = {mem.total_gb:.1f} GB "
+                                    f"at micro-batch {mem.micro_batch}"
+                                    + (f", sharded over {mem.sharded_over}" if mem.sharded_over > 1 else "")
+                                    + f" -> fits: {x.fit}"))
+    elif hasattr(mem, "kv_cache_gb"):
+        steps.append(("memory/GPU", f"weights {mem.weights_gb:.1f} + KV cache {mem.kv_cache_gb:.2f} + overhead "
+                                    f"{mem.overhead_gb:.1f} = {mem.total_gb:.1f} GB -> fits: {x.fit}"))
+    t = _table(show_header=False)
+    t.add_column("step", style="dim")
+    t.add_column("how")
+    for k, v in steps:
+        t.add_row(k, v)
+    o.print(t)

@@ -30,6 +30,8 @@ def plan(
     query: str = typer.Option(None, "--query", "-q", metavar="QUERY",
                               help="With --live: vast.ai query for the offers, e.g. 'num_gpus>=4 reliability>0.98'."),
     provider: str = typer.Option("all", "--provider", help="With --live: vast, runpod or all."),
+    explain: str = typer.Option(None, "--explain", metavar="SETUP",
+                                help="Show how one setup's numbers were computed, e.g. --explain '8x H100 SXM'."),
 ) -> None:
     """Estimate every setup that fits and show the exact Pareto front of cost against time."""
     import datetime as dt
@@ -65,6 +67,11 @@ def plan(
     elif query is not None or provider != "all":
         raise UsageError("--query and --provider only apply with --live")
     result = make_plan(catalog, request, setups=setups)
+    if explain is not None:
+        from gpucli.planner import explain as explain_setup
+
+        render.explanation(explain_setup(catalog, result, explain), json_=json_)
+        return
     if plot is not None:
         render.plot_png(result, plot)
     if json_:
