@@ -195,6 +195,7 @@ class Notifier:
         self.dropped = 0
         self._rejected = False
         self._closing = threading.Event()
+        self._closed = False  # close() returned: the thread, if still stuck in a request, stays quiet
         self._deadline = math.inf  # monotonic time after which close() no longer waits for the thread
         self._q: queue.Queue[_Message | None] = queue.Queue(maxsize=max(1, max_queue))
         self._thread: threading.Thread | None = None
@@ -279,7 +280,11 @@ class Notifier:
                 self._deliver(msg)
             except Exception as e:  # noqa: BLE001 - a notification must never take training down
                 self.failed += 1
-                log.warning("telegram: send failed: %s", self._safe(e))
+                self._warn("telegram: send failed: %s", self._safe(e))
+
+    def _warn(self, fmt: str, *args: object) -> None:
+        if not self._closed:
+            log.warning(fmt, *args)
 
     def _safe(self, e: BaseException) -> str:
         return scrub(f"{type(e).__name__}: {e}", self._token.reveal())[:300]
@@ -337,11 +342,11 @@ class Notifier:
             if status in (401, 403, 404):
                 self._rejected = True
                 self.failed += 1
-                log.warning("telegram: the bot token or chat was rejected (%s); alerts are off for this run", err)
+                self._warn("telegram: the bot token or chat was rejected (%s); alerts are off for this run", err)
                 return
             if status is not None and 400 <= status < 500 and status != 429:
                 self.failed += 1
-                log.warning("telegram: message refused (%s)", err)
+                self._warn("telegram: message refused (%s)", err)
                 return
             delay = self.backoff_s * 2 ** (attempt - 1)
             if status == 429:
@@ -354,7 +359,7 @@ class Notifier:
                     attempt = self.max_attempts  # Telegram wants a longer pause than a message is worth
             if attempt >= self.max_attempts or not self._pause(delay):
                 self.failed += 1
-                log.warning("telegram: send failed after %d attempt(s): %s", attempt, err)
+                self._warn("telegram: send failed after %d attempt(s): %s", attempt, err)
                 return
 
     def close(self, wait_s: float = 5.0) -> None:
@@ -369,6 +374,7 @@ class Notifier:
             pass
         self._thread.join(timeout=max(0.0, self._deadline - time.monotonic()))
         self._thread = None
+        self._closed = True
         # Whatever is left was not delivered: count it, so the summary in the log is honest.
         while True:
             try:
