@@ -33,6 +33,10 @@ def launch(
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
+    stall_minutes: float = typer.Option(30.0, "--stall-minutes",
+                                        help="The pod's watchdog ends a run with no new metrics for this long."),
+    on_end: str = typer.Option("stop", "--on-end", help="When the run is over, the watchdog stops (default; the "
+                               "disk and checkpoints stay) or terminates the pod."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
     json_: bool = JSON_OPT,
 ) -> None:
@@ -57,6 +61,10 @@ def launch(
             raise UsageError(f"{opt} must be positive, got {value:g}")
     if data is not None and not data.is_dir():
         raise UsageError(f"--data {data}: not a folder")
+    if on_end not in ("stop", "terminate"):
+        raise UsageError(f"--on-end must be stop or terminate, got '{on_end}'")
+    if stall_minutes <= 0:
+        raise UsageError(f"--stall-minutes must be positive, got {stall_minutes:g}")
     catalog = load_catalog()
     prof = catalog.profile(profile)
     model_name = model or ("tiny" if prof.gpu is None else "124m")
@@ -67,6 +75,7 @@ def launch(
                         budget_usd=budget, steps=steps, name=run_name, host=host,
                         identity=str(identity) if identity else None, price_per_hour_usd=price, spot=spot,
                         bid_per_gpu_usd=bid, val_interval=val_interval, workdir=workdir,
+                        stall_minutes=stall_minutes, on_end=on_end,
                         extra=tuple(s if s.startswith("--") else f"--{s}" for s in set_))
     resolved = resolve(catalog, req, run_name=run_name, python=python)
     if dry_run:
@@ -261,6 +270,8 @@ def down(
     try:
         host = open_host(record, connect_timeout_s=15)
         try:
+            if record.watchdog_pid:  # it would take the trainer's exit for the end of the run
+                host.signal(record.watchdog_pid, "TERM")
             was_running = stop_trainer(host, record, on_event=render.info)
         finally:
             host.close()
