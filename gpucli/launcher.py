@@ -208,8 +208,14 @@ def trainer_package_dir() -> Path:
     return Path(spec.origin).resolve().parent
 
 
+# The trainer's fault-injection switches (trainer/train.py), carried to the pod from this machine's
+# environment so tests can make a cloud run crash or hang; nothing else of the user's environment goes.
+TRAINER_FAULT_VARS = ("TRAINER_FAULT_KILL_AT_STEP", "TRAINER_FAULT_RAISE_AT_STEP", "TRAINER_FAULT_HANG_AT_STEP")
+
+
 def secrets_env() -> dict[str, str]:
-    """Secrets for the pod's 0600 env file: Telegram's token and chat id when configured."""
+    """The pod's 0600 env file: Telegram's token and chat id when configured, and any of the trainer's
+    ``TRAINER_FAULT_*`` switches set here."""
     from gpucli.settings import load_keys
 
     keys = load_keys()
@@ -220,7 +226,25 @@ def secrets_env() -> dict[str, str]:
             env[var] = value
     if os.environ.get("TELEGRAM_API_BASE"):
         env["TELEGRAM_API_BASE"] = os.environ["TELEGRAM_API_BASE"]
+    env.update({var: os.environ[var] for var in TRAINER_FAULT_VARS if os.environ.get(var)})
     return env
+
+
+def launch_inputs(req: LaunchRequest, **more: Any) -> dict[str, Any]:
+    """What `gpucli resume` needs to resolve the same launch again (JSON-safe, no secrets)."""
+    import dataclasses
+
+    data = dataclasses.asdict(req)
+    data["data"] = str(req.data) if req.data else None
+    data["extra"] = list(req.extra)
+    return {"request": data, **more}
+
+
+def request_from(inputs: dict[str, Any]) -> LaunchRequest:
+    req = dict(inputs["request"])
+    req["data"] = Path(req["data"]) if req.get("data") else None
+    req["extra"] = tuple(req.get("extra") or ())
+    return LaunchRequest(**req)
 
 
 def record_for(resolved: ResolvedLaunch) -> RunRecord:
@@ -233,8 +257,13 @@ def record_for(resolved: ResolvedLaunch) -> RunRecord:
 
 
 def start_on_host(host: Any, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
-                  save: Callable[[RunRecord], Any]) -> RunRecord:
-    """Bootstrap, sync, write run.yaml and the env file, start the trainer detached."""
+                  save: Callable[[RunRecord], Any], restore: Path | None = None,
+                  metrics: Path | None = None) -> RunRecord:
+    """Bootstrap, sync, write run.yaml and the env file, start the trainer detached.
+
+    ``restore`` (a checkpoint folder on this machine) and ``metrics`` (the run's metrics.jsonl so
+    far) are uploaded first when resuming on a new pod: the trainer's ``--resume auto`` continues
+    from that checkpoint and appends to the same metrics file."""
     import yaml
 
     wd = resolved.workdir
@@ -253,6 +282,11 @@ def start_on_host(host: Any, resolved: ResolvedLaunch, record: RunRecord, *, on_
         on_event(f"syncing data from {resolved.data}")
         stats = host.sync_up(resolved.data, f"{wd}/data/src")
         on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+    if restore is not None:
+        on_event(f"restoring checkpoint {restore.name} from this machine")
+        host.sync_up(restore, f"{wd}/checkpoints/{restore.name}", excludes=[])
+        if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
+            host.write_file(f"{wd}/metrics.jsonl", metrics.read_bytes(), mode=0o644)
     config = _config_for_time_spent(resolved, record)
     host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
     host.write_env_file(f"{wd}/env", secrets_env())
@@ -315,13 +349,20 @@ def start_watchdog(host: Any, resolved: ResolvedLaunch, record: RunRecord) -> in
 
 
 def launch(catalog: Catalog, resolved: ResolvedLaunch, *, on_event: EventFn,
-           ssh: SshInfo | None = None, provision: Callable[..., Any] | None = None) -> RunRecord:
+           ssh: SshInfo | None = None, provision: Callable[..., Any] | None = None,
+           inputs: dict[str, Any] | None = None, record: RunRecord | None = None,
+           restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
     """Run the launch sequence. ``provision`` (cloud providers) creates the pod and returns SshInfo;
-    it gets ``on_created(instance_id)`` to record the id before it waits."""
+    it gets ``on_created(instance_id)`` to record the id before it waits. ``record`` continues an
+    existing run (a resume); ``restore``/``metrics`` are uploaded before the trainer starts."""
     from gpucli import runs
     from gpucli.hosts import open_host
 
-    record = record_for(resolved)
+    if record is None:
+        record = record_for(resolved).with_(launch=inputs)
+    else:
+        record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
+                              message=None, ssh=ssh if provision is None else None)
     runs.save(record)  # written before anything waits
     try:
         if provision is not None:
@@ -338,7 +379,8 @@ def launch(catalog: Catalog, resolved: ResolvedLaunch, *, on_event: EventFn,
             if record.ssh is not None and getattr(host, "host_key", None):
                 record = record.with_(ssh=SshInfo(**{**record.ssh.__dict__, "host_key": host.host_key}))
                 runs.save(record)
-            record = start_on_host(host, resolved, record, on_event=on_event, save=runs.save)
+            record = start_on_host(host, resolved, record, on_event=on_event, save=runs.save, restore=restore,
+                                   metrics=metrics)
         finally:
             host.close()
         return record

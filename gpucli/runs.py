@@ -75,6 +75,8 @@ class RunRecord:
     ended_at: str | None = None
     end_reason: str | None = None
     message: str | None = None
+    launch: dict[str, Any] | None = None  # the launch's own inputs (no secrets), for `gpucli resume`
+    previous_instances: tuple[str, ...] = ()  # pods this run had before a resume
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -121,6 +123,8 @@ def _from_json(data: dict[str, Any], path: Path) -> RunRecord:
         planned = PlannedSpeed(**(data.get("planned") or {}))
         known = {f.name for f in dataclasses.fields(RunRecord)}
         rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned")}
+        if "previous_instances" in rest:
+            rest["previous_instances"] = tuple(rest["previous_instances"] or ())
         return RunRecord(ssh=ssh, limits=limits, planned=planned, **rest)
     except (TypeError, KeyError) as exc:
         raise UsageError(f"{path}: not a gpucli run record ({exc})") from exc

@@ -38,6 +38,10 @@ def launch(
     on_end: str = typer.Option("stop", "--on-end", help="When the run is over, the watchdog stops (default; the "
                                "disk and checkpoints stay) or terminates the pod."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
+    mirror_checkpoints: bool = typer.Option(False, "--mirror-checkpoints",
+                                            help="Stay attached and copy each new checkpoint to this machine."),
+    recover: bool = typer.Option(False, "--recover", help="Stay attached, mirror checkpoints, and resume on a new "
+                                 "pod when a spot pod is taken away."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Rent (or use) a machine, sync code and data, and start the bundled trainer detached."""
@@ -81,45 +85,216 @@ def launch(
     if dry_run:
         render.launch_plan(resolved, json_=json_)
         return
-    plan = None
-    if provider in ("runpod", "vast"):
-        import dataclasses
-
-        from gpucli import cloud
-
-        if resolved.gpu_id is None:
-            raise UsageError(f"profile {prof.name} has no GPU; cloud pods need a GPU profile")
-        # Offers and the bid are fixed before anything is created, so the record and the trainer's dollar
-        # limit carry the most this pod can cost per hour rather than the catalogue's typical price.
-        plan = cloud.plan_offers(provider, catalog, resolved.gpu_id, resolved.n_gpus, spot=spot, bid_per_gpu_usd=bid)
-        if price is None:
-            req = dataclasses.replace(req, price_per_hour_usd=plan.max_price_per_hour_usd)
-            resolved = resolve(catalog, req, run_name=run_name, python=python)
+    resolved, provision = _provisioner(catalog, req, resolved, run_name, python=python, spot=spot, bid=bid,
+                                       image=image, disk=disk, ready_timeout=ready_timeout)
     ssh_info = None
-    provision = None
     if provider == "ssh":
         from gpucli.remote import parse_target
         from gpucli.runs import SshInfo
 
         t = parse_target(host)
         ssh_info = SshInfo(host=t.host, port=t.port, user=t.user, identity_file=str(identity) if identity else None)
-    elif plan is not None:
-        from gpucli import cloud
+    from gpucli.launcher import launch_inputs
 
-        cloud_plan = plan
-
-        def provision(on_created, on_event):  # noqa: ANN001 - the launcher's callback shape
-            info, _ = cloud.provision(run_name, cloud_plan, image=image, disk_gb=disk, ready_timeout_s=ready_timeout,
-                                      on_created=on_created, on_event=on_event)
-            return info
-
+    inputs = launch_inputs(req, python=python, image=image, disk=disk, ready_timeout=ready_timeout,
+                           ssh=ssh_info.__dict__ if ssh_info else None)
     with render.status_line() as step:
         try:
-            record = run_launch(catalog, resolved, on_event=step, ssh=ssh_info, provision=provision)
+            record = run_launch(catalog, resolved, on_event=step, ssh=ssh_info, provision=provision, inputs=inputs)
         except BaseException:
             _cleanup_failed(run_name)
             raise
     render.launched(record, json_=json_)
+    if recover or mirror_checkpoints:
+        _watch(record.name, mirror=True, recover=recover, poll_s=30.0)
+
+
+def _provisioner(catalog, req, resolved, run_name, *, python, spot, bid, image, disk, ready_timeout):  # noqa: ANN001, ANN202
+    """For cloud providers: fix offers and bid (before anything is created) and return the resolved
+    launch with the pod's real price plus the callback that creates the pod; else (resolved, None)."""
+    if req.provider not in ("runpod", "vast"):
+        return resolved, None
+    import dataclasses
+
+    from gpucli import cloud
+    from gpucli.errors import UsageError
+    from gpucli.launcher import resolve
+
+    if resolved.gpu_id is None:
+        raise UsageError(f"profile {req.profile} has no GPU; cloud pods need a GPU profile")
+    # Offers and the bid are fixed before anything is created, so the record and the trainer's dollar
+    # limit carry the most this pod can cost per hour rather than the catalogue's typical price.
+    plan = cloud.plan_offers(req.provider, catalog, resolved.gpu_id, resolved.n_gpus, spot=spot, bid_per_gpu_usd=bid)
+    if req.price_per_hour_usd is None:
+        req = dataclasses.replace(req, price_per_hour_usd=plan.max_price_per_hour_usd)
+        resolved = resolve(catalog, req, run_name=run_name, python=python)
+
+    def provision(on_created, on_event):  # noqa: ANN001, ANN202 - the launcher's callback shape
+        info, _ = cloud.provision(run_name, plan, image=image, disk_gb=disk, ready_timeout_s=ready_timeout,
+                                  on_created=on_created, on_event=on_event)
+        return info
+
+    return resolved, provision
+
+
+def resume(
+    run: str = RUN_ARG,
+    from_scratch: bool = typer.Option(False, "--from-scratch", help="Start over when no checkpoint can be found."),
+    json_: bool = JSON_OPT,
+) -> None:
+    """Continue a stopped or preempted run: a new pod of the same profile, the newest checkpoint, same run."""
+    _resume(run, from_scratch=from_scratch, json_=json_)
+
+
+def _resume(run: str | None, *, from_scratch: bool = False, json_: bool = False, quiet: bool = False):  # noqa: ANN202
+    from gpucli import cloud, runs
+    from gpucli import render_runs as render
+    from gpucli.catalog import load_catalog
+    from gpucli.errors import GpucliError, UsageError
+    from gpucli.launcher import launch as run_launch
+    from gpucli.launcher import request_from, resolve
+    from gpucli.mirror import mirror_root, newest_good
+    from gpucli.runs import SshInfo
+
+    record = runs.resolve(run)
+    if not record.launch:
+        raise UsageError(f"run {record.name} was started by an older gpucli and cannot be resumed")
+    if record.status == "running" and _host_alive(record):
+        raise UsageError(f"run {record.name} is still running", hint="`gpucli down` it first, or leave it be")
+    catalog = load_catalog()
+    inputs = record.launch
+    req = request_from(inputs)
+    resolved = resolve(catalog, req, run_name=record.name, python=inputs.get("python"))
+    restore = metrics = None
+    if record.provider in cloud.CLOUD_PROVIDERS:
+        restore = newest_good(record.name)
+        metrics = mirror_root(record.name) / "metrics.jsonl"
+        if restore is None and not from_scratch:
+            raise UsageError(f"no mirrored checkpoint of {record.name} on this machine",
+                             hint="pass --from-scratch to start over (launch with --mirror-checkpoints or "
+                                  "--recover, or run `gpucli mirror`, to keep one)")
+        try:  # the old pod, if anything of it is left, stops billing now
+            cloud.terminate(record)
+        except GpucliError as exc:
+            render.warn(f"could not terminate the old pod {record.instance_id}: {exc}")
+        record = record.with_(previous_instances=record.previous_instances + ((record.instance_id,)
+                                                                              if record.instance_id else ()),
+                              instance_id=None)
+    resolved, provision = _provisioner(catalog, req, resolved, record.name, python=inputs.get("python"),
+                                       spot=req.spot, bid=req.bid_per_gpu_usd, image=inputs.get("image"),
+                                       disk=inputs.get("disk") or 50, ready_timeout=inputs.get("ready_timeout") or 600)
+    ssh = SshInfo(**inputs["ssh"]) if record.provider == "ssh" and inputs.get("ssh") else record.ssh
+    with render.status_line() as step:
+        if restore is not None:
+            step(f"resuming {record.name} from mirrored {restore.name}")
+        try:
+            record = run_launch(catalog, resolved, on_event=step, ssh=ssh, provision=provision, record=record,
+                                restore=restore, metrics=metrics)
+        except BaseException:
+            _cleanup_failed(record.name)
+            raise
+    if not quiet:
+        render.launched(record, json_=json_)
+    return record
+
+
+def _host_alive(record) -> bool:  # noqa: ANN001
+    from gpucli.errors import GpucliError
+    from gpucli.hosts import open_host
+
+    try:
+        host = open_host(record, connect_timeout_s=10)
+    except GpucliError:
+        return False
+    try:
+        return bool(record.pid) and host.is_running(record.pid)
+    finally:
+        host.close()
+
+
+def mirror(run: str = RUN_ARG) -> None:
+    """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
+    from gpucli import render_runs as render
+    from gpucli import runs
+    from gpucli.hosts import open_host
+    from gpucli.mirror import mirror_once, mirror_root
+
+    record = runs.resolve(run)
+    host = open_host(record)
+    try:
+        with render.transfer_progress("mirroring") as progress:
+            result = mirror_once(host, record, progress=progress, on_event=render.info)
+    finally:
+        host.close()
+    render.info(f"{record.name}: mirror in {mirror_root(record.name)}: "
+                + (f"new {result.checkpoint}" if result.checkpoint else
+                   f"up to date (step {result.step})" if result.step is not None else "no checkpoint yet")
+                + f", {result.metrics_rows} metrics rows")
+
+
+def watch(
+    run: str = RUN_ARG,
+    mirror_: bool = typer.Option(True, "--mirror/--no-mirror", help="Copy each new checkpoint to this machine."),
+    recover: bool = typer.Option(False, "--recover", help="Resume on a new pod when a spot pod is taken away."),
+    poll: float = typer.Option(30.0, "--poll", help="Seconds between checks."),
+) -> None:
+    """Stay attached to a run: mirror checkpoints, notice preemption, and (with --recover) resume."""
+    _watch(run, mirror=mirror_, recover=recover, poll_s=poll)
+
+
+def _watch(run: str | None, *, mirror: bool, recover: bool, poll_s: float, max_resumes: int = 5) -> None:
+    import os
+    import time
+
+    from gpucli import cloud, runs
+    from gpucli import render_runs as render
+    from gpucli.errors import GpucliError
+    from gpucli.hosts import open_host
+    from gpucli.mirror import mirror_once
+    from gpucli.monitor import status_of
+
+    poll_s = float(os.environ.get("GPUCLI_WATCH_POLL_S", poll_s))
+    name = runs.resolve(run).name
+    resumes = 0
+    render.info(f"watching {name}" + (" (mirroring checkpoints)" if mirror else "")
+                + (" (recovering from preemption)" if recover else "") + "; Ctrl-C detaches, the run goes on")
+    while True:
+        record = runs.load(name)
+        if record.status in ("stopped", "failed") and not record.active:
+            render.info(f"{name}: {record.status}; stopped watching")
+            return
+        try:
+            host = open_host(record, connect_timeout_s=15)
+            try:
+                if mirror:
+                    mirror_once(host, record, on_event=render.info)
+                st = status_of(host, record)
+            finally:
+                host.close()
+            if st.state == "finished":
+                runs.save(record.with_(status="finished", ended_at=runs.now_iso(), end_reason=st.finished_reason,
+                                       cost_usd=st.cost_usd))
+                render.info(f"{name}: finished ({st.finished_reason}); stopped watching")
+                return
+            gone = False
+        except GpucliError as exc:
+            gone = True
+            render.warn(f"{name}: cannot reach the pod ({exc})")
+        if gone or (record.provider in cloud.CLOUD_PROVIDERS and record.instance_id):
+            ps = cloud.pod_state(record) if record.provider in cloud.CLOUD_PROVIDERS else None
+            if ps is not None and ps.state in ("preempted", "exited", "failed", "gone"):
+                render.warn(f"{name}: {ps.describe}")
+                if not recover:
+                    render.info("not resuming (no --recover): `gpucli resume` continues it on a new pod")
+                    return
+                if resumes >= max_resumes:
+                    render.error(f"{name}: preempted {resumes} times; giving up (`gpucli resume` to try again)")
+                    return
+                resumes += 1
+                _resume(name, quiet=True)
+                render.info(f"{name}: resumed on a new pod ({resumes}/{max_resumes})")
+                continue
+        time.sleep(poll_s)
 
 
 def _cleanup_failed(run_name: str) -> None:
@@ -384,3 +559,6 @@ def register(app: typer.Typer) -> None:
     app.command("down")(down)
     app.command("sync")(sync)
     app.command("ssh")(ssh)
+    app.command("resume")(resume)
+    app.command("mirror")(mirror)
+    app.command("watch")(watch)
