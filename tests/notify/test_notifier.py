@@ -33,7 +33,7 @@ def test_429_waits_the_retry_after_telegram_asks_for(telegram_emulator):
     assert (n.sent, n.failed, n.dropped) == (1, 0, 0)
 
 
-def test_500_is_retried_a_bounded_number_of_times_then_counted(telegram_emulator, caplog):
+def test_500_is_retried_a_bounded_number_of_times_then_counted(telegram_emulator, notify_log):
     emu = telegram_emulator
     emu.set_fault("500")
     n = _notifier(emu, max_attempts=3)
@@ -41,11 +41,22 @@ def test_500_is_retried_a_bounded_number_of_times_then_counted(telegram_emulator
     assert emu.wait_for(lambda e: n.failed == 1, timeout=5)
     n.close()
     assert [r.status for r in emu.requests] == [500, 500, 500] and n.sent == 0
+    assert "send failed after 3 attempt(s): HTTP 500 Internal Server Error" in notify_log.text
 
 
-def test_a_rejected_token_turns_alerts_off_after_one_request(telegram_emulator, caplog):
-    emu = telegram_emulator
-    caplog.set_level(logging.WARNING, logger="trainer.notify")
+@pytest.fixture
+def notify_log(caplog, monkeypatch):
+    """caplog for trainer.notify alone (an in-process trainer test may have left the "trainer"
+    logger non-propagating with handlers on a closed stream)."""
+    logger = logging.getLogger("trainer.notify")
+    monkeypatch.setattr(logger, "handlers", [caplog.handler])
+    monkeypatch.setattr(logger, "propagate", False)
+    monkeypatch.setattr(logger, "level", logging.WARNING)
+    return caplog
+
+
+def test_a_rejected_token_turns_alerts_off_after_one_request(telegram_emulator, notify_log):
+    emu, caplog = telegram_emulator, notify_log
     n = Notifier("999999:WrongTokenValue_abcdef", emu.chat_id, api_base=emu.url, backoff_s=0.05)
     n.send("a")
     assert emu.wait_for(lambda e: n.failed == 1, timeout=5)
