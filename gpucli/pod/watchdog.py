@@ -132,7 +132,8 @@ def end_pod(provider: str, on_end: str, run_dir: Path) -> bool:
         if not pod or not key:
             log(run_dir, "RUNPOD_POD_ID / RUNPOD_API_KEY not in the pod environment: cannot stop the pod")
             return False
-        base = env.get("RUNPOD_API_BASE_URL") or "https://api.runpod.io/graphql"
+        # RUNPOD_API_BASE_URL is the API's base, as RunPod's SDK and gpucli read it: GraphQL is under it.
+        base = (env.get("RUNPOD_API_BASE_URL") or "https://api.runpod.io").rstrip("/") + "/graphql"
         mutation = "podTerminate" if on_end == "terminate" else "podStop"
         input_type = "PodTerminateInput" if on_end == "terminate" else "PodStopInput"
         body = {"query": f"mutation Stop($input: {input_type}!) {{ {mutation}(input: $input) }}"
@@ -159,6 +160,8 @@ def end_pod(provider: str, on_end: str, run_dir: Path) -> bool:
             log(run_dir, f"{provider} {on_end}: HTTP {status}" + ("" if ok else f" {text[:200]}"))
             if ok:
                 return True
+            if status in (401, 403):  # the key is refused: retrying cannot help
+                return False
         except (urllib.error.URLError, OSError) as exc:
             log(run_dir, f"{provider} {on_end} failed: {type(exc).__name__}: {exc}")
         if time.monotonic() > deadline:

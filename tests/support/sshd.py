@@ -5,13 +5,16 @@
     server.stop()
 
 ``kill_sessions()`` kills the per-connection sshd children (not the listener), which is how the fault
-tests cut a connection mid-transfer.
+tests cut a connection mid-transfer. ``set_env={"NAME": "value"}`` writes an sshd ``SetEnv`` line, so every
+session (exec, shell, sftp) and everything it starts sees those variables (the cloud emulators use it
+to hand a pod's processes its environment).
 """
 
 from __future__ import annotations
 
 import getpass
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +40,13 @@ def make_keypair(path: Path, kind: str = "ed25519") -> tuple[Path, str]:
     return path, path.with_suffix(path.suffix + ".pub").read_text().strip()
 
 
+def _set_env_item(name: str, value: str) -> str:
+    """One ``NAME=value`` word of an sshd_config ``SetEnv`` line (double-quoted when it has spaces)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or any(c in value for c in '"\n\r\\'):
+        raise ValueError(f"cannot pass {name!r} through sshd SetEnv")
+    return f'"{name}={value}"' if any(c.isspace() for c in value) else f"{name}={value}"
+
+
 @dataclass
 class SshServer:
     root: Path
@@ -48,7 +58,7 @@ class SshServer:
 
     @classmethod
     def start(cls, root: Path, authorized_keys: list[str], port: int | None = None,
-              timeout_s: float = 10.0) -> SshServer:
+              timeout_s: float = 10.0, set_env: dict[str, str] | None = None) -> SshServer:
         if not os.path.exists(SSHD):
             raise RuntimeError("openssh-server is not installed (scripts/test.sh installs it)")
         root.mkdir(parents=True, exist_ok=True)
@@ -76,6 +86,8 @@ class SshServer:
             "MaxSessions 64\n"
             "MaxStartups 64:30:128\n"
             "LogLevel ERROR\n"
+            # sshd honours only the first SetEnv line: every variable goes on that one line.
+            + (f"SetEnv {' '.join(_set_env_item(k, v) for k, v in set_env.items())}\n" if set_env else "")
         )
         log = open(root / "sshd.log", "ab")
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log,

@@ -4,11 +4,30 @@ Each emulator is a stdlib ``ThreadingHTTPServer`` on 127.0.0.1 with a random por
 per endpoint and consumed one request at a time, so a test says exactly which call misbehaves. Every
 pod that reaches "running" is a real OpenSSH sshd (``tests/support/sshd.py``) whose authorized_keys
 holds the key the client injected, so "SSH reached" means the key injection really worked.
+
+Pods are modelled as far as gpucli's guards need them:
+
+- **A pod environment.** Each pod has a fresh random *pod-scoped* key. The provider's variables
+  (RunPod: ``RUNPOD_POD_ID``, ``RUNPOD_API_KEY``, ``RUNPOD_API_BASE_URL``; vast: ``CONTAINER_ID``,
+  ``CONTAINER_API_KEY``, ``VAST_URL``) are written NUL-separated to ``<pod dir>/environ``, like a
+  container's ``/proc/1/environ``. SSH sessions do not get them (they do not on real pods either); they
+  get ``GPUCLI_POD_ENVIRON=<that file>`` (sshd ``SetEnv``), which is where the pod-side watchdog looks.
+- **Pod-scoped keys.** The API accepts a pod's key only for stopping or terminating that same pod
+  (``pod_key_allows``) and refuses it for anything else (``forbidden``); the key dies with the pod.
+- **Who ended a pod.** The ledger records ``by``: ``account-key`` (the user's API key),
+  ``pod-key`` (the pod's own key: the watchdog) or ``preemption`` (the provider).
+- **A pod takes its processes with it.** Every session also gets ``GPUCLI_EMU_POD=<marker>``, which
+  everything started in the pod inherits; stopping, terminating or preempting a pod SIGKILLs every
+  process whose ``/proc/PID/environ`` carries its marker, then stops its sshd. A process that asked
+  for its own pod's end dies before the answer reaches it, as it can in a real container.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import signal
 import threading
 import time
 from collections import deque
@@ -31,6 +50,7 @@ class LedgerEvent:
     label: str | None = None
     spot: bool = False
     bid: float | None = None
+    by: str | None = None  # who ended it: account-key | pod-key | preemption (None for "created")
 
 
 class Ledger:
@@ -47,6 +67,11 @@ class Ledger:
     def created(self) -> list[LedgerEvent]:
         with self._lock:
             return [e for e in self.events if e.event == "created"]
+
+    def ended(self, pod_id: str) -> list[LedgerEvent]:
+        """The pod's stop / terminate / preempt events, oldest first."""
+        with self._lock:
+            return [e for e in self.events if e.pod_id == pod_id and e.event != "created"]
 
     def alive(self) -> set[str]:
         """Pods created and not terminated (stopped pods still count: they still bill storage)."""
@@ -122,10 +147,20 @@ class EmuPod:
     exited: bool = False
     sshd: SshServer | None = None
     created_at: float = field(default_factory=time.time)
+    scoped_key: str = field(default_factory=lambda: "pod-" + secrets.token_urlsafe(24))
+    marker: str = field(default_factory=lambda: secrets.token_hex(8))  # GPUCLI_EMU_POD's value
+    environ_path: Path | None = None
 
-    def ensure_sshd(self, root: Path) -> SshServer:
+    def ensure_sshd(self, root: Path, environment: dict[str, str]) -> SshServer:
+        """Boot the pod: write its PID-1-style environment file and start its sshd."""
         if self.sshd is None:
-            self.sshd = SshServer.start(root / f"pod-{self.pod_id}", authorized_keys=self.keys)
+            folder = root / f"pod-{self.pod_id}"
+            folder.mkdir(parents=True, exist_ok=True)
+            self.environ_path = folder / "environ"
+            self.environ_path.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environment.items()))
+            os.chmod(self.environ_path, 0o600)
+            self.sshd = SshServer.start(folder, authorized_keys=self.keys, set_env={
+                "GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker})
         return self.sshd
 
     def add_key(self, key: str) -> None:
@@ -136,9 +171,55 @@ class EmuPod:
             (self.sshd.root / "authorized_keys").write_text("".join(k + "\n" for k in self.keys))
 
     def stop_sshd(self) -> None:
+        """The pod goes down: every process started in it dies (SIGKILL), then its sshd stops."""
+        kill_pod_processes(self.marker)
         if self.sshd is not None:
             self.sshd.stop()
             self.sshd = None
+
+
+def pod_process_ids(marker: str) -> list[int]:
+    """Processes started inside the pod: their environment carries ``GPUCLI_EMU_POD=<marker>``."""
+    needle = f"GPUCLI_EMU_POD={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def kill_pod_processes(marker: str, timeout_s: float = 5.0) -> int:
+    """SIGKILL every process of the pod (again, until none is left: one may fork meanwhile)."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        # Zombies keep their environ readable until reaped; only live ones count.
+        pids = [p for p in pod_process_ids(marker) if not _is_zombie(p)]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return len(killed)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 # --- HTTP server ------------------------------------------------------------------------------------
@@ -211,6 +292,7 @@ class EmulatorBase:
         self.behaviours: deque[PodBehaviour] = deque()
         self.default_behaviour: Callable[[], PodBehaviour] = PodBehaviour
         self.pods: dict[str, EmuPod] = {}
+        self.scoped_keys: dict[str, str] = {}  # a live pod's own key -> its pod id
         self.lock = threading.RLock()
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, body) as received
         self.auth_headers: list[str | None] = []
@@ -239,7 +321,7 @@ class EmulatorBase:
             self._server = None
         with self.lock:
             for pod in self.pods.values():
-                pod.stop_sshd()
+                pod.stop_sshd()  # the emulator going away takes every pod, and its processes, with it
 
     def next_behaviour(self) -> PodBehaviour:
         return self.behaviours.popleft() if self.behaviours else self.default_behaviour()
@@ -248,15 +330,54 @@ class EmulatorBase:
         with self.lock:
             return sum(1 for p in self.pods.values() if p.sshd is not None)
 
+    # pods
+    def add_pod(self, pod: EmuPod) -> None:
+        with self.lock:
+            self.pods[pod.pod_id] = pod
+            self.scoped_keys[pod.scoped_key] = pod.pod_id
+
+    def boot(self, pod: EmuPod) -> SshServer:
+        """Start the pod's sshd with its environment (idempotent)."""
+        return pod.ensure_sshd(self.root, self.pod_environment(pod))
+
+    def end_pod(self, pod_id: str, event: str, by: str) -> EmuPod | None:
+        """Stop ("stopped", "preempted") or terminate ("terminated") a pod: its processes die, its
+        sshd stops, the ledger says who did it. Returns the pod, or None when there is no such pod."""
+        with self.lock:
+            pod = self.pods.pop(pod_id, None) if event == "terminated" else self.pods.get(pod_id)
+            if pod is None:
+                return None
+            if event == "terminated":
+                self.scoped_keys.pop(pod.scoped_key, None)
+            else:
+                pod.stopped = True
+            pod.stop_sshd()
+        self.ledger.record(pod_id, event, label=pod.label if event == "terminated" else None, by=by)
+        return pod
+
+    def pod_key_of(self, pod_id: str) -> str:
+        """The pod's own scoped key (what its environment carries)."""
+        with self.lock:
+            return self.pods[pod_id].scoped_key
+
     # request path
     def dispatch(self, method: str, path: str, query: dict[str, str], body: Any,
                  headers: dict[str, str]) -> Reply:
+        auth = headers.get("Authorization") or ""
         with self.lock:
             self.requests.append((method, path, body))
             self.auth_headers.append(headers.get("Authorization"))
-        if headers.get("Authorization") != f"Bearer {self.api_key}":
-            return self.unauthorized()
+            own_pod = self.scoped_keys.get(auth[7:]) if auth.startswith("Bearer ") else None
         endpoint = self.classify(method, path, body)
+        if own_pod is not None:
+            # A pod's own key: good for ending that pod and nothing else.
+            if not self.pod_key_allows(own_pod, method, path, body, endpoint):
+                return self.forbidden(endpoint)
+            by = "pod-key"
+        elif auth == f"Bearer {self.api_key}":
+            by = "account-key"
+        else:
+            return self.unauthorized()
         fault = self.faults.take(endpoint)
         lose_answer = False
         no_capacity = False
@@ -278,7 +399,7 @@ class EmulatorBase:
                 time.sleep(fault.seconds)
             lose_answer = fault.kind == "lose_answer"
             no_capacity = fault.kind == "no_capacity"
-        reply = self.handle(method, path, query, body, endpoint, no_capacity=no_capacity)
+        reply = self.handle(method, path, query, body, endpoint, no_capacity=no_capacity, by=by)
         if lose_answer:
             return Reply(0, drop=True)
         return reply
@@ -288,8 +409,20 @@ class EmulatorBase:
         raise NotImplementedError
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
-               no_capacity: bool) -> Reply:
+               no_capacity: bool, by: str) -> Reply:
+        """``by`` is who is calling: account-key or pod-key (already limited to its own pod)."""
         raise NotImplementedError
+
+    def pod_environment(self, pod: EmuPod) -> dict[str, str]:
+        """The provider's variables in the pod's PID 1 environment."""
+        raise NotImplementedError
+
+    def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
+        """Whether pod ``pod_id``'s scoped key may make this request (only: end that same pod)."""
+        raise NotImplementedError
+
+    def forbidden(self, endpoint: str) -> Reply:
+        return Reply(403, {"error": "forbidden"})
 
     def unauthorized(self) -> Reply:
         return Reply(401, {"error": "unauthorized"})

@@ -10,6 +10,12 @@ Emulator-only strictness: mutations must take their input as a ``$input`` variab
 inline ``input: {...}`` literal is rejected), which is how the tests prove gpucli never string-builds
 GraphQL. What ``pod`` returns for an unknown id is not recorded anywhere; this emulator answers
 ``{"pod": null}``. The bid-too-low message is invented.
+
+Pods: each pod's environment carries ``RUNPOD_POD_ID``, a pod-scoped ``RUNPOD_API_KEY`` (a fresh
+random key; RunPod documents both as set in every pod) and ``RUNPOD_API_BASE_URL`` pointing here (a
+real pod leaves it unset and the default https://api.runpod.io is used). That key may run ``podStop``
+and ``podTerminate`` for its own ``podId`` only; anything else gets a GraphQL ``FORBIDDEN`` error at
+HTTP 200 (RunPod's error convention; the exact message is this emulator's).
 """
 
 from __future__ import annotations
@@ -64,6 +70,22 @@ class RunPodEmulator(EmulatorBase):
     def unauthorized(self) -> Reply:
         return Reply(401, text="Unauthorized")
 
+    def forbidden(self, endpoint: str) -> Reply:
+        return _gql_error("This API key is scoped to one pod: it can only stop or terminate that pod.",
+                          endpoint if endpoint not in ("other", "") else None, "FORBIDDEN")
+
+    def pod_environment(self, pod: EmuPod) -> dict[str, str]:
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "RUNPOD_POD_ID": pod.pod_id, "RUNPOD_API_KEY": pod.scoped_key, "RUNPOD_API_BASE_URL": self.url,
+                "RUNPOD_GPU_COUNT": str(pod.gpu_count), "RUNPOD_POD_HOSTNAME": f"{pod.pod_id}-64410065"}
+
+    def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
+        if endpoint not in ("stop", "terminate") or not isinstance(body, dict):
+            return False
+        variables = body.get("variables") or {}
+        target = (variables.get("input") or {}).get("podId") if isinstance(variables, dict) else None
+        return str(target) == pod_id
+
     def classify(self, method: str, path: str, body: Any) -> str:
         if method != "POST" or path.rstrip("/") != "/graphql" or not isinstance(body, dict):
             return "other"
@@ -75,7 +97,7 @@ class RunPodEmulator(EmulatorBase):
 
     # -- dispatch --------------------------------------------------------------------------------
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
-               no_capacity: bool) -> Reply:
+               no_capacity: bool, by: str) -> Reply:
         if method != "POST" or path.rstrip("/") != "/graphql":
             return Reply(404, text="Not Found")
         if not isinstance(body, dict) or not isinstance(body.get("query"), str):
@@ -108,22 +130,13 @@ class RunPodEmulator(EmulatorBase):
             return Reply(200, {"data": {"myself": {"pods": pods}}})
         if root == "podStop":
             pod_id = str((variables.get("input") or {}).get("podId"))
-            with self.lock:
-                pod = self.pods.get(pod_id)
-                if pod is None:
-                    return _gql_error("pod not found", root)
-                pod.stopped = True
-                pod.stop_sshd()
-            self.ledger.record(pod_id, "stopped")
+            if self.end_pod(pod_id, "stopped", by) is None:
+                return _gql_error("pod not found", root)
             return Reply(200, {"data": {"podStop": {"id": pod_id, "desiredStatus": "EXITED"}}})
         if root == "podTerminate":
             pod_id = str((variables.get("input") or {}).get("podId"))
-            with self.lock:
-                pod = self.pods.pop(pod_id, None)
-            if pod is None:
+            if self.end_pod(pod_id, "terminated", by) is None:
                 return _gql_error("pod not found to terminate", root)
-            pod.stop_sshd()
-            self.ledger.record(pod_id, "terminated", label=pod.label)
             return Reply(200, {"data": {"podTerminate": None}})
         return _gql_error(f'Cannot query field "{root}" on type "Query".', None, "GRAPHQL_VALIDATION_FAILED")
 
@@ -169,8 +182,7 @@ class RunPodEmulator(EmulatorBase):
         if env.get("PUBLIC_KEY"):
             for line in str(env["PUBLIC_KEY"]).splitlines():
                 pod.add_key(line)
-        with self.lock:
-            self.pods[pod_id] = pod
+        self.add_pod(pod)
         self.ledger.record(pod_id, "created", label=pod.label, spot=spot, bid=bid if spot else None)
         machine = "".join(self._rng.choice(string.ascii_lowercase) for _ in range(12))
         return Reply(200, {"data": {root: {
@@ -186,7 +198,7 @@ class RunPodEmulator(EmulatorBase):
         desired = "EXITED" if (pod.stopped or pod.exited) else "RUNNING"
         runtime = None
         if desired == "RUNNING" and not b.stuck and pod.polls > b.pending_polls:
-            sshd = pod.ensure_sshd(self.root) if advance or pod.sshd else None
+            sshd = self.boot(pod) if advance or pod.sshd else None
             if sshd is not None:
                 runtime = {
                     "uptimeInSeconds": int(max(0, pod.polls - b.pending_polls)),
@@ -209,8 +221,5 @@ class RunPodEmulator(EmulatorBase):
     # -- test controls ---------------------------------------------------------------------------
     def preempt(self, pod_id: str) -> None:
         """A spot pod stopped without notice mid-run (RunPod's behaviour per providers.md §4)."""
-        with self.lock:
-            pod = self.pods[pod_id]
-            pod.stopped = True
-            pod.stop_sshd()
-        self.ledger.record(pod_id, "preempted")
+        if self.end_pod(pod_id, "preempted", "preemption") is None:
+            raise KeyError(pod_id)

@@ -9,6 +9,12 @@ answering ``{"success": true, "new_contract": N}``, where a bid is the ``price``
 ``DELETE /api/v0/instances/{id}/`` with ``no_such_instance``; ``ports`` as a Docker map with a string
 ``HostPort``; ``actual_status`` null -> loading -> running. The no-capacity answer (``no_such_ask``) and
 the HTTP statuses of errors are this emulator's choices where the reference records none.
+
+Instances: each one's environment carries ``CONTAINER_ID`` and an instance-scoped ``CONTAINER_API_KEY``
+(a fresh random key, also the create answer's ``instance_api_key``; vast documents both as set in every
+instance) and ``VAST_URL`` pointing here. That key may ``PUT /api/v0/instances/{own id}/``
+``{"state": "stopped"}`` and ``DELETE`` its own id only; anything else answers 403 (the status and
+message are this emulator's choice).
 """
 
 from __future__ import annotations
@@ -104,6 +110,23 @@ class VastEmulator(EmulatorBase):
     def unauthorized(self) -> Reply:
         return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
 
+    def forbidden(self, endpoint: str) -> Reply:
+        return Reply(403, {"success": False, "error": "forbidden",
+                           "msg": "This key is scoped to one instance: it can only stop or destroy it."})
+
+    def pod_environment(self, pod: EmuPod) -> dict[str, str]:
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "CONTAINER_ID": pod.pod_id, "CONTAINER_API_KEY": pod.scoped_key, "VAST_URL": self.url,
+                "VAST_CONTAINERLABEL": f"C.{pod.pod_id}"}
+
+    def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
+        match = _INSTANCE.match(path)
+        if match is None or match.group(1) != pod_id:
+            return False
+        if endpoint == "terminate":
+            return True
+        return endpoint == "stop" and isinstance(body, dict) and body.get("state") == "stopped"
+
     def classify(self, method: str, path: str, body: Any) -> str:
         if path == "/api/v0/bundles/":
             return "search"
@@ -118,7 +141,7 @@ class VastEmulator(EmulatorBase):
         return "other"
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
-               no_capacity: bool) -> Reply:
+               no_capacity: bool, by: str) -> Reply:
         if endpoint == "search" and method == "POST":
             return self._search(body if isinstance(body, dict) else {})
         if endpoint == "create" and method == "PUT":
@@ -133,7 +156,7 @@ class VastEmulator(EmulatorBase):
             return Reply(200, {"success": True, "msg": "SSH key attached"})
         if endpoint in ("get", "terminate", "stop"):
             pod_id = _INSTANCE.match(path).group(1)  # type: ignore[union-attr]
-            return getattr(self, "_" + endpoint)(pod_id, body)
+            return getattr(self, "_" + endpoint)(pod_id, body, by)
         if path in ("/api/v0/instances/", "/api/v0/instances") and method == "GET":
             return Reply(410, {"success": False, "error": "gone", "msg": "Use /api/v1/instances/ instead"})
         if endpoint == "list" and method == "GET":
@@ -177,7 +200,7 @@ class VastEmulator(EmulatorBase):
                          spot=spot, bid=float(price) if isinstance(price, int | float) else None,
                          behaviour=self.next_behaviour())
             pod.stopped = bool(too_low)
-            self.pods[pod_id] = pod
+            self.add_pod(pod)
             if not self.offers_rentable_again:
                 offer["rentable"] = False
         self.ledger.record(pod_id, "created", label=pod.label, spot=spot, bid=pod.bid)
@@ -185,7 +208,7 @@ class VastEmulator(EmulatorBase):
             return Reply(400, {"success": False, "error": "invalid_price",
                                "msg": f"Bid price {price} is below the minimum {offer['min_bid']}",
                                "new_contract": int(pod_id)})
-        return Reply(200, {"success": True, "new_contract": int(pod_id), "instance_api_key": "d15a0000"})
+        return Reply(200, {"success": True, "new_contract": int(pod_id), "instance_api_key": pod.scoped_key})
 
     def _render(self, pod: EmuPod, *, advance: bool) -> dict[str, Any]:
         b = pod.behaviour
@@ -209,7 +232,7 @@ class VastEmulator(EmulatorBase):
             inst["actual_status"] = None if pod.polls <= 1 and not b.stuck else "loading"
             inst["status_msg"] = "Pulling image"
         else:
-            sshd = pod.ensure_sshd(self.root) if advance or pod.sshd else None
+            sshd = self.boot(pod) if advance or pod.sshd else None
             if sshd is not None:
                 inst.update(actual_status="running", ssh_host="127.0.0.1", ssh_port=sshd.port,
                             ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(sshd.port)}]},
@@ -218,7 +241,7 @@ class VastEmulator(EmulatorBase):
                 inst["actual_status"] = "loading"
         return inst
 
-    def _get(self, pod_id: str, body: Any) -> Reply:
+    def _get(self, pod_id: str, body: Any, by: str) -> Reply:
         with self.lock:
             pod = self.pods.get(pod_id)
             if pod is None:
@@ -226,24 +249,18 @@ class VastEmulator(EmulatorBase):
             pod.polls += 1
             return Reply(200, {"instances": self._render(pod, advance=True)})
 
-    def _terminate(self, pod_id: str, body: Any) -> Reply:
-        with self.lock:
-            pod = self.pods.pop(pod_id, None)
-        if pod is None:
+    def _terminate(self, pod_id: str, body: Any, by: str) -> Reply:
+        if self.end_pod(pod_id, "terminated", by) is None:
             return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
-        pod.stop_sshd()
-        self.ledger.record(pod_id, "terminated", label=pod.label)
         return Reply(200, {"success": True})
 
-    def _stop(self, pod_id: str, body: Any) -> Reply:
+    def _stop(self, pod_id: str, body: Any, by: str) -> Reply:
         with self.lock:
-            pod = self.pods.get(pod_id)
-            if pod is None:
+            if pod_id not in self.pods:
                 return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
-            if isinstance(body, dict) and body.get("state") == "stopped":
-                pod.stopped = True
-                pod.stop_sshd()
-        self.ledger.record(pod_id, "stopped")
+            if not (isinstance(body, dict) and body.get("state") == "stopped"):
+                return Reply(200, {"success": True})  # another state change: nothing this emulator models
+            self.end_pod(pod_id, "stopped", by)
         return Reply(200, {"success": True})
 
     def _list(self, query: dict[str, str]) -> Reply:
@@ -260,8 +277,5 @@ class VastEmulator(EmulatorBase):
     # -- test controls ---------------------------------------------------------------------------
     def preempt(self, pod_id: str) -> None:
         """Outbid / interrupted: cur_state, intended_status and next_state all become "stopped"."""
-        with self.lock:
-            pod = self.pods[pod_id]
-            pod.stopped = True
-            pod.stop_sshd()
-        self.ledger.record(pod_id, "preempted")
+        if self.end_pod(pod_id, "preempted", "preemption") is None:
+            raise KeyError(pod_id)
