@@ -230,6 +230,31 @@ def secrets_env() -> dict[str, str]:
     return env
 
 
+def _step_of(checkpoint: Path) -> int:
+    import json
+
+    try:
+        return int(json.loads((checkpoint / "meta.json").read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return int(checkpoint.name.rsplit("_", 1)[-1])
+
+
+def metrics_until(data: bytes, step: int) -> bytes:
+    """The metrics rows up to a checkpoint's step: the steps after it are trained again on the new
+    pod, so dropping them makes the curve join up instead of repeating a stretch."""
+    import json
+
+    keep = []
+    for line in data.splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] <= step:
+            keep.append(line if line.endswith(b"\n") else line + b"\n")
+    return b"".join(keep)
+
+
 def launch_inputs(req: LaunchRequest, **more: Any) -> dict[str, Any]:
     """What `gpucli resume` needs to resolve the same launch again (JSON-safe, no secrets)."""
     import dataclasses
@@ -286,7 +311,8 @@ def start_on_host(host: Any, resolved: ResolvedLaunch, record: RunRecord, *, on_
         on_event(f"restoring checkpoint {restore.name} from this machine")
         host.sync_up(restore, f"{wd}/checkpoints/{restore.name}", excludes=[])
         if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
-            host.write_file(f"{wd}/metrics.jsonl", metrics.read_bytes(), mode=0o644)
+            host.write_file(f"{wd}/metrics.jsonl", metrics_until(metrics.read_bytes(), _step_of(restore)),
+                            mode=0o644)
     config = _config_for_time_spent(resolved, record)
     host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
     host.write_env_file(f"{wd}/env", secrets_env())
