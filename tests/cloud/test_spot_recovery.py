@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
