@@ -342,7 +342,7 @@ def _live_status(record):  # noqa: ANN001, ANN202
         host = open_host(record, connect_timeout_s=10)
     except GpucliError as exc:
         if not record.active:
-            return RunStatus(state=record.status)
+            return RunStatus(state=record.status, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd)
         from gpucli import cloud
 
         # A cloud pod that SSH cannot reach: ask the provider why (preempted, exited, gone).
@@ -353,7 +353,11 @@ def _live_status(record):  # noqa: ANN001, ANN202
     finally:
         host.close()
     if record.active and st.state in ("finished", "failed"):
-        runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason))
+        # The metered cost (elapsed on the pod x price) is kept with the finished run.
+        runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
+                               cost_usd=st.cost_usd))
+    elif not record.active and record.cost_usd is None and st.cost_usd is not None:
+        runs.save(record.with_(cost_usd=st.cost_usd))
     return st
 
 
@@ -364,7 +368,8 @@ def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="C
     from gpucli.monitor import RunStatus
 
     records = runs.list_runs()
-    statuses = [(r, _live_status(r) if (r.active or all_) else RunStatus(state=r.status)) for r in records]
+    statuses = [(r, _live_status(r) if (r.active or all_) else
+                 RunStatus(state=r.status, cost_usd=r.cost_usd, usd_per_hour=r.price_per_hour_usd)) for r in records]
     render.runs_table(statuses, json_=json_)
 
 
