@@ -461,8 +461,15 @@ def down(
     if not keep:
         ended_pod = cloud.terminate(record)
     final = "stopped" if record.active else record.status
+    cost = record.cost_usd
+    created = runs.parse_iso(record.created_at)
+    if cost is None and record.price_per_hour_usd and created is not None:
+        import datetime as dt
+
+        # What the machine billed: from creation (provisioning included) until now.
+        cost = (dt.datetime.now(dt.timezone.utc) - created).total_seconds() / 3600 * record.price_per_hour_usd
     runs.save(record.with_(status=final, ended_at=record.ended_at or runs.now_iso(),
-                           end_reason=record.end_reason or ("down" if was_running else None)))
+                           end_reason=record.end_reason or ("down" if was_running else None), cost_usd=cost))
     render.downed(record, was_running=was_running, ended_pod=ended_pod)
 
 
