@@ -13,11 +13,11 @@ terminate", which is success here.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gpucli.errors import NoCapacityError, ProviderError
+from gpucli.providers.api import ApiProvider
 from gpucli.providers.base import (
     LABEL_PREFIX,
     CreateAnswerLost,
@@ -26,10 +26,9 @@ from gpucli.providers.base import (
     InstanceState,
     LaunchSpec,
     Offer,
-    Provider,
 )
-from gpucli.providers.credentials import resolve_key, runpod_base_url
-from gpucli.providers.http import HttpClient, RequestMaybeSent, RetryPolicy
+from gpucli.providers.credentials import runpod_base_url
+from gpucli.providers.http import RequestMaybeSent
 from gpucli.query import Query, parse_order
 
 log = logging.getLogger(__name__)
@@ -79,41 +78,18 @@ _NO_CAPACITY_PHRASES = (
 _GONE_PHRASES = ("pod not found", "not found to terminate", "pod does not exist")
 
 
-class RunPodProvider(Provider):
+class RunPodProvider(ApiProvider):
     """RunPod pods. Offers are GPU types at their lowest current price, one per GPU count."""
 
     name = "runpod"
+    service = SERVICE
 
-    def __init__(self, *, api_key: str | None = None, base_url: str | None = None,
-                 policy: RetryPolicy | None = None, sleep: Callable[[float], None] | None = None,
-                 ssh_user: str | None = None, gpu_counts: tuple[int, ...] = DEFAULT_GPU_COUNTS,
-                 read_timeout_s: float = 60.0) -> None:
-        self._api_key = api_key
-        self._base_url = base_url
-        self._policy = policy
-        self._sleep = sleep
-        self._read_timeout_s = read_timeout_s
-        self._ssh_user = ssh_user
+    def __init__(self, *, gpu_counts: tuple[int, ...] = DEFAULT_GPU_COUNTS, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.gpu_counts = gpu_counts
-        self._client: HttpClient | None = None
 
-    # -- plumbing ----------------------------------------------------------------------------------
-    @property
-    def http(self) -> HttpClient:
-        """Built on first use so that constructing a provider never needs a key."""
-        if self._client is None:
-            key = self._api_key or resolve_key("runpod").value
-            kwargs: dict[str, Any] = {"policy": self._policy, "read_timeout_s": self._read_timeout_s}
-            if self._sleep is not None:
-                kwargs["sleep"] = self._sleep
-            self._client = HttpClient(self._base_url or runpod_base_url(), api_key=key, service=SERVICE,
-                                      **kwargs)
-        return self._client
-
-    @property
-    def ssh_user(self) -> str:
-        # RunPod images log in as root; the override serves custom images and the test emulators.
-        return self._ssh_user or os.environ.get("GPUCLI_POD_SSH_USER") or "root"
+    def default_base_url(self) -> str:
+        return runpod_base_url()
 
     def _graphql(self, document: str, variables: Mapping[str, Any] | None, *, what: str,
                  idempotent: bool = True) -> dict[str, Any]:

@@ -13,12 +13,12 @@ is a Docker map whose ``HostPort`` is a string.
 from __future__ import annotations
 
 import logging
-import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
+from gpucli.providers.api import ApiProvider
 from gpucli.providers.base import (
     LABEL_PREFIX,
     CreateAnswerLost,
@@ -27,10 +27,9 @@ from gpucli.providers.base import (
     InstanceState,
     LaunchSpec,
     Offer,
-    Provider,
 )
-from gpucli.providers.credentials import resolve_key, vast_base_url
-from gpucli.providers.http import HttpClient, HttpResponse, RequestMaybeSent, RetryPolicy
+from gpucli.providers.credentials import vast_base_url
+from gpucli.providers.http import HttpResponse, RequestMaybeSent
 from gpucli.query import Query, parse_query
 
 log = logging.getLogger(__name__)
@@ -55,38 +54,18 @@ _STATES = {
 }
 
 
-class VastProvider(Provider):
+class VastProvider(ApiProvider):
     """vast.ai instances. Offers come from the live marketplace; a bid is always explicit."""
 
     name = "vast"
+    service = SERVICE
 
-    def __init__(self, *, api_key: str | None = None, base_url: str | None = None,
-                 policy: RetryPolicy | None = None, sleep: Callable[[float], None] | None = None,
-                 ssh_user: str | None = None, runtype: str = "ssh_direct",
-                 read_timeout_s: float = 60.0) -> None:
-        self._api_key = api_key
-        self._base_url = base_url
-        self._policy = policy
-        self._sleep = sleep
-        self._ssh_user = ssh_user
-        self._read_timeout_s = read_timeout_s
+    def __init__(self, *, runtype: str = "ssh_direct", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.runtype = runtype
-        self._client: HttpClient | None = None
 
-    @property
-    def http(self) -> HttpClient:
-        if self._client is None:
-            key = self._api_key or resolve_key("vast").value
-            kwargs: dict[str, Any] = {"policy": self._policy, "read_timeout_s": self._read_timeout_s}
-            if self._sleep is not None:
-                kwargs["sleep"] = self._sleep
-            self._client = HttpClient(self._base_url or vast_base_url(), api_key=key, service=SERVICE,
-                                      **kwargs)
-        return self._client
-
-    @property
-    def ssh_user(self) -> str:
-        return self._ssh_user or os.environ.get("GPUCLI_POD_SSH_USER") or "root"
+    def default_base_url(self) -> str:
+        return vast_base_url()
 
     # -- offers ------------------------------------------------------------------------------------
     def search_offers(self, query: Query | None = None, *, spot: bool = False, limit: int = 50,

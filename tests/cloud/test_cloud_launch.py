@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpucli import runs
-from gpucli.cli import main
+from tests.support.cli import cli, rows_of, wait_for
 from tests.support.emulators import PodBehaviour
 
 TINY = ["--model", "tiny", "--set", "hardware.device=cpu", "--set", "hardware.compile=false",
@@ -30,35 +30,10 @@ TINY = ["--model", "tiny", "--set", "hardware.device=cpu", "--set", "hardware.co
         "--val-interval", "5", "--steps", "400"]
 
 
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    from gpucli import render
-
-    render.reset_consoles()
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def launch(capsys, tmp_path: Path, provider: str, name: str, *extra: str) -> tuple[int, str, str]:
     return cli(capsys, "launch", "--provider", provider, "--profile", "rtx4090", "--phase", "fast", "--name", name,
                "--workdir", str(tmp_path / "pod" / name), "--python", sys.executable, "--ready-timeout", "20",
                *TINY, *extra)
-
-
-def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def rows_of(capsys, name: str) -> list[dict]:
-    code, out, err = cli(capsys, "tail", name, "--no-follow", "--json")
-    assert code == 0, err
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def error_lines(err: str) -> list[str]:

@@ -11,44 +11,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gpucli import runs
-from gpucli.cli import main
+from tests.support.cli import FAST_TRAINER, cli, rows_of, wait_for
 
-FAST = ["--set", "model.max_seq_len=64", "--set", "training.seq_len=64", "--set", "training.batch_size=4",
-        "--set", "data.max_bytes=400000", "--set", "training.checkpoint_interval=5",
-        "--set", "training.log_interval=1", "--set", "training.val_batches=2",
-        "--set", "training.eval_max_new_tokens=4", "--set", "training.tcf=false",
-        "--val-interval", "5", "--steps", "400"]
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    from gpucli import render
-
-    render.reset_consoles()
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def wait_for(predicate, timeout_s: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def rows_of(capsys, name: str) -> list[dict]:
-    code, out, _ = cli(capsys, "tail", name, "--no-follow", "--json")
-    assert code == 0
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
+FAST = ["--set", "data.max_bytes=400000", *FAST_TRAINER]
 
 
 def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> None:
