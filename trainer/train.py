@@ -214,8 +214,9 @@ def write_status(out_dir: Path, **fields: Any) -> None:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, d: Dist) -> None:
+    def __init__(self, cfg: Config, d: Dist, started_at: float | None = None) -> None:
         self.cfg, self.d = cfg, d
+        self.started_at = started_at  # when this process's work began (epoch s); None: when run() starts
         t = cfg.training
         self.out_dir = Path(t.out_dir)
         self.ckpt_root = self.out_dir / "checkpoints"
@@ -654,7 +655,8 @@ class Trainer:
 
     def run(self) -> str:
         t, d = self.cfg.training, self.d
-        self.t_start = time.time()
+        # This process's share of elapsed() (and so of the caps and cost_usd) includes its own startup.
+        self.t_start = self.started_at or time.time()
         self.resume(t.resume)
         print0(f"model {self.raw.num_params() / 1e6:.2f}M params (excl. positions), "
                f"{'FSDP' if self.fsdp else 'DDP' if d.world > 1 else 'single'} x{d.world} on {self.device}, "
@@ -756,7 +758,20 @@ def parse_argv(argv: list[str]) -> tuple[str | None, list[str]]:
     return config_path, overrides
 
 
+def process_started_at() -> float | None:
+    """When this process started (epoch s), from /proc; None where there is no /proc."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    # The hour and dollar caps count from the process's start: the pod bills while the trainer imports
+    # torch, prepares data and builds the model. Called in-process (argv given), the run starts now.
+    started_at = (process_started_at() if argv is None else None) or time.time()
     argv = sys.argv[1:] if argv is None else argv
     trainer: Trainer | None = None
     try:
@@ -768,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
         d.barrier()
         setup_logging(out_dir, d.master)
-        trainer = Trainer(cfg, d)
+        trainer = Trainer(cfg, d, started_at=started_at)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
