@@ -258,13 +258,17 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             payload = json.dumps(reply.body).encode()
             ctype = "application/json"
-        self.send_response(reply.status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(payload)))
-        for k, v in reply.headers.items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(payload)))
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            # The caller is gone: e.g. a process in a pod that asked for its own pod's end died with it.
+            self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802
         self._serve("GET")
