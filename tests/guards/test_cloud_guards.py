@@ -21,7 +21,8 @@ import pytest
 
 from gpucli import runs
 from gpucli.errors import GpucliError
-from tests.cloud.test_cloud_launch import TINY, cli, emulator_for, wait_for
+from tests.cloud.test_cloud_launch import TINY, emulator_for
+from tests.support.cli import cli, wait_for
 from tests.support.emulators.common import pod_process_ids
 
 
