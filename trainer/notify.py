@@ -8,7 +8,8 @@ The run calls one method per event (``checkpoint_saved``, ``ppl_spike``, ...); e
   an HTTP 429 waits the ``parameters.retry_after`` Telegram asks for (up to ``max_retry_after_s``);
 * a full queue drops the new message and counts it (``dropped``) instead of growing;
 * a rejected token (401/403/404) turns sending off for the rest of the run after one warning;
-* :meth:`Notifier.close` waits at most ``wait_s`` for what is still queued, one try each.
+* :meth:`Notifier.close` waits at most ``wait_s`` for what is still queued, one try each, the final
+  alert (training complete or error) first.
 
 The token is only ever part of the request URL. It is kept in a :class:`Secret` whose ``str`` and
 ``repr`` are masked, and every text that reaches a log line is passed through :func:`scrub`, because
@@ -166,13 +167,15 @@ def read_log_tail(path: str | os.PathLike[str], lines: int = 15, max_bytes: int 
 class _Message:
     text: str
     silent: bool = False
+    final: bool = False  # training complete / error: sent first when the run is closing
 
 
 class Notifier:
     """Sends training events to a Telegram chat; a no-op without a token and chat id (or when disabled).
 
-    ``sent``, ``failed`` (gave up after retries, or rejected) and ``dropped`` (queue full, or sending
-    was off after a rejected token) count messages; none of them ever raises into the caller.
+    ``sent``, ``failed`` (gave up after retries, or rejected), ``dropped`` (queue full, sending off
+    after a rejected token, or past close()'s deadline) and ``pending`` (no outcome yet) count
+    messages; nothing here ever raises into the caller.
     """
 
     def __init__(self, bot_token: str | None = None, chat_id: str | None = None, enabled: bool = True,
@@ -193,6 +196,8 @@ class Notifier:
         self.sent = 0
         self.failed = 0
         self.dropped = 0
+        self.queued = 0
+        self._dropped_late = 0  # dropped after being queued (past close()'s deadline, token rejected)
         self._rejected = False
         self._closing = threading.Event()
         self._closed = False  # close() returned: the thread, if still stuck in a request, stays quiet
@@ -207,10 +212,15 @@ class Notifier:
         return (f"Notifier(enabled={self.enabled}, sent={self.sent}, failed={self.failed}, "
                 f"dropped={self.dropped})")
 
+    @property
+    def pending(self) -> int:
+        """Queued messages with no outcome yet (after close(): the ones abandoned in flight)."""
+        return max(0, self.queued - self.sent - self.failed - self._dropped_late)
+
     def wants(self, event: str | None) -> bool:
         return self.enabled and (event is None or self.events is None or event in self.events)
 
-    def send(self, text: str, event: str | None = None, silent: bool = False) -> bool:
+    def send(self, text: str, event: str | None = None, silent: bool = False, final: bool = False) -> bool:
         """Queue ``text`` unless ``event`` is filtered out; returns whether it was queued. Never blocks."""
         if not self.wants(event):
             return False
@@ -221,7 +231,8 @@ class Notifier:
             text = text[: MAX_TEXT - 3] + "..."
         try:
             token = self._token.reveal()
-            self._q.put_nowait(_Message(text.replace(token, "****") if token else text, silent))
+            self._q.put_nowait(_Message(text.replace(token, "****") if token else text, silent, final))
+            self.queued += 1
         except queue.Full:
             self.dropped += 1
             return False
@@ -244,12 +255,12 @@ class Notifier:
         if not self.wants("training_complete"):
             return False
         return self.send(format_training_complete(total_steps, final_ppl, duration_hours, reason, cost_usd),
-                         "training_complete")
+                         "training_complete", final=True)
 
     def error_occurred(self, error: str, step: int, log_tail: str | None = None) -> bool:
         if not self.wants("error_occurred"):
             return False
-        return self.send(format_error_occurred(error, step, log_tail), "error_occurred")
+        return self.send(format_error_occurred(error, step, log_tail), "error_occurred", final=True)
 
     def ppl_spike(self, step: int, ppl: float, avg_ppl: float) -> bool:
         if not self.wants("ppl_spike"):
@@ -273,14 +284,36 @@ class Notifier:
             msg = self._q.get()
             if msg is None:
                 return
-            if self._rejected or time.monotonic() > self._deadline:
-                self.dropped += 1
-                continue
+            if self._closing.is_set():
+                # The run is ending and the backlog may not all fit in close()'s time: the final
+                # alert (complete / error) goes first, the rest after it in order.
+                backlog = [msg, *self._drain()]
+                backlog.sort(key=lambda m: not m.final)
+                for m in backlog:
+                    self._try(m)
+                return
+            self._try(msg)
+
+    def _drain(self) -> list[_Message]:
+        out = []
+        while True:
             try:
-                self._deliver(msg)
-            except Exception as e:  # noqa: BLE001 - a notification must never take training down
-                self.failed += 1
-                self._warn("telegram: send failed: %s", self._safe(e))
+                m = self._q.get_nowait()
+            except queue.Empty:
+                return out
+            if m is not None:
+                out.append(m)
+
+    def _try(self, msg: _Message) -> None:
+        if self._rejected or time.monotonic() > self._deadline:
+            self.dropped += 1
+            self._dropped_late += 1
+            return
+        try:
+            self._deliver(msg)
+        except Exception as e:  # noqa: BLE001 - a notification must never take training down
+            self.failed += 1
+            self._warn("telegram: send failed: %s", self._safe(e))
 
     def _warn(self, fmt: str, *args: object) -> None:
         if not self._closed:
@@ -380,5 +413,6 @@ class Notifier:
             try:
                 if self._q.get_nowait() is not None:
                     self.dropped += 1
+                    self._dropped_late += 1
             except queue.Empty:
                 break

@@ -17,11 +17,11 @@ from tests.support.telegram import TelegramEmulator
 from tests.trainer.conftest import REPO, tiny_args, trainer_env
 
 # Every alert in a 20-step run: stage 2 from step 10, checkpoints and validations at 10 and 20, a
-# cost update every 0.36 s, and a spike factor so low that every logged step after the first 5 is
+# cost update every 0.11 s, and a spike factor so low that every logged step after the first 5 is
 # a "spike" (the loss falls, so a real 2x spike cannot be forced without faking the loss).
 ALERT_ARGS: dict[str, object] = {
     "training.stage1_steps": 10, "training.stage2_steps": 10, "training.stage2_seq_len": 32,
-    "training.spike_factor": 0.1, "limits.price_per_hour": 2.39, "notifications.cost_update_hours": "0.0001",
+    "training.spike_factor": 0.1, "limits.price_per_hour": 2.39, "notifications.cost_update_hours": "0.00003",
     "notifications.telegram.enabled": "true",
 }
 

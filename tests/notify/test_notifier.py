@@ -81,6 +81,24 @@ def test_a_hanging_telegram_never_blocks_send_and_the_queue_stays_bounded(telegr
     assert n.sent == 0 and n.sent + n.failed + n.dropped <= 50
 
 
+def test_at_close_the_final_alert_goes_before_the_backlog(telegram_emulator):
+    emu = telegram_emulator
+    emu.set_fault("slow", delay_s=0.3)
+    n = _notifier(emu)
+    n.send("spike 0")
+    assert emu.wait_for(lambda e: e.requests, timeout=3)  # in flight when the run ends
+    for i in range(1, 10):
+        n.send(f"spike {i}")
+    n.training_complete(10, 30.0, 0.5)
+    t0 = time.perf_counter()
+    n.close(wait_s=1.0)
+    assert time.perf_counter() - t0 < 1.3
+    assert emu.wait_for(lambda e: len(e.messages) >= 2, timeout=3)
+    first, second = emu.texts()[:2]
+    assert first == "spike 0" and fields(second)["title"] == "Training Complete"
+    assert n.sent >= 2 and n.sent + n.failed + n.dropped + n.pending == 11
+
+
 def test_dropped_connections_and_a_down_server_are_failures_not_exceptions(telegram_emulator):
     emu = telegram_emulator
     emu.set_fault("drop", count=1)
