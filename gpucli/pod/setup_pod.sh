@@ -14,21 +14,21 @@ import sys
 if sys.version_info < (3, 10):
     sys.exit(f"setup_pod: Python {sys.version.split()[0]} is too old; the trainer needs 3.10+")
 PYEOF
-missing=""
-for mod in torch numpy yaml; do
-    "$PY" -c "import $mod" >/dev/null 2>&1 || missing="$missing $mod"
-done
+# One interpreter start for every check (importing torch alone takes seconds).
+missing=$("$PY" - <<'PYEOF'
+import importlib.util
+need = {"torch": "torch", "numpy": "numpy", "yaml": "pyyaml"}
+print(" ".join(pkg for mod, pkg in need.items() if importlib.util.find_spec(mod) is None))
+PYEOF
+)
 if [ -n "$missing" ]; then
-    pkgs=""
-    for m in $missing; do
-        case "$m" in yaml) pkgs="$pkgs pyyaml" ;; *) pkgs="$pkgs $m" ;; esac
-    done
-    echo "setup_pod: installing$pkgs"
+    echo "setup_pod: installing $missing"
     # shellcheck disable=SC2086
-    "$PY" -m pip install --quiet $pkgs
+    "$PY" -m pip install --quiet $missing
 fi
-for opt in tokenizers tensorboard; do
-    "$PY" -c "import $opt" >/dev/null 2>&1 || "$PY" -m pip install --quiet "$opt" >/dev/null 2>&1 || \
+optional=$("$PY" -c "import importlib.util as u; print(' '.join(m for m in ('tokenizers', 'tensorboard') if u.find_spec(m) is None))")
+for opt in $optional; do
+    "$PY" -m pip install --quiet "$opt" >/dev/null 2>&1 || \
         echo "setup_pod: optional $opt not installed (the trainer works without it)"
 done
 command -v setsid >/dev/null 2>&1 || { echo "setup_pod: setsid missing (util-linux)" >&2; exit 3; }

@@ -105,10 +105,8 @@ def pod_environ() -> dict[str, str]:
         key, sep, value = item.partition(b"=")
         if sep:
             env[key.decode(errors="replace")] = value.decode(errors="replace")
-    for key in ("RUNPOD_POD_ID", "RUNPOD_API_KEY", "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_API_BASE_URL",
-                "VAST_URL"):
-        if os.environ.get(key):
-            env.setdefault(key, os.environ[key])
+    # Only the pod's own environment counts: a key that merely happens to be exported in this process
+    # (an account key, say) is never used to end the pod.
     return env
 
 
