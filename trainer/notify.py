@@ -390,6 +390,10 @@ class Notifier:
                     pass
                 if delay > self.max_retry_after_s:
                     attempt = self.max_attempts  # Telegram wants a longer pause than a message is worth
+            if (attempt < self.max_attempts and status == 429 and self._closing.is_set()
+                    and time.monotonic() + delay < self._deadline):
+                time.sleep(delay)  # closing: no backoff retries, but Telegram's own wait if it fits
+                continue
             if attempt >= self.max_attempts or not self._pause(delay):
                 self.failed += 1
                 self._warn("telegram: send failed after %d attempt(s): %s", attempt, err)

@@ -33,6 +33,16 @@ def test_429_waits_the_retry_after_telegram_asks_for(telegram_emulator):
     assert (n.sent, n.failed, n.dropped) == (1, 0, 0)
 
 
+def test_at_close_a_short_retry_after_is_still_honoured(telegram_emulator):
+    emu = telegram_emulator
+    emu.set_fault("429", count=1, retry_after=1)
+    n = _notifier(emu)
+    n.training_complete(10, 30.0, 0.5)
+    n.close(wait_s=3.0)
+    assert [r.status for r in emu.requests] == [429, 200] and n.sent == 1
+    assert emu.requests[1].at - emu.requests[0].at >= 0.95
+
+
 def test_500_is_retried_a_bounded_number_of_times_then_counted(telegram_emulator, notify_log):
     emu = telegram_emulator
     emu.set_fault("500")
