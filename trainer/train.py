@@ -721,7 +721,8 @@ class Trainer:
         if self.notifier.enabled:
             self.notifier.close(wait_s=min(5.0, self.cfg.notifications.telegram.timeout_s))
             n = self.notifier
-            print0(f"telegram: {n.sent} sent, {n.failed} failed, {n.dropped} dropped")
+            print0(f"telegram: {n.sent} sent, {n.failed} failed, {n.dropped} dropped"
+                   + (f", {n.pending} abandoned at exit" if n.pending else ""))
 
 
 # ---------------------------------------------------------------------------------------------
