@@ -23,6 +23,7 @@ import time
 
 PLANNER_SNIPPET = r"""
 import datetime as dt, json, random, sys, time
+from operator import attrgetter
 from gpucli.catalog import load_catalog
 from gpucli.planner import PlanRequest, PriceQuote, Setup, make_plan, pareto_front
 n = int(sys.argv[1])
@@ -38,18 +39,20 @@ t0 = time.perf_counter()
 plan = make_plan(cat, req, setups=setups)
 t1 = time.perf_counter()
 runnable = [e for e in plan.estimates if e.runs]
-t2 = time.perf_counter()
-front = pareto_front(runnable, lambda e: e.point)
-t3 = time.perf_counter()
+times = []
+for _ in range(5):  # the shared host is noisy: the best of five, and their median, are both reported
+    t2 = time.perf_counter()
+    front = pareto_front(runnable, attrgetter("hours", "cost_usd"))  # as make_plan calls it
+    times.append(time.perf_counter() - t2)
+times.sort()
 print(json.dumps({"offers": n, "runnable": len(runnable), "front": len(front.members),
-                  "make_plan_s": t1 - t0, "front_s": t3 - t2}))
+                  "make_plan_s": t1 - t0, "front_s": times[2], "front_min_s": times[0]}))
 """
 
 
 def time_process(cmd: list[str], runs: int) -> list[float]:
     times = []
     env = dict(os.environ, COLUMNS="120")
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # warm the file cache
     for _ in range(runs):
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -65,16 +68,25 @@ def main() -> None:
     ap.add_argument("--offers", type=int, default=100_000)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
+    # Warm the file cache and the .pyc files once (a first run after install compiles everything).
+    for cmd in ([sys.executable, "-c", "pass"], [shutil.which("gpucli") or sys.executable, "--help"]):
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     exe = shutil.which("gpucli")
     gpucli = [exe] if exe else [sys.executable, "-m", "gpucli.cli"]
-    results = {}
-    for name, cmd, target in (
+    cases = (
         ("python -c pass (floor)", [sys.executable, "-c", "pass"], None),
         ("gpucli --help", gpucli + ["--help"], 0.15),
         ("gpucli plan --model 1b", gpucli + ["plan", "--model", "1b"], 0.40),
-    ):
-        t = time_process(cmd, args.runs)
+    )
+    # Interleaved, so the host's noise falls on every case alike.
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    for _ in range(args.runs):
+        for name, cmd, _ in cases:
+            samples[name] += time_process(cmd, 1)
+    results = {}
+    for name, _, target in cases:
+        t = samples[name]
         results[name] = {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "target_s": target}
 
     fronts = []
@@ -84,6 +96,7 @@ def main() -> None:
         fronts.append(json.loads(out.stdout))
     results[f"planner, {args.offers:,} offers"] = {
         "front_median_s": statistics.median(f["front_s"] for f in fronts),
+        "front_min_s": min(f["front_min_s"] for f in fronts),
         "make_plan_median_s": statistics.median(f["make_plan_s"] for f in fronts),
         "front_size": fronts[0]["front"], "runnable": fronts[0]["runnable"], "target_s": 0.10}
 
@@ -99,7 +112,7 @@ def main() -> None:
             tgt = f"  target <= {r['target_s']:.2f} s" if r["target_s"] else ""
             print(f"{name:<28} median {r['median_s']:.3f} s  (min {r['min_s']:.3f}, max {r['max_s']:.3f}){tgt}")
         else:
-            print(f"{name:<28} front {r['front_median_s']:.3f} s  (whole plan incl. estimates "
+            print(f"{name:<28} front {r['front_median_s']:.3f} s (min {r['front_min_s']:.3f})  (whole plan incl. estimates "
                   f"{r['make_plan_median_s']:.3f} s; {r['runnable']:,} fit, front of {r['front_size']})"
                   f"  target <= {r['target_s']:.2f} s")
 
