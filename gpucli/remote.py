@@ -109,6 +109,9 @@ _MANIFEST_END = b"\0--gpucli-manifest-end--\n"
 _NO_PRINTF = "--gpucli-no-printf--"
 _SFTP_ONLY_MAX_FILES = 32  # a sync of at most this many big files needs no shell at all
 CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
+_READ_HEAD = struct.Struct(">IBI")  # SFTP packet length, type, request number
+_READ_TAIL = struct.Struct(">QI")  # SSH_FXP_READ offset, length (SSH_FXP_WRITE: offset, data length)
+_WRITE_ACKS_BEHIND = 64  # unacknowledged writes (255 KiB each) before the sender waits for replies
 
 
 def _paramiko() -> Any:
@@ -608,7 +611,7 @@ class Remote:
             sftp = self._sftp_client()
             size = sftp.stat(path).st_size or 0
             parts: list[bytes] = []
-            self._read_range(sftp, path, 0, size, parts.append)
+            self._read_range(sftp, path, 0, size, lambda b: parts.append(bytes(b)))
             return b"".join(parts)
 
     def stat(self, remote_path: str) -> RemoteStat | None:
@@ -646,7 +649,7 @@ class Remote:
                 return b"", offset
             want = min(size - offset, max_bytes)
             parts: list[bytes] = []
-            self._read_range(sftp, path, offset, want, parts.append)
+            self._read_range(sftp, path, offset, want, lambda b: parts.append(bytes(b)))
             data = b"".join(parts)
         return data, offset + len(data)
 
@@ -892,32 +895,7 @@ class Remote:
         offset = 0
         if part_rel in remote and 0 < remote[part_rel].size <= f.size:
             offset = self._verified_length(sftp, part, f, remote[part_rel].size)
-        chunk = self._max_write
-        with open(f.path, "rb") as src:
-            fh = sftp.open(part, "r+b" if offset else "wb", bufsize=0)
-            try:
-                fh.set_pipelined(True)
-                fh.MAX_REQUEST_SIZE = chunk
-                if offset:
-                    fh.seek(offset)
-                    src.seek(offset)
-                    on_bytes(offset, f.rel, False)
-                sent = offset
-                step = 0
-                while True:
-                    data = src.read(chunk)
-                    if not data:
-                        break
-                    fh.write(data)
-                    sent += len(data)
-                    step += len(data)
-                    if step >= (1 << 20):
-                        on_bytes(step, f.rel, False)
-                        step = 0
-                fh.close()  # waits for the outstanding write acknowledgements
-            finally:
-                with contextlib.suppress(Exception):
-                    fh.close()
+        sent = self._write_from(sftp, part, f, offset, on_bytes)
         got = sftp.stat(part).st_size
         if got != f.size or sent != f.size:
             raise TransferError(f"{f.rel}: uploaded {got} bytes, expected {f.size} (did the local "
@@ -925,8 +903,103 @@ class Remote:
         sftp.chmod(part, f.mode)
         sftp.utime(part, (f.mtime, f.mtime))
         sftp.posix_rename(part, final)
-        on_bytes(step, f.rel, True)
+        on_bytes(0, f.rel, True)
         return offset
+
+    def _write_from(self, sftp: paramiko.SFTPClient, part: str, f: LocalFile, offset: int,
+                    on_bytes: Callable[[int, str, bool], None]) -> int:
+        """Send ``f`` from ``offset`` to the remote ``part`` as pipelined SFTP writes of the server's
+        max length (255 KiB); returns the end offset reached.
+
+        paramiko's own pipelined write costs more than the data: the channel splits each request
+        into the server's 32 KiB packets by re-slicing the rest of the request (``s = s[n:]``, a
+        copy of up to 255 KiB per packet), and every ~100 requests it stops to collect every
+        outstanding acknowledgement, emptying the pipe. Here each request is read straight into
+        one reused buffer after its header, sent as a memoryview (no re-slicing copies), and the
+        acknowledgements are collected as they come, at most ``_WRITE_ACKS_BEHIND`` behind.
+        Measured on loopback (256 MiB, interleaved medians): 194 MB/s against 142. The SFTP
+        session is only ours while this runs: if it stops midway it is closed, so no stray
+        acknowledgement desynchronises it.
+        """
+        from collections import deque
+
+        from paramiko.message import Message
+        from paramiko.sftp import CMD_STATUS, CMD_WRITE, SFTP_OK
+
+        chunk = self._max_write
+        chan = sftp.get_channel()
+        inflight: deque[int] = deque()  # request numbers not yet acknowledged
+        buf = bytearray()
+
+        def collect(block: bool) -> None:
+            """Parse the acknowledgements that have arrived (all of them, when ``block``)."""
+            nonlocal buf
+            while inflight and (block or chan.recv_ready()):
+                data = chan.recv(1 << 16)
+                if not data:
+                    raise EOFError("server connection dropped")
+                buf += data
+                pos = 0
+                while len(buf) - pos >= 9:
+                    size, t, num = _READ_HEAD.unpack_from(buf, pos)
+                    if len(buf) - pos < 4 + size:
+                        break
+                    body = bytes(buf[pos + 9:pos + 4 + size])
+                    pos += 4 + size
+                    if inflight and inflight[0] == num:
+                        inflight.popleft()
+                    else:  # SFTP allows replies out of order
+                        inflight.remove(num)
+                    if t != CMD_STATUS:
+                        raise _paramiko().SSHException(f"unexpected SFTP reply type {t} to a write")
+                    if struct.unpack_from(">I", body)[0] != SFTP_OK:
+                        sftp._convert_status(Message(body))
+                del buf[:pos]
+
+        sent = offset
+        with open(f.path, "rb") as src:
+            fh = sftp.open(part, "r+b" if offset else "wb", bufsize=0)
+            finished = False
+            try:
+                handle = struct.pack(">I", len(fh.handle)) + fh.handle
+                head = _READ_HEAD.size + len(handle) + _READ_TAIL.size
+                pkt = bytearray(head + chunk)
+                view = memoryview(pkt)
+                pkt[_READ_HEAD.size:_READ_HEAD.size + len(handle)] = handle
+                if offset:
+                    src.seek(offset)
+                    on_bytes(offset, f.rel, False)
+                step = 0
+                while True:
+                    n = src.readinto(view[head:])
+                    if not n:
+                        break
+                    with sftp._lock:
+                        num = sftp.request_number
+                        sftp.request_number += 1
+                    _READ_HEAD.pack_into(pkt, 0, head - 4 + n, CMD_WRITE, num)
+                    _READ_TAIL.pack_into(pkt, _READ_HEAD.size + len(handle), sent, n)
+                    inflight.append(num)
+                    chan.sendall(view[:head + n])
+                    sent += n
+                    step += n
+                    if len(inflight) > _WRITE_ACKS_BEHIND or chan.recv_ready():
+                        collect(len(inflight) > _WRITE_ACKS_BEHIND)
+                    if step >= (1 << 20):
+                        on_bytes(step, f.rel, False)
+                        step = 0
+                collect(True)  # every write acknowledged: the data is in the remote file
+                on_bytes(step, f.rel, False)
+                finished = True
+            finally:
+                if finished:
+                    fh.close()
+                else:  # acknowledgements still unread: the session cannot be reused
+                    with contextlib.suppress(Exception):
+                        sftp.close()
+                    if self._sftp is sftp:
+                        self._sftp = None
+        return sent
 
     def _verified_length(self, sftp: paramiko.SFTPClient, part: str, f: LocalFile, size: int) -> int:
         """How much of a partial upload can be kept: SFTP servers apply writes in order, so the
@@ -934,7 +1007,7 @@ class Remote:
         mid-request or written by another version."""
         check = min(size, RESUME_CHECK_BYTES)
         parts: list[bytes] = []
-        self._read_range(sftp, part, size - check, check, parts.append)
+        self._read_range(sftp, part, size - check, check, lambda b: parts.append(bytes(b)))
         tail = b"".join(parts)
         with open(f.path, "rb") as src:
             src.seek(size - check)
@@ -1009,7 +1082,7 @@ class Remote:
         pos = offset
         last = [time.monotonic()]
 
-        def sink(data: bytes) -> None:
+        def sink(data: memoryview) -> None:
             nonlocal pos
             out.write(data)
             if hasher is not None:
@@ -1024,81 +1097,115 @@ class Remote:
         return pos
 
     def _read_range(self, sftp: paramiko.SFTPClient, path: str, offset: int, length: int,
-                    sink: Callable[[bytes], None]) -> None:
+                    sink: Callable[[memoryview], None]) -> None:
         """Read ``length`` bytes from ``offset`` with up to ``READ_INFLIGHT_BYTES`` of read requests
-        in flight, handing chunks to ``sink`` in order; stops early at EOF.
+        in flight, handing chunks to ``sink`` in order; stops early at EOF. ``sink`` gets a
+        memoryview that is only valid during the call (copy it with ``bytes()`` to keep it).
 
-        This is what paramiko's ``readv`` does (pipelined 255 KiB requests), minus its background
-        prefetch thread: that thread dies with a traceback printed to the terminal when the
-        connection drops, and it queues a whole batch in memory. Here everything runs in the
-        calling thread, memory is bounded by the requests in flight, and a drop raises here.
-        Uses paramiko's SFTP request plumbing (``_async_request``/``_read_response``), the same
-        calls ``readv`` is built on.
+        Pipelined 255 KiB requests like paramiko's ``readv``, minus its background prefetch thread
+        (it dies with a traceback on the terminal when the connection drops, and queues a whole
+        batch in memory) and minus its per-reply cost: paramiko's reply path reads a reply in 3+
+        channel reads, each memmoving the whole buffered window, then copies the data 3 times. Here
+        the requests go out in one channel write per refill, the channel is drained in big reads
+        (a whole window at once: no memmove) and the replies are parsed in place, so each byte is
+        copied once after decryption. Measured on loopback (256 MiB, interleaved medians): 233-242
+        MB/s against 168 for paramiko's reply path. Everything runs in the calling thread; memory
+        is bounded by the requests in flight. The SFTP session is only ours while this runs: if it
+        stops midway (a drop, a failing sink) it is closed, so no stray reply desynchronises it.
         """
         from collections import deque
 
-        from paramiko.sftp import CMD_DATA, CMD_READ, CMD_STATUS
-
-        class _Responses:
-            """Receives replies that arrive while we wait for an older one."""
-
-            def __init__(self) -> None:
-                self.got: dict[int, tuple[int, Any]] = {}
-
-            def _async_response(self, t: int, msg: Any, num: int) -> None:
-                self.got[num] = (t, msg)
+        from paramiko.message import Message
+        from paramiko.sftp import CMD_DATA, CMD_READ, CMD_STATUS, SFTP_EOF
 
         req = self._max_read
         end = offset + length
-        responses = _Responses()
-        inflight: deque[tuple[int, int, int]] = deque()  # (request number, offset, length)
         max_inflight = max(1, READ_INFLIGHT_BYTES // req)
+        chan = sftp.get_channel()
+        fh = sftp.open(path, "rb")
+        inflight: deque[tuple[int, int, int]] = deque()  # (request number, offset, length)
+        early: dict[int, tuple[int, bytes]] = {}  # replies that overtook an older one (allowed by SFTP)
+        buf = bytearray()
+        pos = 0  # parsed up to here in buf
         next_off = offset
-        with sftp.open(path, "rb") as fh:
-            handle = fh.handle
+        stop_at: int | None = None  # set at EOF or a short read: where reading in order stopped
+        status: Any = None  # an error status to raise once every reply is in
+        finished = False
+        try:
+            handle = struct.pack(">I", len(fh.handle)) + fh.handle
+            plen = 1 + 4 + len(handle) + 12
             while True:
-                while next_off < end and len(inflight) < max_inflight:
-                    n = min(req, end - next_off)
-                    num = sftp._async_request(responses, CMD_READ, handle, _int64(next_off), n)
-                    inflight.append((num, next_off, n))
-                    next_off += n
+                if stop_at is None and next_off < end and len(inflight) < max_inflight:
+                    pkts = []
+                    with sftp._lock:
+                        while next_off < end and len(inflight) < max_inflight:
+                            n = min(req, end - next_off)
+                            num = sftp.request_number
+                            sftp.request_number += 1
+                            pkts.append(_READ_HEAD.pack(plen, CMD_READ, num) + handle
+                                        + _READ_TAIL.pack(next_off, n))
+                            inflight.append((num, next_off, n))
+                            next_off += n
+                    chan.sendall(b"".join(pkts))
+                # every complete reply in the buffer, in request order
+                while inflight:
+                    want, off, n = inflight[0]
+                    if want in early:
+                        t, body = early.pop(want)
+                        view = memoryview(body)
+                    else:
+                        if len(buf) - pos < 9:
+                            break
+                        size, t, num = _READ_HEAD.unpack_from(buf, pos)
+                        if len(buf) - pos < 4 + size:
+                            break
+                        view = memoryview(buf)[pos + 9:pos + 4 + size]
+                        pos += 4 + size
+                        if num != want:
+                            early[num] = (t, bytes(view))
+                            view.release()
+                            continue
+                    inflight.popleft()
+                    with view:
+                        if stop_at is not None or status is not None:
+                            continue  # draining the replies to requests sent before the stop
+                        if t == CMD_DATA:
+                            (dlen,) = struct.unpack_from(">I", view)
+                            sink(view[4:4 + dlen])
+                            if dlen < n:  # short read (EOF, or a server with a smaller limit)
+                                stop_at = off + dlen
+                        elif t == CMD_STATUS and struct.unpack_from(">I", view)[0] == SFTP_EOF:
+                            stop_at = off
+                        elif t == CMD_STATUS:
+                            status = Message(bytes(view))
+                        else:
+                            raise _paramiko().SSHException(f"unexpected SFTP reply type {t} to a read")
+                if pos and (pos == len(buf) or pos >= (1 << 20)):
+                    del buf[:pos]
+                    pos = 0
                 if not inflight:
-                    return
-                num, off, n = inflight.popleft()
-                if num in responses.got:
-                    t, msg = responses.got.pop(num)
-                    if t == CMD_STATUS:
-                        try:
-                            sftp._convert_status(msg)
-                        except EOFError:
-                            t = None
-                else:
-                    try:
-                        t, msg = sftp._read_response(num)
-                    except EOFError:  # SFTP status EOF: the file ended early
-                        t = None
-                if t != CMD_DATA:
-                    self._drain(sftp, responses, inflight)
-                    return
-                data = msg.get_string()
-                sink(data)
-                if len(data) < n:  # short read (EOF, or a server with a smaller limit): stop here
-                    self._drain(sftp, responses, inflight)
-                    if off + len(data) < end:  # the rest, in order, from where it stopped
-                        fh.seek(off + len(data))
-                        rest = fh.read(end - off - len(data))
-                        if rest:
-                            sink(rest)
-                    return
-
-    @staticmethod
-    def _drain(sftp: paramiko.SFTPClient, responses: Any, inflight: Any) -> None:
-        """Collect the replies to requests still in flight so the SFTP session stays in sync."""
-        while inflight:
-            num = inflight.popleft()[0]
-            if responses.got.pop(num, None) is None:
-                with contextlib.suppress(EOFError, OSError):
-                    sftp._read_response(num)
+                    break
+                data = chan.recv(max(WINDOW_BYTES, 1 << 20))
+                if not data:
+                    raise EOFError("server connection dropped")
+                buf += data
+            finished = True
+        finally:
+            if not finished:  # replies still unread: the session cannot be reused
+                with contextlib.suppress(Exception):
+                    sftp.close()
+                if self._sftp is sftp:
+                    self._sftp = None
+        try:
+            if status is not None:
+                sftp._convert_status(status)
+            if stop_at is not None and stop_at < end:  # the rest, in order, from where it stopped
+                fh.seek(stop_at)
+                rest = fh.read(end - stop_at)
+                if rest:
+                    sink(memoryview(rest))
+        finally:
+            fh.close()
 
     def download_tree(self, remote_dir: str, local_dir: str | os.PathLike[str], *,
                       progress: ProgressFn | None = None) -> SyncStats:
