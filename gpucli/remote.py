@@ -93,11 +93,15 @@ log = logging.getLogger(__name__)
 
 # Files below this go into the tar stream; above it over SFTP (resumable, and tar would gain nothing).
 SMALL_FILE_BYTES = 4 << 20
-# Receive window per channel. paramiko's BufferedPipe memmoves the whole buffered window on every
-# read (a 4-byte SFTP length read included), so a big window costs CPU: profiled, 8 MiB spent 40%
-# of a download there; 2 MiB is OpenSSH's own default and measured fastest on loopback. On a
-# long-RTT link it caps one channel at 2 MiB per round trip.
+# Receive window of exec and tar-stream channels. paramiko's BufferedPipe memmoves the whole
+# buffered window on every read, so a big window costs CPU: profiled, 8 MiB spent 40% of a
+# download there (with paramiko's SFTP reply path, which _read_range no longer uses). 2 MiB is
+# OpenSSH's own default; on a long-RTT link it caps one channel at 2 MiB per round trip.
 WINDOW_BYTES = 2 << 20
+# The SFTP channel's window: _read_range takes the whole buffered window in one read (no memmove),
+# so a bigger window only deepens the pipe; 8 MiB measured ~10% faster than 2 MiB on 1 GiB
+# downloads (whole commands, medians of 10) and allows 4x more per round trip on a long link.
+SFTP_WINDOW_BYTES = 8 << 20
 PACKET_BYTES = 256 << 10  # sshd honours it for data it sends us: 8x fewer packets to decrypt
 READ_INFLIGHT_BYTES = 16 << 20  # read requests in flight: well over the window keeps the pipe full
 DEFAULT_REQUEST = 32 << 10  # paramiko's own; used when the server does not answer limits@openssh.com
@@ -441,7 +445,7 @@ class Remote:
             pm = _paramiko()
             t = self._transport()
             try:
-                sftp = pm.SFTPClient.from_transport(t, window_size=WINDOW_BYTES,
+                sftp = pm.SFTPClient.from_transport(t, window_size=SFTP_WINDOW_BYTES,
                                                     max_packet_size=PACKET_BYTES)
             except (pm.SSHException, OSError, EOFError) as exc:
                 raise ConnectionFailed(f"cannot open SFTP on {self.target}: {exc}") from exc
@@ -1185,7 +1189,7 @@ class Remote:
                     pos = 0
                 if not inflight:
                     break
-                data = chan.recv(max(WINDOW_BYTES, 1 << 20))
+                data = chan.recv(SFTP_WINDOW_BYTES)
                 if not data:
                     raise EOFError("server connection dropped")
                 buf += data
