@@ -12,7 +12,7 @@ from gpucli import render, settings
 from gpucli.providers.credentials import resolve_key
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRET = "rpa_SUPERSECRETVALUE1234abcd"
+SECRET = "placeholder-runpod-key-for-tests-abcd"  # not a real key; the last 4 are what masking shows
 
 
 class _Tty(io.StringIO):

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-SECRET_PART = "AAFakeTestTokenDoNotLeak_x9Zq7Wm3Kp"
+SECRET_PART = "placeholder-bot-token-for-tests-only"
 
 
 def test_sends_a_test_message_with_the_env_token(run, telegram_emulator):

@@ -28,7 +28,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-TOKEN = "123456789:AAFakeTestTokenDoNotLeak_x9Zq7Wm3Kp"
+TOKEN = "42:placeholder-bot-token-for-tests-only"  # not a real token
 CHAT_ID = "424242"
 FAULTS = ("429", "500", "hang", "slow", "drop")
 
