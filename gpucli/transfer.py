@@ -45,11 +45,12 @@ ProgressFn = Callable[[TransferProgress], None]
 
 @dataclass(frozen=True)
 class LocalFile:
-    """A regular file under a synced root. ``rel`` uses '/' separators; ``mtime`` is whole seconds
-    because tar headers and SFTP v3 attributes only carry integers."""
+    """A regular file under a synced root. ``rel`` uses '/' separators; ``path`` is the local path
+    as a string (a ``Path`` per file cost more than the stat in a 10k-file walk); ``mtime`` is
+    whole seconds because tar headers and SFTP v3 attributes only carry integers."""
 
     rel: str
-    path: Path
+    path: str
     size: int
     mtime: int
     mode: int
@@ -124,6 +125,7 @@ class IgnoreRules:
 
     def __init__(self, patterns: Iterable[str] = ()) -> None:
         self._rules: list[_Rule] = []
+        self._fast: tuple[re.Pattern[str], re.Pattern[str]] | None = None
         for raw in patterns:
             self.add(raw)
 
@@ -143,8 +145,21 @@ class IgnoreRules:
         body = _glob_to_regex(line)
         regex = "^" + body + "$" if anchored else "^(?:.*/)?" + body + "$"
         self._rules.append(_Rule(re.compile(regex), negate, dir_only))
+        self._fast = self._combine()
+
+    def _combine(self) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+        """Without ``!`` rules the order does not matter and any match ignores, so all rules fold
+        into one regex for files and one for folders: a single match per path in a big walk."""
+        if any(r.negate for r in self._rules):
+            return None
+        never = "(?!)"
+        files = "|".join(f"(?:{r.regex.pattern})" for r in self._rules if not r.dir_only) or never
+        dirs = "|".join(f"(?:{r.regex.pattern})" for r in self._rules) or never
+        return re.compile(files), re.compile(dirs)
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
+        if self._fast is not None:
+            return self._fast[is_dir].match(rel) is not None
         result = False
         for rule in self._rules:
             if rule.dir_only and not is_dir:
@@ -172,7 +187,7 @@ def walk_local(root: Path, rules: IgnoreRules) -> list[LocalFile]:
     which keeps a link to a huge dataset or a loop from being copied by surprise.
     """
     files: list[LocalFile] = []
-    stack: list[tuple[Path, str]] = [(root, "")]
+    stack: list[tuple[str, str]] = [(os.fspath(root), "")]
     while stack:
         folder, prefix = stack.pop()
         with os.scandir(folder) as it:
@@ -181,14 +196,14 @@ def walk_local(root: Path, rules: IgnoreRules) -> list[LocalFile]:
                 try:
                     if entry.is_dir(follow_symlinks=False):
                         if not rules.ignored(rel, True):
-                            stack.append((Path(entry.path), rel + "/"))
+                            stack.append((entry.path, rel + "/"))
                         continue
                     if not entry.is_file(follow_symlinks=True) or rules.ignored(rel, False):
                         continue
                     st = entry.stat(follow_symlinks=True)
                 except FileNotFoundError:  # vanished while walking (a log being rotated)
                     continue
-                files.append(LocalFile(rel, Path(entry.path), st.st_size, int(st.st_mtime),
+                files.append(LocalFile(rel, entry.path, st.st_size, int(st.st_mtime),
                                        stat_mod.S_IMODE(st.st_mode)))
     files.sort(key=lambda f: f.rel)
     return files
@@ -259,8 +274,7 @@ class CountingWriter:
         self._buf += data
         self.count += len(data)
         if len(self._buf) >= self._chunk:
-            self._send(bytes(self._buf))
-            self._buf.clear()
+            self.flush()
         return len(data)
 
     def tell(self) -> int:
@@ -268,8 +282,9 @@ class CountingWriter:
 
     def flush(self) -> None:
         if self._buf:
-            self._send(bytes(self._buf))
-            self._buf.clear()
+            # Hand over the buffer itself (no copy) and start a new one.
+            buf, self._buf = self._buf, bytearray()
+            self._send(buf)
 
 
 _ZERO_BLOCK = bytes(512)
@@ -302,6 +317,22 @@ def _tar_header(rel: str, mode: int, mtime: int, size: int, kind: bytes) -> byte
     return bytes(head)
 
 
+def _read_whole(path: str, size: int) -> bytes:
+    """The bytes of a file expected to hold ``size`` (up to one more, so growth shows), with bare
+    ``os`` calls: a buffered file object per small file cost more than the read itself."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        data = os.read(fd, size + 1)
+        while len(data) < size:  # a short read is legal (FUSE, NFS); read on until EOF
+            chunk = os.read(fd, size + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
+
+
 def write_tar(out: CountingWriter, files: list[LocalFile], on_file: Callable[[LocalFile], None],
               dirs: Iterable[tuple[str, int, int]] = ()) -> None:
     """Write ``dirs`` (rel, mode, mtime) then ``files`` as one GNU tar stream that ``tar -x``
@@ -309,14 +340,14 @@ def write_tar(out: CountingWriter, files: list[LocalFile], on_file: Callable[[Lo
     for rel, mode, mtime in dirs:
         out.write(_tar_header(rel.rstrip("/") + "/", mode, int(mtime), 0, tarfile.DIRTYPE))
     for f in files:
-        with open(f.path, "rb") as fh:
-            data = fh.read(f.size + 1)
+        data = _read_whole(f.path, f.size)
         if len(data) != f.size:
             # A file that changed since the walk would corrupt the stream; the caller reports it and
             # the next sync sends it again.
             raise OSError(f"{f.rel} changed size during the sync ({f.size} -> {len(data)} bytes)")
-        pad = -len(data) % 512
-        out.write(_tar_header(f.rel, f.mode, int(f.mtime), f.size, tarfile.REGTYPE) + data + bytes(pad))
+        out.write(_tar_header(f.rel, f.mode, int(f.mtime), f.size, tarfile.REGTYPE))
+        out.write(data)
+        out.write(_ZERO_BLOCK[:-len(data) % 512])
         on_file(f)
     # End of archive: two zero blocks, padded to tar's 10 KiB record as tarfile does.
     out.write(_ZERO_BLOCK * 2)

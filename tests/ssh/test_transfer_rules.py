@@ -31,6 +31,20 @@ def test_gitignore_semantics():
     assert not rules.ignored("other/c.tmp", False)
 
 
+def test_rules_without_negation_match_like_the_ordered_rules():
+    # Without '!' the rules fold into one regex per kind; it must decide exactly as the ordered list.
+    patterns = ["*.log", "build/", "/top.txt", "docs/**/*.tmp", ".git/", "__pycache__/", "*.py[co]", "a?c"]
+    fast = IgnoreRules(patterns)
+    ordered = IgnoreRules(patterns + ["!never-matches-anything"])
+    paths = ["a.log", "x/a.log", "build", "src/build", "top.txt", "sub/top.txt", "docs/a/b.tmp",
+             "docs/b.tmp", "other/b.tmp", ".git", "m/__pycache__", "m.pyc", "m.pyo", "m.py", "abc", "abbc"]
+    for rel in paths:
+        for is_dir in (False, True):
+            assert fast.ignored(rel, is_dir) == ordered.ignored(rel, is_dir), (rel, is_dir)
+    assert fast.ignored("x/a.log", False) and not fast.ignored("build", False) and fast.ignored("build", True)
+    assert not IgnoreRules([]).ignored("anything", False)
+
+
 def test_walk_honours_gpucliignore_and_prunes_dirs(tmp_path: Path):
     for rel in ["a.py", "data/x.bin", "data/skip/y.bin", "__pycache__/m.pyc", "notes.md", "ckpt/a.pt"]:
         p = tmp_path / rel
