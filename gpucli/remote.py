@@ -763,12 +763,17 @@ class Remote:
                     big.extend(self._settle_doubts(rdir, doubt))
                 todo = small + big
                 total_bytes = sum(f.size for f in todo)
-                done = {"bytes": 0, "files": 0, "resumed": 0}
+                done = {"bytes": 0, "files": 0, "resumed": 0, "next": 0}
+                step = max(total_bytes // 200, 1)
 
                 def on_bytes(n: int, path: str, file_done: bool) -> None:
+                    # Reported every 0.5% of the bytes and at the end, not per file: a progress
+                    # bar update per file cost more than sending a small file.
                     done["bytes"] += n
                     done["files"] += int(file_done)
-                    _emit(progress, done["bytes"], total_bytes, done["files"], len(todo), path)
+                    if done["bytes"] >= done["next"] or done["files"] == len(todo):
+                        done["next"] = done["bytes"] + step
+                        _emit(progress, done["bytes"], total_bytes, done["files"], len(todo), path)
 
                 # Folders of the big files travel in the tar stream too, so SFTP can write into them.
                 dirs = sorted({posixpath.dirname(f.rel) for f in big} - {""})

@@ -288,6 +288,11 @@ class CountingWriter:
 
 
 _ZERO_BLOCK = bytes(512)
+# uid and gid 0: neutral ownership, root extracting must not recreate ours.
+_NEUTRAL_IDS = b"0000000\0" * 2
+_GNU_MAGIC = b"ustar  \0"  # GNU magic + version, at offset 257
+_HEADER_TAIL = bytes(100) + _GNU_MAGIC + bytes(512 - 265)  # after the type flag: offsets 157..511
+_HEADER_CONST_SUM = 8 * ord(" ") + sum(_GNU_MAGIC)  # the checksum field counts as eight spaces
 _OCTAL_MAX = 8**11  # the largest size or mtime a classic 11-digit octal header field holds
 
 
@@ -303,18 +308,11 @@ def _tar_header(rel: str, mode: int, mtime: int, size: int, kind: bytes) -> byte
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
-    head = bytearray(512)
-    head[0:len(name)] = name
-    head[100:108] = b"%07o\0" % (mode & 0o7777)
-    head[108:116] = b"0000000\0"  # uid: neutral ownership, root extracting must not recreate ours
-    head[116:124] = b"0000000\0"  # gid
-    head[124:136] = b"%011o\0" % size
-    head[136:148] = b"%011o\0" % mtime
-    head[148:156] = b"        "  # the checksum is computed with this field as spaces
-    head[156:157] = kind
-    head[257:265] = b"ustar  \0"  # GNU magic + version
-    head[148:156] = b"%06o\0 " % sum(head)
-    return bytes(head)
+    # The fields in order; everything after the type flag is constant (no link name, GNU magic,
+    # empty owner names), so the checksum is the front's byte sum plus a constant.
+    front = name.ljust(100, b"\0") + b"%07o\0%s%011o\0%011o\0" % (mode & 0o7777, _NEUTRAL_IDS, size, mtime)
+    checksum = sum(front) + _HEADER_CONST_SUM + kind[0]
+    return front + b"%06o\0 " % checksum + kind + _HEADER_TAIL
 
 
 def _read_whole(path: str, size: int) -> bytes:
