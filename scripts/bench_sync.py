@@ -10,6 +10,11 @@ ratio against rsync, and gpucli's peak RSS.
     python scripts/bench_sync.py            # 1 GiB file up/down, 10,000 files of 1-16 KiB, no-op
     python scripts/bench_sync.py --small    # 64 MiB, 1,000 files: a smoke run for the tests
 
+The sshd uses Debian's default sftp subsystem (``/usr/lib/openssh/sftp-server``, started through the
+login shell like any command), as on rented pods, so SFTP pays the same shell start-up as an exec.
+``--scratch /dev/shm/x`` keeps data and targets in memory, which takes the disk's noise (reclaimed
+pages, ext4 inode reuse) out of the comparison.
+
 Why the setup looks the way it does (see shared/reference/ssh-transfer.md): outputs of a previous
 run are deleted right before each run, and tree targets are fresh folders never deleted during the
 run, because ext4 makes creating files slow right after deleting many (recently-deleted inodes).
@@ -114,7 +119,10 @@ def main() -> int:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     key, pub = make_keypair(scratch / "client" / "id_ed25519")
-    server = SshServer.start(scratch / "sshd", authorized_keys=[pub])
+    # Debian's default sftp subsystem, as on rented pods: sshd starts it through the login shell.
+    sftp_server = "/usr/lib/openssh/sftp-server"
+    server = SshServer.start(scratch / "sshd", authorized_keys=[pub],
+                             sftp_server=sftp_server if os.path.exists(sftp_server) else "internal-sftp")
     ssh_opts = ["-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"]
     ssh_e = " ".join(["ssh", "-p", str(server.port), *ssh_opts])

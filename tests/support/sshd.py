@@ -58,7 +58,10 @@ class SshServer:
 
     @classmethod
     def start(cls, root: Path, authorized_keys: list[str], port: int | None = None,
-              timeout_s: float = 10.0, set_env: dict[str, str] | None = None) -> SshServer:
+              timeout_s: float = 10.0, set_env: dict[str, str] | None = None,
+              sftp_server: str = "internal-sftp") -> SshServer:
+        """``sftp_server``: the sftp Subsystem; Debian's default is ``/usr/lib/openssh/sftp-server``,
+        which sshd runs through the login shell like any command (the benchmark uses it)."""
         if not os.path.exists(SSHD):
             raise RuntimeError("openssh-server is not installed (scripts/test.sh installs it)")
         root.mkdir(parents=True, exist_ok=True)
@@ -82,7 +85,7 @@ class SshServer:
             "PermitRootLogin prohibit-password\n"
             "UsePAM no\n"
             "StrictModes no\n"
-            "Subsystem sftp internal-sftp\n"
+            f"Subsystem sftp {sftp_server}\n"
             "MaxSessions 64\n"
             "MaxStartups 64:30:128\n"
             "LogLevel ERROR\n"
