@@ -1282,8 +1282,8 @@ def _keep_freed_heap() -> None:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    for param, value in ((m_mmap_threshold, 32 << 20), (m_trim_threshold, 256 << 20), (m_top_pad, 16 << 20)):
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    for param, value in ((m_mmap_threshold, 32 << 20), (m_trim_threshold, 256 << 20)):
         mallopt(param, value)
 
 
