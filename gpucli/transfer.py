@@ -232,8 +232,8 @@ def parse_manifest(raw: bytes) -> dict[str, RemoteFile]:
         if not rec:
             continue
         size_s, mtime_s, rel_b = rec.split(b" ", 2)
-        rel = os.fsdecode(rel_b)
-        files[rel] = RemoteFile(rel, int(size_s), int(float(mtime_s)))
+        rel = rel_b.decode("utf-8", "surrogateescape")  # what os.fsdecode does on Linux, faster
+        files[rel] = RemoteFile(rel, int(size_s), int(mtime_s.partition(b".")[0]))  # whole seconds
     return files
 
 
