@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,24 +33,131 @@ def step_dir_name(step: int) -> str:
 
 
 class _HashingFile:
-    """A write-only file object that hashes what passes through, so saving does not re-read GBs."""
+    """A write-only file object that hashes what passes through, so saving does not re-read GBs.
+
+    Large writes are hashed on a helper thread while the same bytes go to the file (hashlib and
+    file writes both release the GIL), so a write costs max(hash, write) instead of their sum; the
+    call returns only when both are done, so the caller's buffer is never read after it returns."""
 
     def __init__(self, f) -> None:
         self._f, self.sha = f, hashlib.sha256()
+        self._pool = None
 
     def write(self, b) -> int:
-        self.sha.update(b)
-        return self._f.write(b)
+        if len(b) < 1 << 20:
+            self.sha.update(b)
+            return self._f.write(b)
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256")
+        hashed = self._pool.submit(self.sha.update, b)
+        try:
+            return self._f.write(b)
+        finally:
+            hashed.result()
 
     def flush(self) -> None:
         self._f.flush()
+
+    def close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+class HostStaging:
+    """Copies a checkpoint's CUDA tensors to host memory in one go: a non-blocking copy per tensor
+    into pinned buffers that are kept for the next checkpoint, then one synchronize.
+
+    torch.save of CUDA tensors copies each storage into fresh pageable memory, one at a time; on an
+    H100 VM that ran at ~1 GB/s (page faults on new memory), most of a 16 GB checkpoint's time.
+    Buffers are pinned only while their total stays under ``max_fraction`` of the host's memory;
+    past that, tensors are copied the plain way."""
+
+    def __init__(self, max_fraction: float = 0.25) -> None:
+        self._buffers: list[torch.Tensor] = []
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            total = 0
+        self._pin_budget = int(total * max_fraction)
+
+    def to_host(self, obj: Any) -> Any:
+        """``obj`` (nested dicts / lists / tuples) with every plain CUDA tensor replaced by a host copy;
+        tensors that share memory stay shared."""
+        seen: dict[tuple, torch.Tensor] = {}
+        slot = [0]
+        pinned = [0]
+        copied = [False]
+
+        def host(t: torch.Tensor) -> torch.Tensor:
+            key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+            if key in seen:
+                return seen[key]
+            i = slot[0]
+            slot[0] += 1
+            nbytes = t.numel() * t.element_size()
+            buf = self._buffers[i] if i < len(self._buffers) else None
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = None
+                if pinned[0] + nbytes <= self._pin_budget:
+                    try:
+                        buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                    except RuntimeError:  # pinning refused (locked-memory limits): plain copies
+                        self._pin_budget = 0
+                if buf is None:
+                    out = t.detach().cpu()
+                    seen[key] = out
+                    return out
+                if i < len(self._buffers):
+                    self._buffers[i] = buf
+                else:
+                    self._buffers.append(buf)
+            pinned[0] += nbytes
+            buf.copy_(t.detach(), non_blocking=True)
+            copied[0] = True
+            seen[key] = buf
+            return buf
+
+        def walk(o: Any) -> Any:
+            if type(o) is torch.Tensor and o.is_cuda:  # DTensors and CPU tensors are saved as they are
+                return host(o)
+            if isinstance(o, dict):
+                items = [(k, walk(v)) for k, v in o.items()]
+                return type(o)(items) if type(o) in (dict, OrderedDict) else dict(items)
+            if isinstance(o, list):
+                return [walk(v) for v in o]
+            if isinstance(o, tuple) and not hasattr(o, "_fields"):
+                return tuple(walk(v) for v in o)
+            return o
+
+        out = walk(obj)
+        if copied[0]:
+            torch.cuda.synchronize()
+        return out
+
+
+def save_files(objs: dict[str, Any], directory: Path) -> dict[str, str]:
+    """torch.save each object to ``directory/name`` (fsynced), the files in parallel (hashing is the
+    slow part and each file has its own hasher); returns name -> sha256."""
+    if len(objs) == 1:
+        return {name: save_file(obj, directory / name) for name, obj in objs.items()}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(objs), thread_name_prefix="ckpt-write") as pool:
+        futures = {name: pool.submit(save_file, obj, directory / name) for name, obj in objs.items()}
+        return {name: f.result() for name, f in futures.items()}
 
 
 def save_file(obj: Any, path: Path) -> str:
     """torch.save ``obj`` to ``path`` (fsynced) and return its sha256."""
     with open(path, "wb") as raw:
         hf = _HashingFile(raw)
-        torch.save(obj, hf)  # type: ignore[arg-type]
+        try:
+            torch.save(obj, hf)  # type: ignore[arg-type]
+        finally:
+            hf.close_pool()
         raw.flush()
         os.fsync(raw.fileno())
     return hf.sha.hexdigest()
@@ -88,9 +196,12 @@ def save_checkpoint(
     extra_files: dict[str, Path] | None = None,
     barrier: Callable[[], None] = lambda: None,
     gather: Callable[[Any], list[Any]] = lambda x: [x],
+    staging: HostStaging | None = None,
 ) -> Path:
     """Collective: every rank calls it. Rank 0 writes model.pt and meta.json, every rank its optimizer
-    file; the directory appears under its final name only when all files are complete."""
+    file; the directory appears under its final name only when all files are complete. CUDA tensors
+    are copied to host memory first (through ``staging`` when given), then the files are written and
+    hashed in parallel."""
     root = Path(root)
     final = root / step_dir_name(step)
     tmp = root / f".tmp_{step_dir_name(step)}"
@@ -100,11 +211,16 @@ def save_checkpoint(
         tmp.mkdir()
     barrier()
     optim_name = f"optim_rank{rank}.pt"
-    optim_sha = save_file(optim_state, tmp / optim_name)
-    hashes = dict(gather((optim_name, optim_sha)))
+    objs = {optim_name: optim_state}
     if rank == 0:
         assert model_state is not None
-        model_sha = save_file(model_state, tmp / "model.pt")
+        objs["model.pt"] = model_state
+    if staging is not None:
+        objs = staging.to_host(objs)
+    written = save_files(objs, tmp)
+    hashes = dict(gather((optim_name, written[optim_name])))
+    if rank == 0:
+        model_sha = written["model.pt"]
         for name, src in (extra_files or {}).items():
             shutil.copyfile(src, tmp / name)
         meta = dict(meta, step=step, world_size=world, sha256=model_sha,

@@ -116,9 +116,12 @@ class HardwareConfig:
     compile_mode: str | None = None
     """Passed to torch.compile, e.g. 'max-autotune' (CUDA graphs)."""
     fsdp: str = "auto"
-    """'auto' (shard when weights+grads+Adam state would not fit half the GPU), 'on' or 'off'."""
+    """'auto' (shard when weights+grads+Adam state would not fit half the GPU), 'on' (also with one
+    process under torchrun) or 'off'."""
     loss_chunk_rows: int = 8192
     """Rows per chunk of the fused LM-head + cross-entropy (never materializes all logits)."""
+    attention: str = "auto"
+    """SDPA kernel on CUDA: 'auto' (PyTorch's choice), 'cudnn', 'flash' or 'efficient'."""
 
 
 @dataclass
@@ -355,6 +358,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"hardware.device must be auto, cuda or cpu, got {h.device!r}")
     if h.fsdp not in ("auto", "on", "off"):
         raise ConfigError(f"hardware.fsdp must be auto, on or off, got {h.fsdp!r}")
+    if h.attention not in ("auto", "cudnn", "flash", "efficient"):
+        raise ConfigError(f"hardware.attention must be auto, cudnn, flash or efficient, got {h.attention!r}")
     if d.tokenizer not in ("byte", "bpe"):
         raise ConfigError(f"data.tokenizer must be byte or bpe, got {d.tokenizer!r}")
     if not 0.0 < d.val_split < 1.0:

@@ -166,6 +166,25 @@ def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.
 
 
 # ---------------------------------------------------------------------------------------------
+# Attention kernel choice
+
+ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient")
+
+
+def select_attention(kernel: str) -> None:
+    """Which fused kernel CUDA's SDPA may use: 'auto' leaves PyTorch's own order; a name keeps only
+    that kernel (math stays as the fallback for inputs it cannot take). Takes effect for graphs
+    compiled afterwards, so call it before :meth:`GPT.compile_blocks`."""
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"attention kernel '{kernel}' is not one of {', '.join(ATTENTION_KERNELS)}")
+    b = torch.backends.cuda
+    b.enable_flash_sdp(kernel in ("auto", "flash"))
+    b.enable_mem_efficient_sdp(kernel in ("auto", "efficient"))
+    b.enable_cudnn_sdp(kernel in ("auto", "cudnn"))
+    b.enable_math_sdp(True)
+
+
+# ---------------------------------------------------------------------------------------------
 # The transformer
 
 

@@ -36,7 +36,7 @@ from trainer import checkpoint as ckpt
 from trainer.config import Config, ConfigError, expand_env, load_config
 from trainer.data import BatchLoader, TokenSplit, load_tokenizer, prepare, val_batches
 from trainer.metrics import MetricsLogger, SpikeDetector, mfu, peak_flops, safe_exp
-from trainer.model import GPT, ModelShape, resolve_shape
+from trainer.model import GPT, ModelShape, resolve_shape, select_attention
 from trainer.notify import Notifier, read_log_tail
 from trainer.tcf import TCFTracker
 
@@ -120,7 +120,9 @@ def setup_dist(cfg: Config) -> Dist:
     else:
         device = torch.device("cpu")
     ctrl = None
-    if world > 1:
+    # One process under torchrun may still shard (hardware.fsdp=on): a 1-rank group exercises the
+    # FSDP2 path, its sharded checkpoints and compile on a single GPU.
+    if world > 1 or (cfg.hardware.fsdp == "on" and "MASTER_ADDR" in os.environ):
         dist.init_process_group(backend="nccl" if use_cuda else "gloo",
                                 **({"device_id": device} if use_cuda else {}))
         ctrl = dist.new_group(backend="gloo") if use_cuda else dist.group.WORLD
@@ -255,9 +257,12 @@ class Trainer:
         elif d.world > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(
                 self.raw, device_ids=[d.local_rank] if self.cuda else None)
+        if self.cuda:
+            select_attention(cfg.hardware.attention)
         if cfg.hardware.compile and self.cuda:
             self.raw.compile_blocks(cfg.hardware.compile_mode)
         self.optimizer = build_optimizer(self.model, cfg, fused=self.cuda)
+        self.staging = ckpt.HostStaging() if self.cuda else None
         torch.manual_seed(t.seed + 1000 * d.rank)  # dropout differs across ranks, reproducibly
 
         # Loop state (all of it is in the checkpoint).
@@ -295,8 +300,8 @@ class Trainer:
     def _want_fsdp(self) -> bool:
         mode = self.cfg.hardware.fsdp
         if mode == "on":
-            if self.d.world == 1:
-                raise ConfigError("hardware.fsdp=on needs more than one process (torchrun --nproc_per_node>1)")
+            if not dist.is_initialized():
+                raise ConfigError("hardware.fsdp=on needs torchrun (torchrun --nproc_per_node=N -m trainer.train)")
             return True
         if mode == "off" or self.d.world == 1 or not self.cuda:
             return False
@@ -357,15 +362,18 @@ class Trainer:
             return sd if self.d.master else None
         if not self.d.master:
             return None
-        return {k: v.detach().cpu() for k, v in self.raw.state_dict().items()}
+        return {k: v.detach() for k, v in self.raw.state_dict().items()}  # to host in save_checkpoint
 
     def optim_state(self) -> dict:
+        """This rank's optimizer file: FSDP ranks each hold a shard; DDP ranks hold identical moments,
+        so only rank 0 writes them (8 GPUs would otherwise write 8 copies, 12 bytes per parameter
+        each) and the others write just their RNG state."""
         if self.fsdp:
             from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
             opt = get_optimizer_state_dict(self.raw, self.optimizer)
         else:
-            opt = self.optimizer.state_dict()
+            opt = self.optimizer.state_dict() if self.d.master else None
         return {"optimizer": opt, "rng": rng_state(self.device)}
 
     def save(self, kind: str) -> Path:
@@ -384,7 +392,7 @@ class Trainer:
         path = ckpt.save_checkpoint(
             self.ckpt_root, self.step, rank=self.d.rank, world=self.d.world, model_state=self.model_state(),
             optim_state=self.optim_state(), meta=meta, extra_files=extra, barrier=self.d.barrier,
-            gather=self.d.gather)
+            gather=self.d.gather, staging=self.staging)
         self.last_ckpt_step = self.step
         self.last_ckpt_seconds = time.perf_counter() - t0
         if self.d.master:
@@ -427,7 +435,11 @@ class Trainer:
         else:
             self.raw.load_state_dict(state)
         opt = ckpt.load_optim_state(path, self.d.rank, trusted=self.fsdp) if meta.get("world_size") == self.d.world else None
-        if opt is not None:
+        if opt is not None and not self.fsdp and opt.get("optimizer") is None:
+            # DDP: the moments are in rank 0's file only (older checkpoints: in every rank's file).
+            shared = ckpt.load_optim_state(path, 0)
+            opt["optimizer"] = shared["optimizer"] if shared else None
+        if opt is not None and opt.get("optimizer") is not None:
             if self.fsdp:
                 from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 

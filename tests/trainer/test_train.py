@@ -37,6 +37,23 @@ def test_ddp_two_ranks_on_gloo_loss_falls(data_dir, tmp_path):
     assert meta["world_size"] == 2 and meta["tokens_seen"] == 30 * 2 * 4 * 64 * 2
     assert finished(out)["reason"] == "max_steps"
     assert json.loads((out / "status.json").read_text())["reason"] == "max_steps"
+    # DDP ranks hold identical Adam moments: only rank 0's file carries them, rank 1's only its RNG.
+    rank0 = torch.load(last / "optim_rank0.pt", weights_only=True)
+    rank1 = torch.load(last / "optim_rank1.pt", weights_only=True)
+    assert rank0["optimizer"]["state"] and rank1["optimizer"] is None and "torch" in rank1["rng"]
+    assert (last / "optim_rank1.pt").stat().st_size < (last / "optim_rank0.pt").stat().st_size / 10
+
+    # Resuming both ranks from step 20 (rank 1 takes the moments from rank 0's file) repeats the
+    # straight run's steps 21-30 exactly: same data, same dropout masks, same optimizer.
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    shutil.rmtree(again / "checkpoints" / "step_000030")
+    args = tiny_args(data_dir, again, **{"training.max_steps": 30})
+    r = run_trainer([*args, "--resume=auto"], nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from step_000020" in r.stderr
+    resumed = train_losses(again)
+    assert [resumed[s] for s in (21, 25, 30)] == [losses[s] for s in (21, 25, 30)]
 
 
 def test_kill9_and_resume_gives_the_same_step20_loss(data_dir, straight_run, tmp_path):

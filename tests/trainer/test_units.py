@@ -198,6 +198,25 @@ def test_save_hashes_files_and_keep_last_plus_best(tmp_path):
     assert not list(root.glob(".tmp_*"))
 
 
+def test_parallel_files_hash_what_is_on_disk_and_staging_keeps_structure(tmp_path):
+    """Large writes are hashed on helper threads while the same bytes are written, two files at once;
+    each sha256 must still be the file's. Staging leaves CPU tensors (and everything else) as is."""
+    from collections import OrderedDict
+
+    big = {"w": torch.randn(3 * 2**20), "tied": None}  # 12 MiB: the overlapped path
+    big["tied"] = big["w"]
+    state = {"model.pt": OrderedDict(a=big["w"], b=torch.arange(5)),
+             "optim_rank0.pt": {"optimizer": {"state": {0: {"exp_avg": big["w"] * 2}}}, "rng": (1, [2, None])}}
+    staged = ckpt.HostStaging().to_host(state)
+    assert type(staged["model.pt"]) is OrderedDict and staged["model.pt"]["a"] is big["w"]
+    assert staged["optim_rank0.pt"]["rng"] == (1, [2, None])
+    hashes = ckpt.save_files(staged, tmp_path)
+    for name, sha in hashes.items():
+        assert sha == hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+    loaded = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert torch.equal(loaded["a"], big["w"]) and torch.equal(loaded["b"], torch.arange(5))
+
+
 def test_truncated_checkpoint_is_skipped(tmp_path):
     root = tmp_path / "checkpoints"
     _fake_ckpt(root, 10, None)
