@@ -384,7 +384,8 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
     3. same GPU, another shape: its MFU x (FLOPs/token ratio) ** 0.108 (fitted to nanoGPT's H100 pair);
     4. another GPU of the same architecture, then any GPU: the same size rule, said so;
     5. no entry: the catalogue default MFU.
-    Each step says which entry it used and how far it had to reach.
+    Each step says which entry it used and how far it had to reach. Between equally close entries the
+    one added last wins: the user's own file comes after the bundled one, and both are appended to.
     """
     d = catalog.defaults
     gpu, n = setup.gpu, setup.n_gpus
@@ -392,7 +393,7 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
         return train_tokens_per_s(flops, gpu, n, request.mfu, d), request.mfu, "--mfu"
     seq = request.seq_len or request.model.max_seq_len
     scored = []
-    for e in catalog.calibration:
+    for i, e in enumerate(catalog.calibration):
         if e.workload != "train":
             continue
         shape = _entry_shape(catalog, e)
@@ -407,14 +408,14 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
         same_gpu = e.gpu == gpu.id
         same_arch = e_gpu.architecture == gpu.architecture
         rank = (0 if same_gpu else 1 if same_arch else 2, 0 if same_shape else 1,
-                abs(math.log(flops / e_flops)), 0 if e.gpu_count == n else 1)
+                abs(math.log(flops / e_flops)), 0 if e.gpu_count == n else 1, -i)
         scored.append((rank, e, shape, e_flops, mfu))
     if not scored:
         mfu = gpu.train_mfu or d.train_mfu
         source = f"MFU {mfu:.0%} for {gpu.name} (gpus.yaml)" if gpu.train_mfu else d.train_mfu_source
         return train_tokens_per_s(flops, gpu, n, mfu, d), mfu, source
     scored.sort(key=lambda x: x[0])
-    (gpu_rank, shape_rank, _, count_rank), e, shape, e_flops, e_mfu = scored[0]
+    (gpu_rank, shape_rank, _, count_rank, _), e, shape, e_flops, e_mfu = scored[0]
     what = f"{e.source} ({e.date}): {shape.name} on {e.gpu_count}x {catalog.gpus[e.gpu].name}"
     if gpu_rank == 0 and shape_rank == 0 and count_rank == 0:
         mfu = e_mfu

@@ -4,6 +4,8 @@
     python scripts/bench_trainer.py --shape 124m --micro-batch 32
     python scripts/bench_trainer.py --shape tiny --device cpu --no-compile   # smoke test
     python scripts/bench_trainer.py --write-calibration calibration.yaml
+    python scripts/bench_trainer.py --shape 124m --attention cudnn --kernel-table kt   # + top kernels
+    python scripts/bench_trainer.py --check-attention      # each SDPA kernel against fp64 math
 
 It measures exactly what ``trainer.train`` runs each step (bf16 autocast, blocks compiled, fused
 chunked LM-head loss, fused AdamW, clip 1.0) on random tokens already on the device: 10 warm-up
@@ -31,7 +33,7 @@ import torch  # noqa: E402
 from trainer import __version__  # noqa: E402
 from trainer.config import Config  # noqa: E402
 from trainer.metrics import peak_flops  # noqa: E402
-from trainer.model import GPT, ModelShape  # noqa: E402
+from trainer.model import ATTENTION_KERNELS, GPT, ModelShape, select_attention  # noqa: E402
 from trainer.train import build_optimizer  # noqa: E402
 
 
@@ -51,14 +53,19 @@ SHAPES = {
 
 
 def bench(b: BenchShape, device: torch.device, *, compile_: bool, compile_mode: str | None, warmup: int,
-          steps: int, chunk_rows: int, micro_batch: int | None = None) -> dict:
+          steps: int, chunk_rows: int, micro_batch: int | None = None, attention: str = "auto",
+          compile_scope: str = "blocks", kernel_table: Path | None = None) -> dict:
     mb = micro_batch or b.micro_batch
     cuda = device.type == "cuda"
     torch.manual_seed(0)
     with torch.device(device):
         model = GPT(b.shape)
     model.loss_chunk_rows = chunk_rows
-    if compile_:
+    if cuda:
+        select_attention(attention)
+    if compile_ and compile_scope == "model":
+        model.compile(mode=compile_mode)
+    elif compile_:
         model.compile_blocks(compile_mode)
     opt = build_optimizer(model, Config(), fused=cuda)
     x = torch.randint(0, b.shape.vocab_size, (mb, b.seq_len), device=device)
@@ -86,6 +93,16 @@ def bench(b: BenchShape, device: torch.device, *, compile_: bool, compile_mode: 
     if cuda:
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - t0
+    if kernel_table is not None:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                step()
+            if cuda:
+                torch.cuda.synchronize(device)
+        sort = "cuda_time_total" if cuda else "cpu_time_total"
+        kernel_table.write_text(prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=90))
     tok_s = steps * mb * b.seq_len / elapsed
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = peak_flops(name) if cuda else None
@@ -97,8 +114,40 @@ def bench(b: BenchShape, device: torch.device, *, compile_: bool, compile_mode: 
         "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30 if cuda else None,
         "warmup_s": t_compile, "final_loss": float(loss.item()), "compile": compile_,
-        "compile_mode": compile_mode,
+        "compile_mode": compile_mode, "compile_scope": compile_scope if compile_ else None,
+        "attention": attention, "loss_chunk_rows": chunk_rows,
     }
+
+
+def check_attention(device: torch.device) -> list[dict]:
+    """Each SDPA kernel against fp32 math on fresh random bf16 inputs, causal, for both shapes'
+    head sizes: relative error of the output and of dq, dk, dv (bf16 kernels land near 1e-2)."""
+    import torch.nn.functional as F
+
+    rows = []
+    for heads, t, hd in ((12, 1024, 64), (16, 2048, 128)):
+        q, k, v = (torch.randn(4, heads, t, hd, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        dout = torch.randn(4, heads, t, hd, device=device, dtype=torch.bfloat16)
+        ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*ref_in, is_causal=True)
+        ref.backward(dout.double())
+        refs = [ref.detach()] + [x.grad for x in ref_in]
+        for kernel in ATTENTION_KERNELS[1:]:
+            select_attention(kernel)
+            for x in (q, k, v):
+                x.grad = None
+            try:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                out.backward(dout)
+            except RuntimeError as e:
+                rows.append({"kernel": kernel, "head_dim": hd, "error": str(e).splitlines()[0]})
+                continue
+            got = [out.detach()] + [x.grad for x in (q, k, v)]
+            errs = [float((g.double() - r).norm() / r.norm()) for g, r in zip(got, refs, strict=True)]
+            rows.append({"kernel": kernel, "head_dim": hd, "seq": t,
+                         **{f"rel_err_{n}": round(e, 5) for n, e in zip(("out", "dq", "dk", "dv"), errs, strict=True)}})
+    select_attention("auto")
+    return rows
 
 
 def calibration_entry(r: dict, b: BenchShape) -> dict:
@@ -135,10 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--compile-mode", default=None, help="e.g. max-autotune (CUDA graphs)")
     ap.add_argument("--loss-chunk-rows", type=int, default=8192)
+    ap.add_argument("--attention", default="auto", choices=ATTENTION_KERNELS, help="SDPA kernel (CUDA)")
+    ap.add_argument("--compile-scope", default="blocks", choices=("blocks", "model"),
+                    help="compile each block (as the trainer does) or the whole model")
+    ap.add_argument("--kernel-table", metavar="FILE", help="profile 3 more steps; write the top kernels to FILE")
     ap.add_argument("--json", action="store_true", help="print one JSON object per shape")
     ap.add_argument("--write-calibration", metavar="FILE", help="append a YAML entry per shape to FILE")
+    ap.add_argument("--check-attention", action="store_true", help="compare each SDPA kernel with fp64 math, then exit")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    if args.check_attention:
+        for row in check_attention(device):
+            print(json.dumps(row))
+        return 0
     if device.type == "cuda":
         if not torch.cuda.is_available():
             print("error: no CUDA device (use --device cpu --shape tiny for a smoke test)", file=sys.stderr)
@@ -151,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         b = SHAPES[name]
         r = bench(b, device, compile_=not args.no_compile and device.type == "cuda",
                   compile_mode=args.compile_mode, warmup=args.warmup, steps=args.steps,
-                  chunk_rows=args.loss_chunk_rows, micro_batch=args.micro_batch)
+                  chunk_rows=args.loss_chunk_rows, micro_batch=args.micro_batch, attention=args.attention,
+                  compile_scope=args.compile_scope,
+                  kernel_table=Path(f"{args.kernel_table}.{name}.txt") if args.kernel_table else None)
         results.append(r)
         entries.append(calibration_entry(r, b))
         if args.json:

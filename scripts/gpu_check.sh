@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The trainer on a real GPU, end to end, in one go (about 8 minutes on an H100):
+#   1. scripts/bench_trainer.py on nanoGPT's two shapes (tok/s, ms/step, MFU, peak memory), with a
+#      calibration entry per shape appended to OUT/calibration.yaml;
+#   2. `gpucli launch --provider local --profile h100 --phase fast`: a 124M model on the demo corpus
+#      for STEPS steps, watched with `gpucli status` / `tail --no-follow`, harvested with `fetch-best`;
+#   3. the same run resumed from its newest checkpoint for RESUME_STEPS more steps.
+# Needs torch with CUDA, pyyaml, typer, rich, requests (no paramiko: the local provider never uses SSH).
+#   scripts/gpu_check.sh [OUT_DIR]        # STEPS=300 RESUME_STEPS=50 BENCH_ARGS="--shape 124m" ...
+#   SKIP_BENCH=1 PROFILE=cpu STEPS=40 scripts/gpu_check.sh /tmp/x     # the same flow on a CPU
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-${OUT:-gpu-check}}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+STEPS=${STEPS:-300}
+RESUME_STEPS=${RESUME_STEPS:-50}
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+GPUCLI_HOME=$(mktemp -d)
+export GPUCLI_HOME
+gpucli() { "$PY" -m gpucli.entry "$@"; }
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv || true
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    echo "== throughput (scripts/bench_trainer.py ${BENCH_ARGS:-})"
+    # shellcheck disable=SC2086
+    "$PY" scripts/bench_trainer.py ${BENCH_ARGS:-} --json --write-calibration "$OUT/calibration.yaml" \
+        | tee "$OUT/bench.jsonl"
+fi
+
+echo "== a 124M run on the demo corpus through gpucli"
+t0=$(date +%s)
+gpucli launch --provider local --profile "${PROFILE:-h100}" --phase fast --name demo --steps "$STEPS" \
+    --val-interval 50 --set training.grad_accum_steps=1 --set training.checkpoint_interval=100
+run_dir="$GPUCLI_HOME/local-runs/demo"
+deadline=$((t0 + ${RUN_DEADLINE_S:-420}))
+while :; do
+    state=$(gpucli status demo --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    case "$state" in finished|failed|crashed|stopped) break ;; esac
+    if [ "$(date +%s)" -gt "$deadline" ]; then echo "run still $state at the deadline"; gpucli down demo; break; fi
+    sleep 5
+done
+echo "state $state after $(( $(date +%s) - t0 )) s"
+gpucli status demo
+gpucli tail demo --no-follow | tail -40
+gpucli fetch-best demo --dest "$GPUCLI_HOME/best"
+cp "$run_dir/metrics.jsonl" "$OUT/demo_metrics.jsonl"
+cp "$run_dir/train.log" "$OUT/demo_train.log"
+
+echo "== resume from the newest checkpoint for $RESUME_STEPS more steps"
+(cd "$run_dir/code" && "$PY" -m trainer.train --config ../run.yaml --resume auto \
+    "--training.max_steps=$((STEPS + RESUME_STEPS))") > "$OUT/resume.log" 2>&1 || { tail -30 "$OUT/resume.log"; exit 1; }
+grep -iE "resum|finished" "$OUT/resume.log" | head -5 || true
+tail -3 "$OUT/resume.log"
+cp "$run_dir/metrics.jsonl" "$OUT/demo_metrics.jsonl"
+"$PY" - "$OUT/demo_metrics.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+val = [(r["step"], round(r["val_loss"], 4)) for r in rows if r.get("kind") == "val"]
+train = [r for r in rows if r.get("kind") == "train"]
+events = [(r.get("event"), r.get("step")) for r in rows if r.get("kind") == "event"]
+print("val loss by step:", val)
+print("last train row:", {k: train[-1].get(k) for k in ("step", "loss", "tok_per_s", "mfu", "mem_gib")} if train else None)
+print("events:", events)
+EOF
