@@ -238,7 +238,8 @@ def fetch_best(host: Any, record: RunRecord, dest: Path, *, with_optimizer: bool
     """Download the best checkpoint's weights and meta (and tokenizer, run config), each verified
     against the sha256 in meta.json, each written to a temp name then renamed."""
     best = best_checkpoint(list_checkpoints(host, record.workdir))
-    on_event(f"best checkpoint: {best.name} (val loss {best.val_loss})")
+    val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
+    on_event(f"best checkpoint: {best.name} (val loss {val})")
     target = dest / f"{record.name}-{best.name}"
     names = ["model.pt"]
     names += [n for n in best.files if n.startswith("optim_")] if with_optimizer else []

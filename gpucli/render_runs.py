@@ -264,7 +264,7 @@ def fetched(result: FetchResult, *, json_: bool) -> None:
         return
     c = result.checkpoint
     out().print(f"fetched [bold]{c.name}[/] (step {c.step}, val loss "
-                f"{c.val_loss if c.val_loss is not None else '-'}) to {result.dest}: "
+                f"{f'{c.val_loss:.4f}' if c.val_loss is not None else '-'}) to {result.dest}: "
                 f"{', '.join(result.files)} ({result.bytes / 1e6:.1f} MB, sha256 verified)")
 
 
