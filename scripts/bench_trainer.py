@@ -34,6 +34,7 @@ from trainer import __version__  # noqa: E402
 from trainer.config import Config  # noqa: E402
 from trainer.metrics import peak_flops  # noqa: E402
 from trainer.model import ATTENTION_KERNELS, GPT, ModelShape, select_attention  # noqa: E402
+from trainer.presets import PRESETS  # noqa: E402
 from trainer.train import build_optimizer  # noqa: E402
 
 
@@ -50,6 +51,14 @@ SHAPES = {
     "1.31b": BenchShape("1.31b", ModelShape(2048, 24, 16, 8192, 50304, 2048), 2048, 8),
     "tiny": BenchShape("tiny", ModelShape(64, 2, 2, 256, 512, 64), 64, 4),
 }
+# The trainer's other presets at their own sequence length, vocab 50304, a micro-batch that fits an
+# 80 GB GPU (for the planner's leave-one-out check across shapes).
+_PRESET_MICRO_BATCH = {"25m": 64, "300m": 8, "1b": 4, "d24": 8}
+for _name, _mb in _PRESET_MICRO_BATCH.items():
+    _p = PRESETS[_name]
+    _t = _p["max_seq_len"]
+    SHAPES[_name] = BenchShape(_name, ModelShape(_p["d_model"], _p["n_layers"], _p["n_heads"], 4 * _p["d_model"],
+                                                 50304, _t), _t, _mb)
 
 
 def bench(b: BenchShape, device: torch.device, *, compile_: bool, compile_mode: str | None, warmup: int,
