@@ -65,6 +65,36 @@ def train_flops_per_token(shape: ModelShape, seq_len: int | None = None) -> floa
     return 6.0 * count_params(shape).flop_params + 12.0 * shape.n_layers * shape.d_model * t
 
 
+# The step-time model behind MFU transfers, from torch.profiler kernel tables of the bundled trainer
+# on an H100 SXM (124M and 1.31B, BENCHMARKS.md): matmuls ran at ~70 % of the dense bf16 peak,
+# cuDNN attention at ~40 % (head dim 64) and ~63 % (head dim 128), the pointwise work of a block
+# (norms, GELU, residuals, inductor-fused) moved ~100 bytes per token per layer per channel, and the
+# fused loss ~9 bytes per token per vocabulary entry.
+_MATMUL_SHARE_OF_PEAK = 0.70
+_POINTWISE_BYTES = 100.0
+_LOSS_BYTES_PER_LOGIT = 9.0
+
+
+def _attention_share_of_peak(head_dim: float) -> float:
+    return min(0.70, max(0.30, 0.40 + 0.23 * (math.log2(max(head_dim, 1.0)) - 6)))
+
+
+def modelled_mfu(shape: ModelShape, seq_len: int, gpu: Gpu) -> float:
+    """MFU the step-time model gives a shape on a GPU: useful FLOPs over (matmul + attention time at
+    their shares of peak + pointwise and loss bytes over memory bandwidth). Not a prediction by
+    itself (it leaves out launch gaps and the optimizer): its *ratio* between two setups moves a
+    measured MFU from one to the other."""
+    d, L = shape.d_model, shape.n_layers
+    peak = gpu.bf16_dense_tflops * 1e12
+    bandwidth = gpu.memory_bandwidth_gbps * 1e9
+    matmul = 6.0 * count_params(shape).flop_params
+    attention = 12.0 * L * d * seq_len
+    seconds = (matmul / (_MATMUL_SHARE_OF_PEAK * peak)
+               + attention / (_attention_share_of_peak(d / shape.n_heads) * peak)
+               + (_POINTWISE_BYTES * L * d + _LOSS_BYTES_PER_LOGIT * shape.vocab_size) / bandwidth)
+    return (matmul + attention) / seconds / peak
+
+
 class Fit(str, Enum):
     FITS = "fits"
     SHARDED = "sharded"  # only with the optimizer state, grads and weights sharded (FSDP / ZeRO-3)

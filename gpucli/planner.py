@@ -25,6 +25,7 @@ from gpucli.estimate import (
     count_params,
     decode_memory,
     decode_tokens_per_s,
+    modelled_mfu,
     scaling_efficiency,
     train_flops_per_token,
     train_tokens_per_s,
@@ -361,9 +362,11 @@ def catalog_setups(catalog: Catalog, request: PlanRequest) -> list[Setup]:
     return setups
 
 
-# How MFU moves with model size, fitted to nanoGPT's two measurements on one H100 (anchors.md):
-# 42.0 % at 0.85 GFLOP/token (124M) and 53.8 % at 8.5 GFLOP/token (1.31B): exponent log(1.28)/log(9.9).
-MFU_SIZE_EXPONENT = 0.108
+# How MFU moves from a measured setup to another shape or GPU: by the ratio of the two setups'
+# modelled MFU (estimate.modelled_mfu, a step-time model from the trainer's H100 kernel profile).
+# Unfitted to nanoGPT's pair, it gives 1.26x from its 124M point (42.0 %) to its 1.31B (53.8 %:
+# 1.28x); the plain FLOPs/token power law it replaced left 124M, 300m and 25m 14-21 % off in a
+# leave-one-out over the trainer's six H100 measurements (BENCHMARKS.md).
 MFU_CEILING = 0.80  # the dense matmul peak itself is 77-81 % of the datasheet figure on an H100
 
 
@@ -381,8 +384,10 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
 
     1. same GPU, same shape and sequence length, same GPU count: the measured tokens/s;
     2. same GPU and shape, another count: its MFU, rescaled by the data-parallel efficiency;
-    3. same GPU, another shape: its MFU x (FLOPs/token ratio) ** 0.108 (fitted to nanoGPT's H100 pair);
-    4. another GPU of the same architecture, then any GPU: the same size rule, said so;
+    3. same GPU, another shape: its MFU x the ratio of the two setups' modelled MFU (step-time model:
+       matmuls and attention at their shares of peak, pointwise and loss bytes over bandwidth);
+    4. another GPU of the same architecture, then any GPU: the entry's MFU (moved by the shape rule),
+       said so;
     5. no entry: the catalogue default MFU.
     Each step says which entry it used and how far it had to reach. Between equally close entries the
     one added last wins: the user's own file comes after the bundled one, and both are appended to.
@@ -427,8 +432,11 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
     if count_rank:
         notes.append(f"from {e.gpu_count} GPUs to {n}")
     if shape_rank:
-        mfu *= (flops / e_flops) ** MFU_SIZE_EXPONENT
-        notes.append(f"x{(flops / e_flops) ** MFU_SIZE_EXPONENT:.2f} for {flops / e_flops:.2g}x the FLOPs/token")
+        # Both shapes on the target GPU: the model's constants come from one GPU's kernel profile, so
+        # it moves MFU across shapes only; another GPU keeps the entry's MFU and is said so below.
+        moved = modelled_mfu(request.model, seq, gpu) / modelled_mfu(shape, e.seq_len or shape.max_seq_len, gpu)
+        mfu *= moved
+        notes.append(f"x{moved:.2f} by the step-time model for {flops / e_flops:.2g}x the FLOPs/token")
     if gpu_rank:
         notes.append("another GPU" + ("" if gpu_rank == 1 else ", another architecture"))
     mfu = min(MFU_CEILING, max(0.01, mfu))
