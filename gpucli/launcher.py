@@ -109,6 +109,27 @@ def _profile_batch(profile: SingleProfile | ClusterProfile, phase_name: str, bat
     return max(1, per_step // accum), accum
 
 
+def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
+    """run.yaml's mapping with the ``--section.key=value`` overrides written into it (so the file on
+    the pod is the whole truth: a resume or a restart by hand runs the same thing), checked by the
+    trainer's own config loader before anything is rented."""
+    import copy
+
+    from trainer.config import ConfigError, apply_override, config_from_dict, parse_override
+
+    cfg = copy.deepcopy(cfg)
+    try:
+        for item in overrides:
+            if not item.startswith("--") or "=" not in item:
+                raise ConfigError(f"trainer override '{item}' must look like --section.key=value")
+            apply_override(cfg, *parse_override(item))
+        checked = config_from_dict(copy.deepcopy(cfg))
+    except ConfigError as exc:
+        raise UsageError(f"trainer config: {exc}", hint="--set takes section.key=value, with the keys of the trainer's run.yaml"
+                         ) from None
+    return cfg, checked
+
+
 def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str, python: str | None = None) -> ResolvedLaunch:
     """Everything a launch will do, decided before any machine is touched."""
     profile = catalog.profile(req.profile)
@@ -165,10 +186,12 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str, python: str 
     if gpu is None and not req.data:
         cfg["data"]["max_bytes"] = 8_000_000
     overrides = tuple(req.extra)
-    for item in overrides:
-        if not item.startswith("--") or "=" not in item:
-            raise UsageError(f"trainer override '{item}' must look like --section.key=value")
-    trainer_args = "--config ../run.yaml --resume auto" + "".join(f" {shlex.quote(o)}" for o in overrides)
+    cfg, checked = _with_overrides(cfg, overrides)
+    # What the trainer will really do once the overrides are in: the plan, limits and record follow it.
+    micro, accum, seq_len = checked.training.batch_size, checked.training.grad_accum_steps, checked.training.seq_len
+    steps = checked.resolved_max_steps()
+    limits = Limits(max_steps=steps, max_hours=req.hours, budget_usd=req.budget_usd)
+    trainer_args = "--config ../run.yaml --resume auto"
     if n_gpus > 1:
         cmd = (f"{shlex.quote(py)} -m torch.distributed.run --standalone --nproc_per_node={n_gpus} "
                f"-m trainer.train {trainer_args}")

@@ -110,7 +110,21 @@ def test_dry_run_touches_nothing(capsys):
     assert not list(runs.runs_dir().glob("*.json"))
 
 
+def test_overrides_are_written_into_run_yaml_and_the_plan_follows_them(capsys):
+    """--set goes into run.yaml (a restart on the pod from run.yaml alone runs the same thing), the
+    torchrun line carries none, and the plan, limits and step count are the overridden ones."""
+    code, out, _ = cli(capsys, "launch", "--profile", "h100", "--phase", "fast", "--steps", "300", "--dry-run",
+                       "--set", "training.grad_accum_steps=1", "--set", "training.max_steps=200")
+    assert code == 0
+    assert "grad_accum_steps: 1\n" in out and "max_steps: 200\n" in out
+    assert "-m trainer.train --config ../run.yaml --resume auto\n" in out
+    assert "200 steps of 1 x 64 x 1 sequences" in out and "limits: steps 200" in out
+
+
 @pytest.mark.parametrize("args,needle", [
+    (["launch", "--profile", "cpu", "--set", "training.nope=1", "--dry-run"], "unknown config key 'training.nope'"),
+    (["launch", "--profile", "cpu", "--set", "training.batch_size=abc", "--dry-run"],
+     "training.batch_size: expected an integer"),
     (["launch", "--profile", "cpu9"], "unknown profile 'cpu9'"),
     (["launch", "--profile", "cpu", "--phase", "fastest"], "unknown phase 'fastest'"),
     (["launch", "--profile", "cpu", "--provider", "aws"], "unknown provider 'aws'"),
