@@ -115,7 +115,7 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
     trainer's own config loader before anything is rented."""
     import copy
 
-    from trainer.config import ConfigError, apply_override, config_from_dict, parse_override
+    from trainer.config import ConfigError, apply_override, parse_override, validated_config
 
     cfg = copy.deepcopy(cfg)
     try:
@@ -123,7 +123,7 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
             if not item.startswith("--") or "=" not in item:
                 raise ConfigError(f"trainer override '{item}' must look like --section.key=value")
             apply_override(cfg, *parse_override(item))
-        checked = config_from_dict(copy.deepcopy(cfg))
+        checked = validated_config(copy.deepcopy(cfg))
     except ConfigError as exc:
         raise UsageError(f"trainer config: {exc}", hint="--set takes section.key=value, with the keys of the trainer's run.yaml"
                          ) from None

@@ -306,10 +306,10 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
     for arg in overrides or []:
         key, value = parse_override(arg)
         apply_override(raw, key, value)
-    return config_from_dict(raw)
+    return validated_config(raw)
 
 
-def config_from_dict(raw: dict[str, Any]) -> Config:
+def validated_config(raw: dict[str, Any]) -> Config:
     """A validated :class:`Config` from the YAML's mapping (gpucli checks its run.yaml with this
     before it rents anything)."""
     cfg: Config = _build(Config, raw, "")

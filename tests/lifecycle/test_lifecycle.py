@@ -125,6 +125,7 @@ def test_overrides_are_written_into_run_yaml_and_the_plan_follows_them(capsys):
     (["launch", "--profile", "cpu", "--set", "training.nope=1", "--dry-run"], "unknown config key 'training.nope'"),
     (["launch", "--profile", "cpu", "--set", "training.batch_size=abc", "--dry-run"],
      "training.batch_size: expected an integer"),
+    (["launch", "--profile", "cpu", "--set", "model.dropout=1.5", "--dry-run"], "model.dropout must be in [0, 1)"),
     (["launch", "--profile", "cpu9"], "unknown profile 'cpu9'"),
     (["launch", "--profile", "cpu", "--phase", "fastest"], "unknown phase 'fastest'"),
     (["launch", "--profile", "cpu", "--provider", "aws"], "unknown provider 'aws'"),
