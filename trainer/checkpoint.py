@@ -76,7 +76,7 @@ class HostStaging:
     past that, tensors are copied the plain way."""
 
     def __init__(self, max_fraction: float = 0.25) -> None:
-        self._buffers: list[torch.Tensor] = []
+        self._buffers: list[torch.Tensor | None] = []
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
@@ -97,7 +97,8 @@ class HostStaging:
                 return seen[key]
             i = slot[0]
             slot[0] += 1
-            nbytes = t.numel() * t.element_size()
+            # PyTorch's pinned-memory allocator rounds each block up to a power of two: count that.
+            nbytes = 1 << max(0, (t.numel() * t.element_size() - 1).bit_length())
             buf = self._buffers[i] if i < len(self._buffers) else None
             if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
                 buf = None
@@ -107,6 +108,8 @@ class HostStaging:
                     except RuntimeError:  # pinning refused (locked-memory limits): plain copies
                         self._pin_budget = 0
                 if buf is None:
+                    if i == len(self._buffers):
+                        self._buffers.append(None)  # keep later tensors on their own slots
                     out = t.detach().cpu()
                     seen[key] = out
                     return out
