@@ -125,8 +125,8 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
             apply_override(cfg, *parse_override(item))
         checked = validated_config(copy.deepcopy(cfg))
     except ConfigError as exc:
-        raise UsageError(f"trainer config: {exc}", hint="--set takes section.key=value, with the keys of the trainer's run.yaml"
-                         ) from None
+        raise UsageError(f"trainer config: {exc}",
+                         hint="--set takes section.key=value, with the keys of the trainer's run.yaml") from None
     return cfg, checked
 
 
@@ -163,7 +163,6 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str, python: str 
         price = p.usd_per_gpu_hour * n_gpus if p else None
     if req.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
-    limits = Limits(max_steps=steps, max_hours=req.hours, budget_usd=req.budget_usd)
     workdir = req.workdir.rstrip("/") if req.workdir else default_workdir(req.provider, run_name)
     py = python or (sys.executable if req.provider == "local" else "python3")
     cfg: dict[str, Any] = {

@@ -87,39 +87,34 @@ class HostStaging:
         """``obj`` (nested dicts / lists / tuples) with every plain CUDA tensor replaced by a host copy;
         tensors that share memory stay shared."""
         seen: dict[tuple, torch.Tensor] = {}
-        slot = [0]
-        pinned = [0]
-        copied = [False]
+        slot = pinned = 0
+        copied = False
 
         def host(t: torch.Tensor) -> torch.Tensor:
+            nonlocal slot, pinned, copied
             key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
             if key in seen:
                 return seen[key]
-            i = slot[0]
-            slot[0] += 1
+            i, slot = slot, slot + 1
             # PyTorch's pinned-memory allocator rounds each block up to a power of two: count that.
             nbytes = 1 << max(0, (t.numel() * t.element_size() - 1).bit_length())
-            buf = self._buffers[i] if i < len(self._buffers) else None
+            if i == len(self._buffers):
+                self._buffers.append(None)
+            buf = self._buffers[i]
             if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
                 buf = None
-                if pinned[0] + nbytes <= self._pin_budget:
+                if pinned + nbytes <= self._pin_budget:
                     try:
                         buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
                     except RuntimeError:  # pinning refused (locked-memory limits): plain copies
                         self._pin_budget = 0
+                self._buffers[i] = buf  # None keeps later tensors on their own slots
                 if buf is None:
-                    if i == len(self._buffers):
-                        self._buffers.append(None)  # keep later tensors on their own slots
-                    out = t.detach().cpu()
-                    seen[key] = out
-                    return out
-                if i < len(self._buffers):
-                    self._buffers[i] = buf
-                else:
-                    self._buffers.append(buf)
-            pinned[0] += nbytes
+                    seen[key] = t.detach().cpu()
+                    return seen[key]
+            pinned += nbytes
             buf.copy_(t.detach(), non_blocking=True)
-            copied[0] = True
+            copied = True
             seen[key] = buf
             return buf
 
@@ -136,7 +131,7 @@ class HostStaging:
             return o
 
         out = walk(obj)
-        if copied[0]:
+        if copied:
             torch.cuda.synchronize()
         return out
 

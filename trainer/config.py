@@ -105,6 +105,9 @@ class LimitsConfig:
     """USD per hour for the whole machine; needed for cost_usd and max_cost_usd."""
 
 
+ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient")  # hardware.attention (trainer.model.select_attention)
+
+
 @dataclass
 class HardwareConfig:
     device: str = "auto"
@@ -364,8 +367,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"hardware.device must be auto, cuda or cpu, got {h.device!r}")
     if h.fsdp not in ("auto", "on", "off"):
         raise ConfigError(f"hardware.fsdp must be auto, on or off, got {h.fsdp!r}")
-    if h.attention not in ("auto", "cudnn", "flash", "efficient"):
-        raise ConfigError(f"hardware.attention must be auto, cudnn, flash or efficient, got {h.attention!r}")
+    if h.attention not in ATTENTION_KERNELS:
+        raise ConfigError(f"hardware.attention must be {', '.join(ATTENTION_KERNELS)}, got {h.attention!r}")
     if d.tokenizer not in ("byte", "bpe"):
         raise ConfigError(f"data.tokenizer must be byte or bpe, got {d.tokenizer!r}")
     if not 0.0 < d.val_split < 1.0:

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from trainer.config import ATTENTION_KERNELS
 from trainer.presets import PRESETS
 
 
@@ -167,9 +168,6 @@ def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.
 
 # ---------------------------------------------------------------------------------------------
 # Attention kernel choice
-
-ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient")
-
 
 def select_attention(kernel: str) -> None:
     """Which fused kernel CUDA's SDPA may use: 'auto' leaves PyTorch's own order; a name keeps only
