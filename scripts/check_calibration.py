@@ -52,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("file", type=Path)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    data = yaml.safe_load(args.file.read_text())
+    try:
+        data = yaml.safe_load(args.file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        print(f"error: cannot read {args.file}: {getattr(exc, 'strerror', None) or 'not valid YAML'}", file=sys.stderr)
+        return 2
     entries = data if isinstance(data, list) else (data or {}).get("entries") or []
     entries = [e for e in entries if e.get("workload", "train") == "train" and str(e.get("gpu")).lower() != "cpu"]
     if len(entries) < 2:
