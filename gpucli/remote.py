@@ -1081,9 +1081,14 @@ class Remote:
                 with open(partial, "rb") as fh:
                     for block in iter(lambda: fh.read(1 << 20), b""):
                         hasher.update(block)
+            if not offset:
+                # A new file, not one truncated to 0: ext4 flushes a file truncated to 0 when it is
+                # closed (auto_da_alloc), which cost ~0.4 s of the command per GiB here.
+                partial.unlink(missing_ok=True)
             with open(partial, "r+b" if offset else "wb") as out:
-                out.seek(offset)
-                out.truncate()
+                if offset:
+                    out.seek(offset)
+                    out.truncate()
                 pos = self._readv_into(sftp, rpath, out, offset, size, hasher, progress)
             if pos != size:
                 raise TransferError(f"{rpath} changed size while downloading ({pos} of {size} bytes)",
