@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import posixpath
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -236,11 +237,34 @@ class FetchResult:
 def fetch_best(host: Any, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
                progress: Any = None, on_event: Callable[[str], None] = lambda m: None) -> FetchResult:
     """Download the best checkpoint's weights and meta (and tokenizer, run config), each verified
-    against the sha256 in meta.json, each written to a temp name then renamed."""
-    best = best_checkpoint(list_checkpoints(host, record.workdir))
-    val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
-    on_event(f"best checkpoint: {best.name} (val loss {val})")
-    target = dest / f"{record.name}-{best.name}"
+    against the sha256 in meta.json, each written to a temp name then renamed.
+
+    On a live run the trainer keeps only the newest checkpoints and the best: a better one can
+    appear, and the one being fetched be deleted, mid-download. Then the choice is made again from a
+    fresh listing (a few times at most)."""
+    tries = 0
+    while True:
+        best = best_checkpoint(list_checkpoints(host, record.workdir))
+        val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
+        on_event(f"best checkpoint: {best.name} (val loss {val})")
+        target = dest / f"{record.name}-{best.name}"
+        try:
+            return _fetch(host, record, best, target, with_optimizer=with_optimizer, progress=progress)
+        except TransferError:
+            tries += 1
+            if tries >= _FETCH_TRIES or any(c.name == best.name for c in list_checkpoints(host, record.workdir)):
+                raise
+            if target.is_dir() and not (target / "meta.json").exists():  # ours, and never completed
+                shutil.rmtree(target, ignore_errors=True)
+            on_event(f"{best.name} was deleted by the trainer while downloading (a better one came); "
+                     f"choosing again")
+
+
+_FETCH_TRIES = 3
+
+
+def _fetch(host: Any, record: RunRecord, best: CheckpointInfo, target: Path, *, with_optimizer: bool,
+           progress: Any) -> FetchResult:
     names = ["model.pt"]
     names += [n for n in best.files if n.startswith("optim_")] if with_optimizer else []
     names += [n for n in ("tokenizer.json", "data_meta.json") if n in host.list_files(best.path)]

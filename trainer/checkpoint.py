@@ -299,10 +299,18 @@ def prune(root: Path, keep_last: int) -> list[Path]:
     removed = []
     for _, p in ckpts:
         if p not in keep:
-            shutil.rmtree(p, ignore_errors=True)
+            # Out of sight first, in one rename: a reader listing the folder (fetch-best on a live
+            # run) never sees a checkpoint whose meta.json is there and model.pt already gone.
+            gone = p.with_name(f".del_{p.name}")
+            try:
+                p.rename(gone)
+            except OSError:
+                gone = p
+            shutil.rmtree(gone, ignore_errors=True)
             removed.append(p)
-    for p in Path(root).glob(".tmp_*"):  # leftovers of a crash mid-write
-        shutil.rmtree(p, ignore_errors=True)
+    for pattern in (".tmp_*", ".del_*"):  # leftovers of a crash mid-write or mid-delete
+        for p in Path(root).glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)
     return removed
 
 

@@ -195,7 +195,23 @@ def test_save_hashes_files_and_keep_last_plus_best(tmp_path):
     meta = json.loads((root / "step_000050" / "meta.json").read_text())
     assert meta["sha256"] == hashlib.sha256((root / "step_000050" / "model.pt").read_bytes()).hexdigest()
     assert set(meta["files"]) == {"model.pt", "optim_rank0.pt"} and meta["step"] == 50
-    assert not list(root.glob(".tmp_*"))
+    assert not list(root.glob(".tmp_*")) and not list(root.glob(".del_*"))
+
+
+def test_prune_takes_a_checkpoint_out_of_sight_before_deleting_it(tmp_path, monkeypatch):
+    """A reader listing the folder (fetch-best on a live run) must never see a checkpoint half
+    deleted: it is renamed to a hidden name in one step, then deleted; leftovers of a crash mid-delete
+    go at the next prune."""
+    root = tmp_path / "checkpoints"
+    for s, v in {10: 3.0, 20: 2.0, 30: 2.5}.items():
+        _fake_ckpt(root, s, v)
+    (root / ".del_step_000001").mkdir()
+    deleted = []
+    real = ckpt.shutil.rmtree
+    monkeypatch.setattr(ckpt.shutil, "rmtree", lambda p, **kw: (deleted.append(Path(p).name), real(p, **kw)))
+    assert [p.name for p in ckpt.prune(root, keep_last=1)] == ["step_000010"]
+    assert "step_000010" not in deleted and ".del_step_000010" in deleted and ".del_step_000001" in deleted
+    assert sorted(p.name for p in root.iterdir()) == ["step_000020", "step_000030"]
 
 
 def test_parallel_files_hash_what_is_on_disk_and_staging_keeps_structure(tmp_path):
