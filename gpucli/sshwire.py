@@ -89,7 +89,7 @@ class _ClearToSend:
 
     def __enter__(self) -> None:
         t = self.t
-        deadline = time.monotonic() + t.clear_to_send_timeout
+        deadline = time.monotonic() + getattr(t, "clear_to_send_timeout", 30.0)
         while True:
             t.clear_to_send.wait(0.1)
             if not t.active:
@@ -114,6 +114,8 @@ def _send_gcm_batch(transport: Any, recipient: int, view: memoryview, sizes: lis
     pk = getattr(transport, "packetizer", None)
     sock = getattr(transport, "sock", None)
     if pk is None or not isinstance(sock, socket.socket):  # a ProxyCommand is not a socket
+        return False
+    if not all(hasattr(transport, a) for a in ("clear_to_send", "clear_to_send_lock", "active")):
         return False
     # Wire layout per packet: length (4, the GCM associated data) | ciphertext of [padding length,
     # payload, padding] | tag (16). Padding makes the encrypted part a multiple of 16, at least 4.
