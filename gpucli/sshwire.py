@@ -117,6 +117,8 @@ def _send_gcm_batch(transport: Any, recipient: int, view: memoryview, sizes: lis
         return False
     if not all(hasattr(transport, a) for a in ("clear_to_send", "clear_to_send_lock", "active")):
         return False
+    if not getattr(pk, _P + "aead_out", False) or not hasattr(pk, _P + "write_lock"):
+        return False  # not AES-GCM (checked again under the lock): no buffers, no locks taken
     # Wire layout per packet: length (4, the GCM associated data) | ciphertext of [padding length,
     # payload, padding] | tag (16). Padding makes the encrypted part a multiple of 16, at least 4.
     plan = []
@@ -133,11 +135,7 @@ def _send_gcm_batch(transport: Any, recipient: int, view: memoryview, sizes: lis
     head_len = _PACKET_HEAD.size - 4
     padding = os.urandom(2 * _GCM_BLOCK)
     with _ClearToSend(transport):
-        try:
-            write_lock = getattr(pk, _P + "write_lock")
-        except AttributeError:
-            return False
-        with write_lock:
+        with getattr(pk, _P + "write_lock"):
             try:
                 if (not getattr(pk, _P + "aead_out") or getattr(pk, _P + "compress_engine_out") is not None
                         or getattr(pk, _P + "dump_packets")):
