@@ -8,7 +8,9 @@ private attribute relied on is listed here and in the comment above the paramiko
 ``SFTPClient``
     ``_lock``, ``request_number`` (allocating request numbers for requests we frame ourselves),
     ``_request`` (the ``limits@openssh.com`` extension), ``_convert_status`` (a status reply -> the
-    exception paramiko raises for it); ``SFTPFile.handle`` (the open file's SFTP handle).
+    exception paramiko raises for it), ``_async_request`` and ``_read_response`` (several requests
+    sent before their replies are read: :func:`pipelined`); ``SFTPFile.handle`` (the open file's
+    SFTP handle).
 ``Channel``
     ``lock``, ``_wait_for_send_window``, ``out_window_size``, ``remote_chanid`` (taking send window
     for a batch of channel data).
@@ -97,6 +99,48 @@ def sftp_limits(sftp: Any) -> tuple[int, int]:
     except (OSError, EOFError, struct.error, Exception):  # any refusal means "use the default"
         return DEFAULT_REQUEST, DEFAULT_REQUEST
     return (min(max_read, _REQUEST_CAP) or DEFAULT_REQUEST), (min(max_write, _REQUEST_CAP) or DEFAULT_REQUEST)
+
+
+class _Replies:
+    """Where paramiko's reader hands the replies of requests sent by :func:`pipelined` (the
+    ``_async_response`` hook its own prefetching files use), matched by request number."""
+
+    def __init__(self) -> None:
+        self.got: dict[int, tuple[int, Any]] = {}
+
+    def _async_response(self, t: int, msg: Any, num: int) -> None:
+        self.got[num] = (t, msg)
+
+
+def pipelined(sftp: Any, requests: list[tuple[Any, ...]]) -> list[tuple[int, Any]] | None:
+    """Send every request (``(type, *args)`` as paramiko frames them) before reading any reply: the
+    whole list costs one round trip instead of one each. Returns ``(reply type, Message)`` per
+    request, in the order given (replies are matched by request number, so a server answering out
+    of order is fine); None where paramiko lacks the hooks (the caller goes one request at a time).
+
+    Requests that depend on an earlier one (a folder then its child, a write then a rename) rely on
+    the server running requests in the order they arrive: OpenSSH's sftp-server does (``sftp-server.c``
+    handles one message at a time from its input buffer, in ``process()``), and callers check the
+    outcome (a stat at the end) where the order matters."""
+    send = getattr(sftp, "_async_request", None)
+    read = getattr(sftp, "_read_response", None)
+    if send is None or read is None:
+        fallback("SFTPClient lacks _async_request/_read_response: one request per round trip")
+        return None
+    sink = _Replies()
+    nums = [send(sink, *req) for req in requests]
+    while len(sink.got) < len(nums):
+        read()  # one reply, handed to sink (the channel's timeout bounds the wait)
+    return [sink.got[n] for n in nums]
+
+
+def status_error(sftp: Any, msg: Any) -> BaseException | None:
+    """The exception paramiko raises for a status reply ``msg`` (None for OK)."""
+    try:
+        sftp._convert_status(msg)
+    except (OSError, EOFError) as exc:  # what _convert_status raises for a failed status
+        return exc
+    return None
 
 
 def sftp_pipeline_ok(sftp: Any, what: str) -> bool:

@@ -16,7 +16,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -94,6 +94,7 @@ class Connection:
         self._max_read = _paramiko.DEFAULT_REQUEST
         self._max_write = _paramiko.DEFAULT_REQUEST
         self._pool: list[paramiko.SFTPClient] = []  # extra SFTP channels of parallel transfers
+        self._prefetch: threading.Thread | None = None  # opening pool channels ahead of their use
         # The round trip of one SFTP request (the smallest seen) and the window sshd grants a
         # session channel: what sizes a parallel transfer (gpucli.ssh.parallel.channels_for).
         self.rtt_s: float | None = None
@@ -220,18 +221,21 @@ class Connection:
                  "public key in authorized_keys")
 
     def close(self) -> None:
-        pool, self._pool = self._pool, []
-        for extra in pool:
-            with contextlib.suppress(Exception):
-                extra.close()
         if self._sftp is not None:
             with contextlib.suppress(Exception):
                 self._sftp.close()
             self._sftp = None
         if self._t is not None:
             with contextlib.suppress(Exception):
-                self._t.close()
+                self._t.close()  # also makes a prefetch still opening channels fail at once
             self._t = None
+        if self._prefetch is not None:
+            self._prefetch.join(5)
+            self._prefetch = None
+        pool, self._pool = self._pool, []
+        for extra in pool:
+            with contextlib.suppress(Exception):
+                extra.close()
 
     def _transport(self) -> paramiko.Transport:
         if self._t is None or not self._t.is_active():
@@ -277,11 +281,36 @@ class Connection:
             self.note_rtt(time.monotonic() - started)
         return self.rtt_s or 0.0
 
+    def prefetch_pool(self, channels: Callable[[float], int]) -> None:
+        """Start opening, in the background, the extra SFTP channels a parallel transfer is about
+        to ask for (``channels(rtt)`` of them). Each costs a channel open, sftp-server started
+        through the login shell and the SFTP handshake: several round trips, 0.7 s at 100 ms,
+        which then overlap the transfer's own set-up (listing, folders, parts) instead of delaying
+        its first byte. A failure here is only a lost head start: :meth:`_sftp_pool` opens
+        whatever is missing and reports its own errors."""
+        if self._prefetch is not None:
+            return
+
+        def run() -> None:
+            with contextlib.suppress(Exception):  # retried (and reported) by _sftp_pool
+                n = channels(self.measure_rtt())
+                if n > 1:
+                    self._open_pool(n)
+
+        self._prefetch = threading.Thread(target=run, daemon=True, name="gpucli-sftp-open")
+        self._prefetch.start()
+
     def _sftp_pool(self, n: int) -> list[paramiko.SFTPClient]:
         """``n`` extra SFTP sessions (each its own channel, window and sftp-server) for a parallel
         transfer, opened at once and kept for the next transfer on this connection. Sessions a
         transfer closed midway are replaced."""
+        if self._prefetch is not None:
+            self._prefetch.join(self.connect_timeout_s + 10)
+            self._prefetch = None
         self._sftp_client()  # limits, RTT and a live transport first
+        return self._open_pool(n)
+
+    def _open_pool(self, n: int) -> list[paramiko.SFTPClient]:
         self._pool = [s for s in self._pool if not s.get_channel().closed]
         need = n - len(self._pool)
         if need > 0:

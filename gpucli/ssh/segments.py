@@ -30,7 +30,7 @@ from typing import Any
 from gpucli.ssh.parallel import Segment, plan_segments
 from gpucli.ssh.transfer import PART_SUFFIX
 
-__all__ = ["DownFile", "Sidecar", "parse_record", "sidecar_name"]
+__all__ = ["DownFile", "Sidecar", "parse_record", "record", "sidecar_name"]
 
 
 def sidecar_name(part_rel: str) -> str:
@@ -139,11 +139,17 @@ class DownFile:
             self.fd = -1
 
 
+def record(size: int, mtime: int, seg: int, done: Any) -> bytes:
+    """The resume record of an upload: what :func:`parse_record` reads back."""
+    return json.dumps({"size": size, "mtime": mtime, "seg": seg, "done": sorted(done)}).encode()
+
+
 class Sidecar:
     """The remote resume record of a parallel upload, written by one background thread that always
     writes the latest state (a slow link coalesces updates instead of stalling the senders)."""
 
-    def __init__(self, write: Any, path: str, size: int, mtime: int, seg: int, done: set[int]) -> None:
+    def __init__(self, write: Any, path: str, size: int, mtime: int, seg: int, done: set[int], *,
+                 written: bool = False) -> None:
         self._write = write  # (remote path, bytes) -> None, on a channel no sender uses
         self.path, self.size, self.mtime, self.seg = path, size, mtime, seg
         self.done = set(done)
@@ -151,14 +157,15 @@ class Sidecar:
         self._stop = False
         self._lock = threading.Lock()
         self.error: BaseException | None = None
-        self._flush_now()
+        if not written:  # the caller wrote the first record itself (batched with others)
+            self._flush_now()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="gpucli-sidecar")
         self._thread.start()
 
     def _payload(self) -> bytes:
         with self._lock:
             done = sorted(self.done)
-        return json.dumps({"size": self.size, "mtime": self.mtime, "seg": self.seg, "done": done}).encode()
+        return record(self.size, self.mtime, self.seg, done)
 
     def _flush_now(self) -> None:
         self._write(self.path, self._payload())

@@ -19,6 +19,7 @@ import os
 import posixpath
 import select
 import shlex
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import TransferError
+from gpucli.ssh.batch import Batch, finish_parts, makedirs, put_small
 from gpucli.ssh.connection import IO_TIMEOUT_S, norm
 from gpucli.ssh.files import Files, emit
 from gpucli.ssh.parallel import (
@@ -38,7 +40,7 @@ from gpucli.ssh.parallel import (
     plan_segments,
     run_segments,
 )
-from gpucli.ssh.segments import Sidecar, parse_record, sidecar_name
+from gpucli.ssh.segments import Sidecar, parse_record, record, sidecar_name
 from gpucli.ssh.sftp import read_range, write_from
 from gpucli.ssh.target import SyncStats
 from gpucli.ssh.transfer import (
@@ -111,6 +113,9 @@ class Sync(Files):
                 sftp_only = bool(local) and len(local) <= _SFTP_ONLY_MAX_FILES and all(
                     f.size >= small_file_bytes for f in local)
                 if sftp_only:
+                    if channels is None:  # the segment channels open while the listing and parts are made
+                        big_total = sum(f.size for f in local)
+                        self.prefetch_pool(lambda rtt: channels_for(rtt, self.server_window, big_total))
                     if chan is not None:
                         chan.close()
                     chan, remote = None, self._sftp_manifest(rdir, {posixpath.dirname(f.rel) for f in local})
@@ -133,6 +138,9 @@ class Sync(Files):
                 if doubt:
                     big.extend(self._settle_doubts(rdir, doubt))
                 todo = small + big
+                if big and not sftp_only and channels is None:  # opening while the tar streams go
+                    big_total = sum(f.size for f in big)
+                    self.prefetch_pool(lambda rtt: channels_for(rtt, self.server_window, big_total))
                 total_bytes = sum(f.size for f in todo)
                 done = {"bytes": 0, "files": 0, "resumed": 0, "next": 0}
                 step = max(total_bytes // 200, 1)
@@ -162,7 +170,7 @@ class Sync(Files):
                 elif chan is not None:
                     self._finish_tar(chan, rdir, root, small, dirs, on_bytes)
                 elif big:
-                    self._sftp_makedirs(rdir, dirs)
+                    makedirs(self._sftp_client(), rdir, dirs)
             finally:
                 if chan is not None:
                     chan.close()
@@ -178,8 +186,6 @@ class Sync(Files):
 
     def _sftp_manifest(self, rdir: str, dirs: set[str]) -> dict[str, RemoteFile]:
         """The files directly inside ``dirs`` (relative to ``rdir``): one listdir each."""
-        import stat as st
-
         sftp = self._sftp_client()
         files: dict[str, RemoteFile] = {}
         for d in sorted(dirs):
@@ -188,27 +194,10 @@ class Sync(Files):
             except FileNotFoundError:
                 continue
             for a in entries:
-                if st.S_ISREG(a.st_mode or 0):
+                if stat.S_ISREG(a.st_mode or 0):
                     rel = posixpath.join(d, a.filename) if d else a.filename
                     files[rel] = RemoteFile(rel, a.st_size or 0, int(a.st_mtime or 0))
         return files
-
-    def _sftp_makedirs(self, rdir: str, dirs: list[str]) -> None:
-        """``mkdir -p`` over SFTP for the root and ``dirs`` below it."""
-        sftp = self._sftp_client()
-        wanted = [rdir] + [posixpath.join(rdir, d) for d in dirs]
-        for path in wanted:
-            parts = path.split("/")
-            for i in range(1, len(parts) + 1):
-                sub = "/".join(parts[:i])
-                if not sub or sub == ".":
-                    continue
-                try:
-                    sftp.stat(sub)
-                except FileNotFoundError:
-                    with contextlib.suppress(OSError):  # raced with another creator: stat decides
-                        sftp.mkdir(sub)
-                    sftp.stat(sub)
 
     def _start_sync_channel(self, rdir: str) -> Any:
         """Start ``mkdir; find -printf; tar -x`` on one channel; the manifest is read later by
@@ -321,23 +310,25 @@ class Sync(Files):
             # Written beside and renamed over (the record is rewritten all the time, so a cut
             # would often land mid-write), on the main SFTP channel, which no segment uses. The
             # temp name is a part name of the same file: the next run removes it as stale.
-            tmp = path[: -len(PART_SUFFIX)] + "-new" + PART_SUFFIX
             with record_lock:
-                with sftp.open(tmp, "wb") as fh:
-                    fh.write(data)
-                sftp.posix_rename(tmp, path)
+                put_small(sftp, [(_record_tmp(path), data, path)])
 
         items: list[Segment] = []
         sidecars: dict[str, Sidecar] = {}
         resumed = 0
         try:
+            stale = Batch(sftp)
+            for f in big:
+                part_rel = part_name(f.rel, f.size, f.mtime)
+                for old in parts_of(f.rel, remote):
+                    if old not in (part_rel, sidecar_name(part_rel)):
+                        stale.remove(posixpath.join(rdir, old))
+            stale.run()  # a stale part that will not go is only clutter: its errors do not matter
+            firsts: list[tuple[str, bytes, str | None]] = []  # new parts and first records, sent together
+            plans: list[tuple[LocalFile, int, set[int]]] = []
             for f in big:
                 part_rel = part_name(f.rel, f.size, f.mtime)
                 side_rel = sidecar_name(part_rel)
-                for stale in parts_of(f.rel, remote):
-                    if stale not in (part_rel, side_rel):
-                        with contextlib.suppress(OSError):
-                            sftp.remove(posixpath.join(rdir, stale))
                 seg, done = SEGMENT_BYTES, set[int]()
                 if side_rel in remote and part_rel in remote:
                     got = parse_record(self.read_file(posixpath.join(rdir, side_rel)), f.size, f.mtime)
@@ -347,8 +338,15 @@ class Sync(Files):
                     prefix = self._verified_length(sftp, posixpath.join(rdir, part_rel), f, remote[part_rel].size)
                     done = set(range(prefix // seg))
                 if not done:
-                    sftp.open(posixpath.join(rdir, part_rel), "wb").close()
-                sidecars[f.rel] = Sidecar(put_record, posixpath.join(rdir, side_rel), f.size, f.mtime, seg, done)
+                    firsts.append((posixpath.join(rdir, part_rel), b"", None))
+                side = posixpath.join(rdir, side_rel)
+                firsts.append((_record_tmp(side), record(f.size, f.mtime, seg, done), side))
+                plans.append((f, seg, done))
+            # The parts exist and every record is written before the first byte moves.
+            put_small(sftp, firsts)
+            for f, seg, done in plans:
+                side = posixpath.join(rdir, sidecar_name(part_name(f.rel, f.size, f.mtime)))
+                sidecars[f.rel] = Sidecar(put_record, side, f.size, f.mtime, seg, done, written=True)
                 had = sum(s.end - s.start for s in plan_segments(f.rel, f.size, seg) if s.index in done)
                 if had:
                     on_bytes(had, f.rel, False)
@@ -379,18 +377,7 @@ class Sync(Files):
         finally:
             for sc in sidecars.values():
                 sc.close()
-        for f in big:
-            part = posixpath.join(rdir, part_name(f.rel, f.size, f.mtime))
-            got = sftp.stat(part).st_size
-            if got != f.size:
-                raise TransferError(f"{f.rel}: uploaded {got} bytes, expected {f.size} (did the local "
-                                    f"file change during the sync?)", hint="run the same command again")
-            sftp.chmod(part, f.mode)
-            sftp.utime(part, (f.mtime, f.mtime))
-            sftp.posix_rename(part, posixpath.join(rdir, f.rel))
-            with contextlib.suppress(OSError):
-                sftp.remove(sidecars[f.rel].path)
-            on_bytes(0, f.rel, True)
+        finish_parts(sftp, rdir, big, on_bytes, sidecars={f.rel: sidecars[f.rel].path for f in big})
         return resumed
 
     def _put_big(self, f: LocalFile, rdir: str, remote: dict[str, RemoteFile],
@@ -400,7 +387,6 @@ class Sync(Files):
         sftp = self._sftp_client()
         part_rel = part_name(f.rel, f.size, f.mtime)
         part = posixpath.join(rdir, part_rel)
-        final = posixpath.join(rdir, f.rel)
         for stale in parts_of(f.rel, remote):
             if stale != part_rel:
                 with contextlib.suppress(OSError):
@@ -409,14 +395,10 @@ class Sync(Files):
         if part_rel in remote and 0 < remote[part_rel].size <= f.size:
             offset = self._verified_length(sftp, part, f, remote[part_rel].size)
         sent = write_from(sftp, part, f, offset, on_bytes, max_write=self._max_write)
-        got = sftp.stat(part).st_size
-        if got != f.size or sent != f.size:
-            raise TransferError(f"{f.rel}: uploaded {got} bytes, expected {f.size} (did the local "
+        if sent != f.size:
+            raise TransferError(f"{f.rel}: uploaded {sent} bytes, expected {f.size} (did the local "
                                 f"file change during the sync?)", hint="run the same command again")
-        sftp.chmod(part, f.mode)
-        sftp.utime(part, (f.mtime, f.mtime))
-        sftp.posix_rename(part, final)
-        on_bytes(0, f.rel, True)
+        finish_parts(sftp, rdir, [f], on_bytes, sidecars={})
         return offset
 
     def _verified_length(self, sftp: paramiko.SFTPClient, part: str, f: LocalFile, size: int) -> int:
@@ -435,6 +417,12 @@ class Sync(Files):
         return 0
 
     # -- download ------------------------------------------------------------------------------
+
+
+def _record_tmp(path: str) -> str:
+    """Where a resume record is written before it is renamed over ``path``: a part name of the same
+    file, so a cut leaves something the next run removes as stale."""
+    return path[: -len(PART_SUFFIX)] + "-new" + PART_SUFFIX
 
 
 def _few_top_files(root: Path) -> bool:
