@@ -20,8 +20,9 @@ LayerNorm, tied head: nanoGPT's model, which ``124m`` and ``1.31b`` are) with Ad
 Muon; ``--fp8`` adds ``modern`` with torchao FP8 matmuls, ``--nanogpt DIR`` nanoGPT's own ``model.py``
 (whole model compiled, its fused AdamW), so every figure comes from the same run on the same device.
 
-Speed: exactly what ``trainer.train`` runs each step (bf16 autocast, blocks compiled, fused chunked
-LM-head loss, the optimizer, clip 1.0) on random tokens already on the device: 10 warm-up steps, then
+Speed: exactly what ``trainer.train`` runs each step (bf16 autocast, compiled as hardware.compile says:
+each trainer row once with the blocks compiled, the default, and once with the whole model, unless
+``--compile-scope`` names one; the fused chunked LM-head loss, the optimizer, clip 1.0) on random tokens already on the device: 10 warm-up steps, then
 20 timed steps with a single synchronize at each end (no per-step ``.item()``).
 
 Quality (``--quality``): both architectures, each with its optimizer, train on the same batches of the
@@ -59,10 +60,11 @@ import torch  # noqa: E402
 
 from trainer import __version__  # noqa: E402
 from trainer.config import Config, ConfigError  # noqa: E402
+from trainer.dist import compile_model  # noqa: E402
 from trainer.metrics import peak_flops  # noqa: E402
 from trainer.model import ATTENTION_KERNELS, GPT, round_up, select_attention  # noqa: E402
 from trainer.modelspec import ModelSpec  # noqa: E402
-from trainer.optim import build_optimizer, lr_factor, set_lr  # noqa: E402
+from trainer.optim import build_optimizer, set_schedule  # noqa: E402
 from trainer.presets import MODELS, modern  # noqa: E402
 
 
@@ -153,10 +155,8 @@ def build(b: BenchShape, arch: str, optimizer: str, device: torch.device, *, com
         from trainer.fp8 import enable_fp8
 
         enable_fp8(model, device)
-    if compile_ and compile_scope == "model":
-        model.compile(mode=compile_mode)
-    elif compile_:
-        model.compile_blocks(compile_mode)
+    if compile_:
+        compile_model(model, compile_scope, compile_mode)  # hardware.compile, as the trainer applies it
     opt = build_optimizer(model, arch_config(arch, optimizer), fused=cuda)
     return model, opt, model, spec
 
@@ -247,7 +247,7 @@ def train_curve(b: BenchShape, arch: str, optimizer: str, device: torch.device, 
     cfg = arch_config(arch, optimizer)
     t = cfg.training
     steps = max(1, tokens // (b.micro_batch * b.seq_len))
-    warmup = max(1, steps // 20)
+    t.warmup_steps = max(1, steps // 20)
     loader = BatchLoader(train, b.micro_batch, b.seq_len, seed=1234)  # the same batches for both runs
     held_out = val_batches(val, eval_batches, b.micro_batch, b.seq_len, 0, 1)
 
@@ -267,7 +267,7 @@ def train_curve(b: BenchShape, arch: str, optimizer: str, device: torch.device, 
     points = [{"step": 0, "tokens": 0, "val_loss": evaluate()}]
     t0 = time.perf_counter()
     for step in range(steps):
-        set_lr(opt, t.learning_rate * lr_factor(step, warmup, steps, t.min_lr / t.learning_rate))
+        set_schedule(opt, t, step, steps)  # the trainer's LR schedule and Muon momentum warmup
         batch = loader.next()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             loss = fwd(to(batch.x), to(batch.y))
@@ -388,6 +388,12 @@ def check_attention(device: torch.device) -> list[dict]:
     return rows
 
 
+def row_label(r: dict, scoped: bool) -> str:
+    """gpt2, modern, memory@256, ...; with both compile scopes measured, modern/model and the like."""
+    label = f"{r['arch']}@{r['memory_chunk']}" if r["memory_chunk"] else r["arch"]
+    return f"{label}/{r['compile_scope']}" if scoped and r["arch"] != "nanogpt" else label
+
+
 def calibration_entry(r: dict, b: BenchShape) -> dict:
     s: ModelSpec = r["spec"]
     model = {"name": s.name if r["arch"] != "nanogpt" else f"{b.name}-nanogpt", "d_model": s.d_model,
@@ -431,8 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-mode", default=None, help="e.g. max-autotune (CUDA graphs)")
     ap.add_argument("--loss-chunk-rows", type=int, default=8192)
     ap.add_argument("--attention", default="auto", choices=ATTENTION_KERNELS, help="SDPA kernel (CUDA)")
-    ap.add_argument("--compile-scope", default="blocks", choices=("blocks", "model"),
-                    help="compile each block (as the trainer does) or the whole model")
+    ap.add_argument("--compile-scope", default="both", choices=("blocks", "model", "both"),
+                    help="hardware.compile: each block (the trainer's default), the whole model, or both "
+                         "side by side (default; one scope when nothing compiles, e.g. on CPU)")
     ap.add_argument("--kernel-table", metavar="FILE", help="profile 3 more steps; write the top kernels to FILE")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row")
     ap.add_argument("--write-calibration", metavar="FILE", help="append a YAML entry per row to FILE")
@@ -483,31 +490,39 @@ def main(argv: list[str] | None = None) -> int:
         runs += [(a, "adamw" if a == "gpt2" else args.modern_optimizer, False, None) for a in (args.arch or ARCHES)]
     if args.fp8:
         runs.append(("modern", args.modern_optimizer, True, None))
+    compile_ = not args.no_compile and device.type == "cuda"
+    scopes = ["blocks", "model"] if args.compile_scope == "both" else [args.compile_scope]
+    if not compile_ or args.memory or args.refine:  # nothing to compare / research rows: the default scope
+        scopes = scopes[:1]
+    # Each of the trainer's rows once per compile scope, side by side (nanoGPT always compiles whole).
+    plan = [(run, scope) for run in runs for scope in (["model"] if run[0] == "nanogpt" else scopes)]
     entries = []
     for name in args.shape or ["124m", "1.31b"]:
         b = SHAPES[name]
         rows = []
-        for arch, optimizer, fp8, chunk in runs:
+        for (arch, optimizer, fp8, chunk), scope in plan:
+            kt = f"{args.kernel_table}.{name}.{arch}{'' if len(scopes) == 1 else '.' + scope}.txt"
             try:
-                r = bench(b, device, arch=arch, optimizer=optimizer, fp8=fp8,
-                          compile_=not args.no_compile and device.type == "cuda", compile_mode=args.compile_mode,
-                          warmup=args.warmup, steps=args.steps, chunk_rows=args.loss_chunk_rows,
-                          micro_batch=args.micro_batch, attention=args.attention, compile_scope=args.compile_scope,
-                          kernel_table=Path(f"{args.kernel_table}.{name}.{arch}.txt") if args.kernel_table else None,
+                r = bench(b, device, arch=arch, optimizer=optimizer, fp8=fp8, compile_=compile_,
+                          compile_mode=args.compile_mode, warmup=args.warmup, steps=args.steps,
+                          chunk_rows=args.loss_chunk_rows, micro_batch=args.micro_batch, attention=args.attention,
+                          compile_scope=scope, kernel_table=Path(kt) if args.kernel_table else None,
                           nanogpt=nanogpt, memory_chunk=chunk, refine_steps=args.refine_steps)
             except ConfigError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
             rows.append(r)
-            if arch not in ("memory", "refine"):  # the planner's calibration shapes cannot state them yet
+            # The planner's calibration shapes cannot state memory or refinement yet, nor a compile
+            # scope: the entries are the trainer's default (blocks) rows.
+            if arch not in ("memory", "refine") and (scope == "blocks" or arch == "nanogpt" or not compile_):
                 entries.append(calibration_entry(r, b))
             if args.json:
                 print(json.dumps({k: v for k, v in r.items() if k != "spec"}))
             else:
                 mfu = f"{r['mfu'] * 100:.1f}%" if r["mfu"] is not None else "n/a"
                 mem = f"{r['peak_mem_gib']:.1f} GiB" if r["peak_mem_gib"] is not None else "n/a"
-                label = f"{arch}@{r['memory_chunk']}" if r["memory_chunk"] else arch
-                print(f"{name:>6} {label:>7} {r['optimizer']:>5} {r['precision']:>4} mb {r['micro_batch']:>3} "
+                label = row_label(r, len(scopes) > 1)
+                print(f"{name:>6} {label:>13} {r['optimizer']:>5} {r['precision']:>4} mb {r['micro_batch']:>3} "
                       f"T {r['seq_len']:>5} | {r['ms_per_step']:8.1f} ms/step | {r['tokens_per_s']:>10,.0f} tok/s | "
                       f"MFU {mfu} | peak mem {mem} | {r['device']}")
             if device.type == "cuda":
@@ -517,8 +532,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows[1:]:
                 mem = (f", memory {r['peak_mem_gib'] / ref['peak_mem_gib']:.2f}x" if r["peak_mem_gib"] and
                        ref["peak_mem_gib"] else "")
-                label = f"{r['arch']}@{r['memory_chunk']}" if r["memory_chunk"] else r["arch"]
-                print(f"{name:>6} {label} {r['precision']} / {ref['arch']} {ref['precision']}: "
+                print(f"{name:>6} {row_label(r, len(scopes) > 1)} {r['precision']} / "
+                      f"{row_label(ref, len(scopes) > 1)} {ref['precision']}: "
                       f"{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x tokens/s, "
                       f"{r['ms_per_step'] / ref['ms_per_step']:.2f}x step time{mem}")
     if args.write_calibration:

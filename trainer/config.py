@@ -117,6 +117,13 @@ class TrainingConfig:
     default = learning_rate."""
     embedding_lr: float | None = None
     """Peak LR of the token/position embeddings (seed 002 runs them 10x the matrix LR); default = learning_rate."""
+    muon_momentum: float = 0.95
+    """With optimizer=muon: Muon's momentum once warm (nanochat's and torch.optim.Muon's 0.95)."""
+    muon_momentum_start: float = 0.85
+    """With optimizer=muon: the momentum of the first update, rising linearly to muon_momentum over
+    muon_momentum_warmup_steps (nanochat's base_train: 0.85 -> 0.95 over the first 300 steps)."""
+    muon_momentum_warmup_steps: int = 300
+    """Length of that warmup; 0 = muon_momentum from the first update."""
     min_lr: float = 3e-5
     """The cosine schedule ends here (matrix LR; the embedding LR is scaled by the same factor)."""
     warmup_steps: int = 100
@@ -190,6 +197,7 @@ RENAMED_KEYS = {
 
 ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient")  # hardware.attention (trainer.model.select_attention)
 OPTIMIZERS = ("adamw", "muon")  # training.optimizer (trainer.optim.build_optimizer)
+COMPILE_SCOPES = ("off", "blocks", "model")  # hardware.compile (trainer.dist.build_model)
 
 
 @dataclass
@@ -198,8 +206,10 @@ class HardwareConfig:
     """'auto' (cuda when available), 'cuda' or 'cpu'."""
     mixed_precision: bool = True
     """bf16 autocast on CUDA (CPU runs in fp32)."""
-    compile: bool = True
-    """torch.compile each transformer block and the loss kernel (CUDA only)."""
+    compile: str = "blocks"
+    """torch.compile on CUDA: 'blocks' (each transformer block and the loss kernel), 'model' (the
+    whole model as one graph; see trainer.dist.compile_model for how they measured) or 'off'.
+    true/false (older run files) mean blocks/off."""
     compile_mode: str | None = None
     """Passed to torch.compile, e.g. 'max-autotune' (CUDA graphs)."""
     fsdp: str = "auto"

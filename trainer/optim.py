@@ -1,5 +1,5 @@
-"""The optimizers (AdamW alone, or Muon for the block matrices with AdamW for the rest) and the
-warmup + cosine schedule."""
+"""The optimizers (AdamW alone, or Muon for the block matrices with AdamW for the rest), the warmup +
+cosine LR schedule and Muon's momentum warmup."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 
 import torch
 
-from trainer.config import Config, ConfigError
+from trainer.config import Config, ConfigError, TrainingConfig
 
-MUON_MOMENTUM = 0.95
 MUON_WEIGHT_DECAY = 0.0
 """nanochat trains its Muon matrices without weight decay (nanochat/gpt.py ``setup_optimizers``); at
 Muon's learning rates (~0.02) AdamW's 0.1 would shrink every matrix by 0.2 % a step."""
@@ -24,6 +23,17 @@ def lr_factor(step: int, warmup: int, max_steps: int, min_ratio: float) -> float
         return 1.0
     progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def muon_momentum(step: int, start: float, end: float, warmup_steps: int) -> float:
+    """Muon's momentum at ``step`` (0 = the first update): linear from ``start`` to ``end`` over
+    ``warmup_steps``, then ``end``. nanochat's base_train ``get_muon_momentum`` with 0.85, 0.95 and
+    300 (karpathy/nanochat scripts/base_train.py, e.g. commit 23acb17; later versions warm to 0.97
+    over 400 steps). A function of the step alone, so a resumed run repeats it exactly."""
+    if warmup_steps <= 0:
+        return end
+    frac = min(step / warmup_steps, 1.0)
+    return (1 - frac) * start + frac * end
 
 
 class ChainedOptimizer:
@@ -40,6 +50,11 @@ class ChainedOptimizer:
     @property
     def kinds(self) -> list[str]:
         return [type(o).__name__.lower() for o in self.optimizers]
+
+    def __iter__(self):
+        """The optimizers, so ``torch.distributed.checkpoint.state_dict``'s get/set_optimizer_state_dict
+        take a ChainedOptimizer as the list of optimizers they accept (FSDP2 checkpoints)."""
+        return iter(self.optimizers)
 
     def step(self) -> None:
         for o in self.optimizers:
@@ -97,20 +112,18 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, fused: bool, *, rank: i
     adamw = torch.optim.AdamW(groups, lr=t.learning_rate, betas=(t.beta1, t.beta2), fused=fused)
     if not muon:
         return adamw
-    if sharded:
-        raise ConfigError("training.optimizer=muon does not run with FSDP yet: set hardware.fsdp=off "
-                          "or training.optimizer=adamw")
     group = [{"params": parts["matrix"], "lr_scale": scale["matrix"], "name": "matrix"}]
     lr = t.learning_rate * scale["matrix"]
+    momentum = muon_momentum(0, t.muon_momentum_start, t.muon_momentum, t.muon_momentum_warmup_steps)
     native = getattr(torch.optim, "Muon", None)
-    if world == 1 and native is not None:
+    if world == 1 and not sharded and native is not None:
         # PyTorch's own where it serves (one process): the same algorithm as trainer.muon.Muon.
-        matrices = native(group, lr=lr, weight_decay=MUON_WEIGHT_DECAY, momentum=MUON_MOMENTUM, nesterov=True,
+        matrices = native(group, lr=lr, weight_decay=MUON_WEIGHT_DECAY, momentum=momentum, nesterov=True,
                           adjust_lr_fn="original")
-    else:
+    else:  # DDP, or FSDP2 shards (trainer.muon.Muon orthogonalises whole matrices, each on one rank)
         from trainer.muon import Muon
 
-        matrices = Muon(group, lr=lr, momentum=MUON_MOMENTUM, weight_decay=MUON_WEIGHT_DECAY, rank=rank,
+        matrices = Muon(group, lr=lr, momentum=momentum, weight_decay=MUON_WEIGHT_DECAY, rank=rank,
                         world=world)
     return ChainedOptimizer(matrices, adamw)
 
@@ -119,3 +132,16 @@ def set_lr(optimizer: torch.optim.Optimizer | ChainedOptimizer, lr: float) -> No
     """The base LR for this step; each group scales it by its own ``lr_scale``."""
     for g in optimizer.param_groups:
         g["lr"] = lr * g["lr_scale"]
+
+
+def set_schedule(optimizer: torch.optim.Optimizer | ChainedOptimizer, t: TrainingConfig, step: int,
+                 max_steps: int) -> None:
+    """Everything that follows the step count, before update ``step`` (0 = the first): the LR of
+    every group (warmup + cosine) and, with Muon, its momentum (warmup)."""
+    set_lr(optimizer, t.learning_rate * lr_factor(step, t.warmup_steps, max_steps, t.min_lr / t.learning_rate))
+    if isinstance(optimizer, ChainedOptimizer):
+        m = muon_momentum(step, t.muon_momentum_start, t.muon_momentum, t.muon_momentum_warmup_steps)
+        for o, kind in zip(optimizer.optimizers, optimizer.kinds, strict=True):
+            if kind == "muon":
+                for g in o.param_groups:
+                    g["momentum"] = m

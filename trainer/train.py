@@ -42,7 +42,7 @@ from trainer.memory import MemoryState
 from trainer.metrics import MetricsLogger, SpikeDetector, memory_gib, mfu, peak_flops, safe_exp
 from trainer.model import ModelShape, resolve_shape
 from trainer.notify import read_log_tail
-from trainer.optim import build_optimizer, lr_factor, set_lr
+from trainer.optim import build_optimizer, set_schedule
 from trainer.pipeline import PrepareOptions
 from trainer.tcf import TCFTracker
 
@@ -162,7 +162,7 @@ class Trainer:
         """Run compiled blocks eagerly: generation grows the sequence one token at a time, which
         would otherwise recompile the blocks for each new length."""
         stance = getattr(torch.compiler, "set_stance", None)
-        if stance is None or not (self.cfg.hardware.compile and self.cuda):
+        if stance is None or not (self.cfg.hardware.compile != "off" and self.cuda):
             return contextlib.nullcontext()
         return stance("force_eager")
 
@@ -324,8 +324,7 @@ class Trainer:
             print0(f"stage {stage} from step {self.step}: seq_len {seq}")
             self.metrics.event("stage_transition", step=self.step, stage=stage, seq_len=seq)
             self.alerts.stage_transition(stage, self.step, seq)
-        set_lr(self.optimizer, t.learning_rate * lr_factor(self.step, t.warmup_steps, self.max_steps,
-                                                           t.min_lr / t.learning_rate))
+        set_schedule(self.optimizer, t, self.step, self.max_steps)  # LR and Muon's momentum
         loss_sum = torch.zeros((), device=self.device)
         objective = torch.zeros((), device=self.device)
         carry = self.shape.memory and t.memory.carry

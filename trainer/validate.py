@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from trainer.config import ATTENTION_KERNELS, OPTIMIZERS, Config, ConfigError
+from trainer.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, Config, ConfigError
 
 
 def validate(cfg: Config) -> None:
@@ -26,6 +26,13 @@ def validate(cfg: Config) -> None:
     positive("training.matrix_lr", t.matrix_lr)
     if t.optimizer not in OPTIMIZERS:
         raise ConfigError(f"training.optimizer must be {' or '.join(OPTIMIZERS)}, got {t.optimizer!r}")
+    for name in ("muon_momentum", "muon_momentum_start"):
+        v = getattr(t, name)
+        if not math.isfinite(v) or not 0.0 <= v < 1.0:
+            raise ConfigError(f"training.{name} must be in [0, 1), got {v!r}")
+    if t.muon_momentum_warmup_steps < 0:
+        raise ConfigError(f"training.muon_momentum_warmup_steps must be >= 0 (0 = off), "
+                          f"got {t.muon_momentum_warmup_steps}")
     positive("training.max_steps", t.max_steps)
     positive("training.seq_len", t.seq_len)
     positive("training.stage2_seq_len", t.stage2_seq_len)
@@ -81,6 +88,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"hardware.device must be auto, cuda or cpu, got {h.device!r}")
     if h.fsdp not in ("auto", "on", "off"):
         raise ConfigError(f"hardware.fsdp must be auto, on or off, got {h.fsdp!r}")
+    if h.compile == "on":  # YAML true (older run files: compile was a boolean) is today's default
+        h.compile = "blocks"
+    if h.compile not in COMPILE_SCOPES:
+        raise ConfigError(f"hardware.compile must be {', '.join(COMPILE_SCOPES)}, got {h.compile!r}")
     if h.attention not in ATTENTION_KERNELS:
         raise ConfigError(f"hardware.attention must be {', '.join(ATTENTION_KERNELS)}, got {h.attention!r}")
     if d.tokenizer not in ("byte", "char", "bpe", "gpt2", "file"):

@@ -74,7 +74,6 @@ def test_muon_takes_block_matrices_adamw_the_rest_and_state_round_trips():
     adamw_cfg = load_config(None, ["--training.max_steps=5"])
     with pytest.raises(ConfigError, match="optimizer state is for adamw, this run uses muon"):
         again.load_state_dict(build_optimizer(model, adamw_cfg, fused=False).state_dict())
-    with pytest.raises(ConfigError, match="muon does not run with FSDP yet"):
-        build_optimizer(model, cfg, fused=False, sharded=True)
+    assert type(build_optimizer(model, cfg, fused=False, sharded=True).optimizers[0]) is Muon  # FSDP2: ours
     with pytest.raises(ConfigError, match="training.optimizer must be adamw or muon"):
         load_config(None, ["--training.max_steps=5", "--training.optimizer=sgd"])
