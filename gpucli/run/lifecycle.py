@@ -57,6 +57,9 @@ class PreparedLaunch:
         from gpucli.run.ownrun import task_to_json
 
         data = self.request.to_json()
+        volume = getattr(self.provision, "volume", None)
+        if volume is not None:  # the volume's id: a resume mounts this very volume (names need not be unique)
+            data["volume"] = volume.to_json()
         if self.own is not None:
             data["own"] = task_to_json(self.own.task)
         return data
@@ -157,12 +160,13 @@ def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str) -> Prepare
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or DEFAULTS.disk_gb,
                                        ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s)
-        if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
-            provision = target.with_volume(provision, req.volume)  # type: ignore[attr-defined]
     if provision is not None and req.limits.price_per_hour_usd is None:
         priced = dataclasses.replace(req, limits=req.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
         resolved = resolve(catalog, priced, run_name=name)
     balance_guard(target, resolved, force=req.force)  # before anything is rented
+    if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
+        # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
+        provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb)  # type: ignore[attr-defined]
     return PreparedLaunch(req, resolved, provision, target.endpoint(req.host, req.identity))
 
 
@@ -170,6 +174,11 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
     """Start a new run; a failed launch ends every pod it created before the error goes on."""
     from gpucli.run.start import launch as start
 
+    volume = getattr(prepared.provision, "volume", None)
+    if volume is not None and volume.created:
+        price = f", ${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else ""
+        on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
+                f"{volume.data_center_id}): kept after the run{price} until you delete it")
     try:
         return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=prepared.ssh,
                      provision=prepared.provision, inputs=prepared.inputs, own=prepared.own)
