@@ -75,8 +75,9 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data,
     }
-    if r.volume:
-        data["volume"] = _planned_volume(r)
+    volume = _planned_volume(r) if r.volume else None
+    if volume is not None:
+        data["volume"] = volume
     if json_:
         json_out(data)
         return
@@ -97,8 +98,8 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
         o.print(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
                 + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
                 + f" [dim]({r.planned.source})[/]")
-    if r.volume:
-        o.print(_planned_volume_line(data["volume"]), markup=False, highlight=False)
+    if volume is not None:
+        o.print(_planned_volume_line(volume), markup=False, highlight=False)
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)

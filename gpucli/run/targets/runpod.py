@@ -27,12 +27,13 @@ class RunPodTarget(CloudTarget):
 
         return {"GPUCLI_RUNPOD_API_BASE_URL": runpod_base_url(), "GPUCLI_RUNPOD_API_URL": runpod_rest_url()}
 
-    def with_volume(self, provision: CloudProvisioner, name_or_id: str, *,
-                    size_gb: int | None = None) -> CloudProvisioner:
+    def with_volume(self, provision: CloudProvisioner, name_or_id: str, *, size_gb: int | None = None,
+                    volume_id: str | None = None) -> CloudProvisioner:
         """The provisioner creating its pod with the named network volume (looked up before the pod is
         created; the pod goes to the volume's data centre). With ``size_gb``, a volume of that name is
         created when the account has none: in the data centre with the most of the chosen offer's GPU
-        in stock. A created volume is never deleted by gpucli (it holds the data and checkpoints)."""
+        in stock. A created volume is never deleted by gpucli (it holds the data and checkpoints).
+        ``volume_id``: the volume an earlier launch of the run used (a resume), taken while it exists."""
         import dataclasses
 
         from gpucli.cloud.runpod import RunPodProvider
@@ -40,6 +41,10 @@ class RunPodTarget(CloudTarget):
 
         client = self.client()
         assert isinstance(client, RunPodProvider)
+        if volume_id is not None:
+            known = next((v for v in client.network_volumes() if v.volume_id == volume_id), None)
+            if known is not None:
+                return dataclasses.replace(provision, volume=known)
         try:
             volume = client.find_volume(name_or_id)
         except UsageError:
