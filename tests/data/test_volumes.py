@@ -38,6 +38,7 @@ def test_a_volume_created_by_the_first_launch_is_reused_by_the_second(capsys, tm
 
     code, _, err = cli(capsys, *args, "--name", "made1")
     assert code == 0, err
+    err = " ".join(err.split())  # the console wraps long lines
     # Created in the data centre with the most RTX 4090s in stock (the emulator's US-KS-2), at RunPod's
     # published $0.07/GB/month, before the pod; the pod was created with it, and the record holds its id.
     assert "created network volume fresh (fresh00001, 20 GB in US-KS-2)" in err and "$1.40/month" in err
@@ -242,6 +243,7 @@ def test_resume_trains_on_from_the_volume_when_the_mirror_is_behind(capsys, tmp_
 
     code, _, err = cli(capsys, "resume", name)
     assert code == 0, err
+    err = " ".join(err.split())  # the console wraps long lines
     assert f"resuming from step_{held:06d} (step {held}) on the network volume" in err
     assert f"the mirror on this machine is at step {mirror_step}, not uploaded" in err
     assert "restoring checkpoint" not in err  # nothing was uploaded
@@ -262,3 +264,41 @@ def test_resume_trains_on_from_the_volume_when_the_mirror_is_behind(capsys, tmp_
     assert mirror_root(name).exists()
     down(capsys, name)
     assert emu.ledger.alive() == set()
+
+
+def _checkpoint(folder: Path, step: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"w" * 10)
+    (folder / "meta.json").write_text(json.dumps({"step": step, "files": {}}))
+    return folder
+
+
+def test_the_mirror_is_uploaded_when_the_volume_is_behind_or_empty(tmp_path):
+    from gpucli.run.lifecycle import choose_restore
+    from gpucli.run.targets.local import LocalHost
+
+    run = tmp_path / "volume" / "gpucli-runs" / "r"
+    mirror = _checkpoint(tmp_path / "mirror" / "step_000020", 20)
+    said: list[str] = []
+    with LocalHost() as host:
+        # Nothing of the run on the volume: the mirror goes up.
+        assert choose_restore(host, str(run), mirror, on_step=said.append) == (mirror, True)
+        assert "the network volume has no checkpoint of the run" in said[-1]
+        # The volume is behind the mirror: the mirror goes up, and the metrics are cut back to its step.
+        _checkpoint(run / "checkpoints" / "step_000010", 10)
+        rows = [{"kind": "train", "step": s} for s in range(1, 31)] + [{"kind": "event", "event": "x"}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert choose_restore(host, str(run), mirror, on_step=said.append) == (mirror, True)
+        assert "has only step_000010" in said[-1]
+        kept = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in kept if r.get("kind") == "train"] == list(range(1, 21))
+        assert kept[-1] == {"kind": "event", "event": "x"}  # rows without a step stay
+        # As far as the mirror, or past it: the volume wins and nothing goes up.
+        _checkpoint(run / "checkpoints" / "step_000020", 20)
+        assert choose_restore(host, str(run), mirror, on_step=said.append) == (None, True)
+        _checkpoint(run / "checkpoints" / "step_000025", 25)
+        assert choose_restore(host, str(run), mirror, on_step=said.append) == (None, True)
+        assert "resuming from step_000025 (step 25) on the network volume" in said[-1]
+        # No mirror at all: the volume's checkpoint; nothing anywhere: nothing to resume from.
+        assert choose_restore(host, str(run), None) == (None, True)
+        assert choose_restore(host, str(tmp_path / "elsewhere"), None) == (None, False)
