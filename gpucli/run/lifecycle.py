@@ -253,6 +253,8 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     volume = (record.launch or {}).get("volume")
     volume_id = str(volume["id"]) if isinstance(volume, dict) and volume.get("id") else None
     prepared = prepare(catalog, req, run_name=record.name, task=task, volume_id=volume_id)
+    if "volume" in prepared.inputs:  # the volume this pod mounts (another, when the recorded one was deleted)
+        record = record.with_(launch={**(record.launch or {}), "volume": prepared.inputs["volume"]})
     from gpucli.run.start import launch as start
 
     try:
