@@ -75,6 +75,9 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data,
     }
+    volume = _planned_volume(r) if r.volume else None
+    if volume is not None:
+        data["volume"] = volume
     if json_:
         json_out(data)
         return
@@ -95,9 +98,27 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
         o.print(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
                 + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
                 + f" [dim]({r.planned.source})[/]")
+    if volume is not None:
+        o.print(_planned_volume_line(volume), markup=False, highlight=False)
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
+
+
+def _planned_volume(r: ResolvedLaunch) -> dict[str, Any]:
+    from gpucli.cloud.runpod import volume_usd_per_month
+
+    size = r.volume_size_gb
+    return {"name": r.volume, "create_size_gb": size,
+            "create_usd_per_month": round(volume_usd_per_month(size), 2) if size else None}
+
+
+def _planned_volume_line(v: dict[str, Any]) -> str:
+    if not v["create_size_gb"]:
+        return f"network volume {v['name']} at /workspace (it must exist): run folder, checkpoints, prepared data"
+    return (f"network volume {v['name']}: attached if your RunPod account has one of that name, else created "
+            f"({v['create_size_gb']} GB in the data centre of the chosen GPU, ${v['create_usd_per_month']:.2f}/month "
+            f"at RunPod's published price); kept after the run (it holds the data) until you delete it")
 
 
 def launched(record: RunRecord, *, json_: bool) -> None:
@@ -140,6 +161,9 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
         ("$ per hour", money(st.usd_per_hour) if st.usd_per_hour is not None else "-"),
         ("projected total", money(st.projected_cost_usd) if st.projected_cost_usd is not None else "-"),
     ]
+    prep = getattr(st, "prepare", None)
+    if prep is not None:
+        rows.insert(3, ("data prep", _prepare_line(prep)))
     if record.planned.tokens_per_s:
         rows.append(("plan vs actual", f"planned {si(record.planned.tokens_per_s)} tok/s, "
                      f"{hours(record.planned.hours)}"
@@ -152,6 +176,24 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
         out().print("[dim]last lines of train.log:[/]")
         for line in st.log_tail:
             out().print("  " + line, markup=False, highlight=False)
+
+
+def _prepare_line(p: Any) -> str:
+    """A PrepareStatus in one line: phase, bytes, tokens, rate, ETA, its time and cost so far."""
+    parts = [p.phase + (f" ({p.error})" if p.error else "")]
+    if p.bytes_read is not None:
+        total = f"/{p.bytes_total / 1e6:,.1f}" if p.bytes_total else ""
+        parts.append(f"{p.bytes_read / 1e6:,.1f}{total} MB read")
+    if p.tokens is not None:
+        parts.append(f"{p.tokens:,} tokens written")
+    if p.mb_per_s is not None:
+        parts.append(f"{p.mb_per_s:,.1f} MB/s")
+    if p.phase not in ("done", "failed") and p.eta_s is not None:
+        parts.append(f"ETA {duration(p.eta_s)}")
+    spent = duration(p.elapsed_s) + (f", {money(p.cost_usd)}" if p.cost_usd is not None else "")
+    parts.append(("took " if p.phase in ("done", "failed") else "") + spent + ("" if p.phase in ("done", "failed")
+                                                                              else " so far"))
+    return ", ".join(parts)
 
 
 def runs_table(statuses: list[tuple[RunRecord, RunStatus]], *, json_: bool) -> None:
@@ -353,6 +395,10 @@ def downed(result: DownResult) -> None:
                     else f"pods labelled {record.label or 'gpucli-' + record.name} terminated")
     elif get_target(record.provider).cloud:
         what.append("pod left running (--keep-pod)")
+    volume = (record.launch or {}).get("volume")
+    if isinstance(volume, dict):
+        what.append(f"network volume {volume.get('name')} ({volume.get('id')}) kept: it holds the data and "
+                    "checkpoints, and RunPod bills it monthly until you delete it")
     out().print(f"{record.name}: " + "; ".join(what))
 
 

@@ -89,6 +89,20 @@ VOLUMES_QUERY = """query Volumes {
   myself { networkVolumes { id name size dataCenterId } }
 }"""
 
+# runpodctl's data-centre listing (internal/api/gpu.go ``ListDataCenters``): which GPU types each data
+# centre has in stock; a new network volume goes where the chosen GPU is.
+DATA_CENTERS_QUERY = """query DataCenters {
+  dataCenters { id name location gpuAvailability { gpuTypeId stockStatus } }
+}"""
+
+#: RunPod's published network-volume price: "$0.07 per GB per month for the first 1TB, and $0.05 per GB
+#: per month for additional storage beyond that" (docs.runpod.io/serverless/storage/network-volumes;
+#: the pods page, runpod/docs pods/storage/create-network-volumes.mdx, gives the same $0.07/GB/month).
+VOLUME_USD_PER_GB_MONTH = 0.07
+VOLUME_USD_PER_GB_MONTH_OVER_1TB = 0.05
+#: What ``POST /networkvolumes`` accepts as ``size`` (runpodctl ``network-volume create --size``: 1-4000 GB).
+VOLUME_MAX_GB = 4000
+
 TERMINATE_MUTATION = """mutation terminatePod($podId: String!) {
   podTerminate(input: {podId: $podId})
 }"""
@@ -100,7 +114,8 @@ _NO_CAPACITY_PHRASES = (
 )
 _GONE_PHRASES = ("pod not found", "not found to terminate", "pod does not exist")
 _BID_PHRASES = ("bid",)
-_UNAVAILABLE_STOCK = (None, "", "None")  # gpuhunt drops null; the API may also say the string "None"
+_UNAVAILABLE_STOCK = (None, "", "None")
+_STOCK_RANK = {"High": 0, "Medium": 1, "Low": 2}  # gpuhunt drops null; the API may also say the string "None"
 
 
 class RunPodProvider(ApiProvider):
@@ -286,8 +301,50 @@ class RunPodProvider(ApiProvider):
                 return v
         have = ", ".join(f"{v.name} ({v.data_center_id})" for v in volumes) or "none"
         raise UsageError(f"--volume {name_or_id}: no RunPod network volume of that name or id (yours: {have})",
-                         hint="create one in the RunPod console (Storage > Network Volumes) in a data centre "
-                              "with the GPU you want")
+                         hint="add --volume-size GB to create it, or create one in the RunPod console "
+                              "(Storage > Network Volumes) in a data centre with the GPU you want")
+
+    def data_center_for(self, gpu_type_id: str) -> str:
+        """The data centre with the most of ``gpu_type_id`` in stock (High, then Medium, then Low; ties
+        by id): where a new volume must be for a pod of that GPU to mount it."""
+        data = self._graphql(DATA_CENTERS_QUERY, None, what="dataCenters")
+        best: tuple[int, str] | None = None
+        for dc in data.get("dataCenters") or []:
+            if not isinstance(dc, Mapping) or not dc.get("id"):
+                continue
+            for avail in dc.get("gpuAvailability") or []:
+                if not isinstance(avail, Mapping) or str(avail.get("gpuTypeId")) != gpu_type_id:
+                    continue
+                rank = _STOCK_RANK.get(str(avail.get("stockStatus")))
+                if rank is not None and (best is None or (rank, str(dc["id"])) < best):
+                    best = (rank, str(dc["id"]))
+        if best is None:
+            raise NoCapacityError(f"no RunPod data centre has {gpu_type_id} in stock for a new network volume",
+                                  hint="try another GPU type, or create the volume in the console and pass its name")
+        return best[1]
+
+    def create_volume(self, name: str, size_gb: int, data_center_id: str) -> NetworkVolume:
+        """``POST /networkvolumes`` with ``name``, ``size`` (GB) and ``dataCenterId``, the body runpodctl
+        sends (internal/api/volumes.go ``CreateNetworkVolume``; docs.runpod.io api-reference
+        network-volumes POST). A create whose answer was lost is looked up by name before giving up."""
+        body = {"name": name, "size": int(size_gb), "dataCenterId": data_center_id}
+        try:
+            resp = self.rest.request("POST", "/networkvolumes", json_body=body, idempotent=False,
+                                     what="create network volume")
+        except RequestMaybeSent as exc:
+            for v in self.network_volumes():
+                if v.name == name and v.data_center_id == data_center_id:
+                    return v
+            raise ProviderError(f"RunPod create network volume: {exc.message}; no volume {name} was found after it",
+                                hint="check the RunPod console (Storage) before launching again") from None
+        if not resp.ok:
+            detail = resp.body.get("error") if isinstance(resp.body, Mapping) else None
+            raise ProviderError(f"RunPod refused to create network volume {name} ({size_gb} GB in "
+                                f"{data_center_id}): HTTP {resp.status} {_short(str(detail or resp.text))}")
+        volume = parse_volume(resp.body) if isinstance(resp.body, Mapping) else None
+        if volume is None:
+            raise ProviderError("RunPod create network volume returned no volume id")
+        return volume
 
 
 def same_key_in(public_key: str, lines: list[str]) -> bool:
@@ -337,6 +394,21 @@ class NetworkVolume:
     name: str
     size_gb: int | None
     data_center_id: str | None
+    created: bool = False  # created by this launch (it stays after the run: it holds the data)
+
+    @property
+    def usd_per_month(self) -> float | None:
+        return None if self.size_gb is None else volume_usd_per_month(self.size_gb)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.volume_id, "name": self.name, "size_gb": self.size_gb,
+                "data_center_id": self.data_center_id, "created": self.created}
+
+
+def volume_usd_per_month(size_gb: float) -> float:
+    """RunPod's monthly price of a network volume of ``size_gb`` (see VOLUME_USD_PER_GB_MONTH)."""
+    first = min(size_gb, 1000.0)
+    return first * VOLUME_USD_PER_GB_MONTH + max(0.0, size_gb - 1000.0) * VOLUME_USD_PER_GB_MONTH_OVER_1TB
 
 
 def parse_volume(item: Mapping[str, Any]) -> NetworkVolume | None:

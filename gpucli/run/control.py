@@ -1,5 +1,6 @@
-"""Looking at and ending runs: live status (which keeps the record up to date), stopping a run and
-metering its cost, finding and ending stray pods, pushing more data.
+"""Looking at and ending runs: live status (which keeps the record up to date, and shows the data
+preparation read from the run folder's prepare.jsonl), stopping a run and metering its cost, finding
+and ending stray pods, pushing more data.
 
 Like the rest of the core, nothing here prints: results are returned, progress goes to callbacks.
 """
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, ProviderError, UsageError
 from gpucli.run import records as runs
@@ -20,8 +22,11 @@ from gpucli.run.monitor import RunStatus
 from gpucli.run.records import RunRecord
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Stray
+    from gpucli.run.targets import Host, Stray
     from gpucli.ssh import SyncStats
+
+PREPARE_PROGRESS = "prepare.jsonl"  # in the run folder: gpucli/pod/fetch.py's and trainer/progress.py's rows
+_PHASES = {"download": "downloading", "hash": "hashing", "start": "starting"}
 
 
 def _quiet(*_: object) -> None:
@@ -40,9 +45,98 @@ def recorded_status(record: RunRecord) -> RunStatus:
                      step=record.step, loss=record.loss, max_steps=record.limits.max_steps)
 
 
+@dataclass(frozen=True)
+class PrepareStatus:
+    """The data step of a run as its progress rows show it: fetch.py's (download, hash: ``bytes``,
+    ``total_bytes``, ``mb_per_s``) and trainer.prepare's (``kind: prepare``: ``bytes_read``,
+    ``bytes_total``, ``tokens``, ``mb_s``, ``eta_s``, ``done``). Its elapsed time runs from the first row
+    to the last once it is over, to now while it goes on; its cost is that time at the run's $/h."""
+
+    phase: str  # downloading | hashing | preparing | done | failed
+    bytes_read: int | None = None
+    bytes_total: int | None = None
+    tokens: int | None = None
+    mb_per_s: float | None = None
+    eta_s: float | None = None
+    elapsed_s: float | None = None
+    cost_usd: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveStatus(RunStatus):
+    """A run's status with its data preparation (None: the run prepares nothing, or has not started to)."""
+
+    prepare: PrepareStatus | None = None
+
+
+def _int(value: Any) -> int | None:
+    v = _finite(value)
+    return None if v is None else int(v)
+
+
+def summarize_prepare(rows: list[dict[str, Any]], *, price: float | None, training_started: bool,
+                      now: float | None = None) -> PrepareStatus | None:
+    """The data step from its progress rows; ``training_started``: the trainer has written metrics
+    (so the data step is over, whatever its last row says: a reused prepared folder writes no "done")."""
+    rows = [r for r in rows if _finite(r.get("time")) is not None]
+    if not rows:
+        return None
+    now = time.time() if now is None else now
+    first, last = rows[0], rows[-1]
+    started = float(first["time"]) - (_finite(first.get("elapsed_s")) or 0.0)
+    prep = next((r for r in reversed(rows) if r.get("kind") == "prepare"), None)
+    if last.get("phase") == "failed":
+        phase = "failed"
+    elif training_started or (prep is last and last.get("done")):
+        phase = "done"
+    elif last.get("kind") == "prepare":
+        phase = "preparing"
+    else:
+        phase = _PHASES.get(str(last.get("phase")), str(last.get("phase") or "preparing"))
+    over = phase in ("done", "failed")
+    elapsed = max(0.0, (float(last["time"]) if over else max(now, float(last["time"]))) - started)
+    if last.get("kind") == "prepare" or (over and prep is not None):
+        row = prep if prep is not None else last
+        done_bytes, total = _int(row.get("bytes_read")), _int(row.get("bytes_total"))
+        rate, eta = _finite(row.get("mb_s")), _finite(row.get("eta_s"))
+    else:  # fetch.py's rows: a download or the content hash of the inputs
+        done_bytes, total, rate = _int(last.get("bytes")), _int(last.get("total_bytes")), _finite(last.get("mb_per_s"))
+        eta = (total - done_bytes) / (rate * 1e6) if total and done_bytes is not None and rate else None
+    return PrepareStatus(
+        phase=phase, bytes_read=done_bytes, bytes_total=total,
+        tokens=_int(prep.get("tokens")) if prep is not None else None, mb_per_s=rate,
+        eta_s=0.0 if over else eta, elapsed_s=elapsed,
+        cost_usd=None if price is None else elapsed / 3600 * price,
+        error=str(last.get("error")) if phase == "failed" and last.get("error") else None)
+
+
+def prepare_rows(host: Host, workdir: str) -> list[dict[str, Any]]:
+    """Every progress row of the run's data step ([] where it wrote none)."""
+    from gpucli.errors import TransferError
+    from gpucli.run.monitor import parse_rows
+
+    rows: list[dict[str, Any]] = []
+    offset, tail = 0, b""
+    while True:
+        try:
+            data, offset2 = host.read_from(f"{workdir}/{PREPARE_PROGRESS}", offset)
+        except (TransferError, OSError):
+            return rows
+        if not data:
+            return rows
+        got, tail = parse_rows(tail + data)
+        rows.extend(got)
+        offset = offset2
+
+
+def with_prepare(st: RunStatus, prepare: PrepareStatus | None) -> LiveStatus:
+    return LiveStatus(**{f.name: getattr(st, f.name) for f in fields(RunStatus)}, prepare=prepare)
+
+
 def live_status(record: RunRecord) -> RunStatus:
-    """The run's state as its host shows it now. A run seen finished or failed is recorded so, with
-    the cost metered on the pod (elapsed x price)."""
+    """The run's state as its host shows it now, with its data preparation. A run seen finished or
+    failed is recorded so, with the cost metered on the pod (elapsed x price)."""
     from gpucli.run.monitor import status_of
     from gpucli.run.targets import get_target, open_host
     from gpucli.run.targets.runend import own_end
@@ -62,12 +156,14 @@ def live_status(record: RunRecord) -> RunStatus:
         return RunStatus(state=ps.describe if ps is not None else f"unreachable ({exc})")
     with host:
         st = status_of(host, record)
+        prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
+                                 training_started=st.step is not None or st.last_event is not None)
     if record.active and st.state in ("finished", "failed"):
         runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
-    return st
+    return with_prepare(st, prep)
 
 
 def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None

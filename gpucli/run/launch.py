@@ -34,6 +34,7 @@ class LaunchRequest:
     model: str | None = None
     data: str | None = None  # --data: a folder, pod:/path, https://..., a URL list, hf://datasets/ORG/NAME
     volume: str | None = None  # --volume: a RunPod network volume (name or id) mounted at /workspace
+    volume_size_gb: int | None = None  # --volume-size: create --volume with this many GB when there is none
     limits: Limits = field(default_factory=Limits)  # max_steps: the phase's; price: the catalogue's or offers'
     name: str | None = None
     host: str | None = None  # ssh provider: user@host[:port]
@@ -73,6 +74,11 @@ class LaunchRequest:
             raise UsageError(f"--volume: {req.provider} has no network volumes",
                              hint="network volumes are RunPod's; elsewhere checkpoints are mirrored to "
                                   "this machine (--mirror-checkpoints or --recover)")
+        if req.volume_size_gb is not None:
+            if req.volume is None:
+                raise UsageError("--volume-size goes with --volume NAME (the volume to create when there is none)")
+            if isinstance(req.volume_size_gb, bool) or not isinstance(req.volume_size_gb, int) or req.volume_size_gb <= 0:
+                raise UsageError(f"--volume-size must be a positive number of GB, got {req.volume_size_gb}")
         if req.on_end is not None and req.on_end not in ON_END_CHOICES:
             raise UsageError(f"--on-end must be stop or terminate, got '{req.on_end}'")
         return req
@@ -83,6 +89,8 @@ class LaunchRequest:
         data["data"] = str(self.data) if self.data else None
         if self.volume is None:
             del data["volume"]  # records without a volume stay as they were
+        if self.volume_size_gb is None:
+            del data["volume_size_gb"]
         data["extra"] = list(self.extra)
         return {"request": data}
 
@@ -133,6 +141,7 @@ class ResolvedLaunch:
     on_end: str = DEFAULTS.on_end
     batch_note: str | None = None  # why the batch differs from the profile's, when it does
     volume: str | None = None  # the network volume asked for (its mount holds the run folder and data cache)
+    volume_size_gb: int | None = None  # --volume-size: the GB of the volume created when there is none
     data_plan: Mapping[str, Any] | None = None  # datasource.json: what gpucli/pod/fetch.py does first
 
     @property
@@ -340,7 +349,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
         grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
-        on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume, data_plan=data_plan)
+        on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
+        volume_size_gb=req.volume_size_gb, data_plan=data_plan)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

@@ -20,9 +20,11 @@ from gpucli.run.launch import LaunchRequest, ResolvedLaunch, resolve
 from gpucli.run.records import RunRecord
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpucli.plan.catalog import Catalog
     from gpucli.run.ownrun import OwnCode
-    from gpucli.run.targets import Provisioner
+    from gpucli.run.targets import Host, Provisioner
     from gpucli.run.task import Task
     from gpucli.ssh import SshTarget
 
@@ -57,6 +59,9 @@ class PreparedLaunch:
         from gpucli.run.ownrun import task_to_json
 
         data = self.request.to_json()
+        volume = getattr(self.provision, "volume", None)
+        if volume is not None:  # the volume's id: a resume mounts this very volume (names need not be unique)
+            data["volume"] = volume.to_json()
         if self.own is not None:
             data["own"] = task_to_json(self.own.task)
         return data
@@ -109,14 +114,15 @@ def _own_resolved(resolved: ResolvedLaunch, own: OwnCode) -> ResolvedLaunch:
 
 
 def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None,
-            task: Task | None = None) -> PreparedLaunch:
+            task: Task | None = None, volume_id: str | None = None) -> PreparedLaunch:
     """Check and resolve the request; on a cloud target also choose the offers and the bid, before
     anything is created, so the record and the trainer's dollar limit carry the most this pod can
-    cost per hour rather than the catalogue's typical price. ``task``: the user's own command."""
+    cost per hour rather than the catalogue's typical price. ``task``: the user's own command;
+    ``volume_id``: the network volume an earlier launch of the run used (a resume mounts it again)."""
 
     req = req.checked()
     if run_name is not None:
-        return _prepare(catalog, req, run_name, task)
+        return _prepare(catalog, req, run_name, task, volume_id)
     # The name is claimed before anything else, so two launches at once never share one.
     name = runs.reserve_name(req.name, exact=True) if req.name else \
         runs.reserve_name(_default_name(catalog, req, task))
@@ -133,17 +139,18 @@ def _own_request(req: LaunchRequest) -> LaunchRequest:
     return req if req.model else dataclasses.replace(req, model="tiny")
 
 
-def _prepare(catalog: Catalog, req: LaunchRequest, name: str, task: Task | None = None) -> PreparedLaunch:
+def _prepare(catalog: Catalog, req: LaunchRequest, name: str, task: Task | None = None,
+             volume_id: str | None = None) -> PreparedLaunch:
     if task is None:
-        return _prepare_trainer(catalog, req, name)
+        return _prepare_trainer(catalog, req, name, volume_id)
     from gpucli.run.ownrun import resolve_own
 
     own = resolve_own(task)  # a missing folder or a bad grace is said before any offer is searched
-    prepared = _prepare_trainer(catalog, _own_request(req), name)
+    prepared = _prepare_trainer(catalog, _own_request(req), name, volume_id)
     return dataclasses.replace(prepared, resolved=_own_resolved(prepared.resolved, own), own=own)
 
 
-def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str) -> PreparedLaunch:
+def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id: str | None = None) -> PreparedLaunch:
     from gpucli.run.targets import get_target
     from gpucli.run.targets.money import balance_guard
 
@@ -157,12 +164,14 @@ def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str) -> Prepare
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or DEFAULTS.disk_gb,
                                        ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s)
-        if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
-            provision = target.with_volume(provision, req.volume)  # type: ignore[attr-defined]
     if provision is not None and req.limits.price_per_hour_usd is None:
         priced = dataclasses.replace(req, limits=req.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
         resolved = resolve(catalog, priced, run_name=name)
     balance_guard(target, resolved, force=req.force)  # before anything is rented
+    if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
+        # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
+        provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb,  # type: ignore[attr-defined]
+                                       volume_id=volume_id)
     return PreparedLaunch(req, resolved, provision, target.endpoint(req.host, req.identity))
 
 
@@ -170,6 +179,11 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
     """Start a new run; a failed launch ends every pod it created before the error goes on."""
     from gpucli.run.start import launch as start
 
+    volume = getattr(prepared.provision, "volume", None)
+    if volume is not None and volume.created:
+        price = f", ${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else ""
+        on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
+                f"{volume.data_center_id}): kept after the run{price} until you delete it")
     try:
         return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=prepared.ssh,
                      provision=prepared.provision, inputs=prepared.inputs, own=prepared.own)
@@ -197,7 +211,9 @@ def host_alive(record: RunRecord) -> bool:
 def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_step: StepFn = _quiet,
            on_notice: NoticeFn = _quiet) -> RunRecord:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest mirrored
-    checkpoint (cloud) or the one on the host (local, ssh), same run."""
+    checkpoint (cloud) or the one on the host (local, ssh), same run. A run on a network volume
+    mounts the same volume again, and the newer of the volume's checkpoint and the mirror's wins
+    (:func:`choose_restore`)."""
     from gpucli.run.mirror import mirror_root, newest_good
     from gpucli.run.targets import get_target
 
@@ -213,6 +229,8 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
 
         task = task_from_json(record.launch["own"])
     target = get_target(record.provider)
+    # The run folder is on the volume: the checkpoints written there outlive the pod.
+    on_volume = target.cloud and bool(req.volume) and task is None
     restore = metrics = None
     if target.cloud:
         if task is not None:
@@ -222,7 +240,7 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         else:
             restore = newest_good(record.name)
         metrics = mirror_root(record.name) / "metrics.jsonl"
-        if restore is None and not from_scratch:
+        if restore is None and not from_scratch and not on_volume:
             raise UsageError(f"no mirrored checkpoint of {record.name} on this machine",
                              hint="pass --from-scratch to start over (launch with --mirror-checkpoints or "
                                   "--recover, or run `gpucli mirror`, to keep one)")
@@ -232,18 +250,107 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
             on_notice(Notice("warn", f"could not terminate the old pod {record.instance_id}: {exc}"))
         old = (record.instance_id,) if record.instance_id else ()
         record = record.with_(previous_instances=record.previous_instances + old, instance_id=None)
-    prepared = prepare(catalog, req, run_name=record.name, task=task)
+    volume = (record.launch or {}).get("volume")
+    volume_id = str(volume["id"]) if isinstance(volume, dict) and volume.get("id") else None
+    prepared = prepare(catalog, req, run_name=record.name, task=task, volume_id=volume_id)
+    if "volume" in prepared.inputs:  # the volume this pod mounts (another, when the recorded one was deleted)
+        record = record.with_(launch={**(record.launch or {}), "volume": prepared.inputs["volume"]})
     from gpucli.run.start import launch as start
 
-    if restore is not None:
-        on_step(f"resuming {record.name} from mirrored {restore.name}")
     try:
+        if on_volume:
+            return _resume_on_volume(prepared, record, restore, metrics, from_scratch=from_scratch, on_step=on_step)
+        if restore is not None:
+            on_step(f"resuming {record.name} from mirrored {restore.name}")
         return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=record.ssh or prepared.ssh,
                      provision=prepared.provision, record=record, restore=restore, metrics=metrics,
                      own=prepared.own)
     except BaseException:
         cleanup_failed(record.name, on_notice)
         raise
+
+
+def _checkpoint_step(folder: Path) -> int | None:
+    import json
+
+    try:
+        return int(json.loads((folder / "meta.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def choose_restore(host: Host, workdir: str, mirror: Path | None, *, on_step: StepFn = _quiet) -> tuple[Path | None, bool]:
+    """Which checkpoint a resume on a network volume continues from: the volume's newest when it is at
+    the mirror's step or past it (the mirror is only a copy of what the volume had, taken at intervals:
+    uploading an older one would be wasted, and the trainer resumes from the newest anyway), else the
+    mirror, uploaded as on a pod without a volume. Returns (the mirror to upload or None, whether any
+    checkpoint is there to resume from). The run's metrics are cut back to the step it continues from,
+    so the curve joins up instead of repeating the steps trained again."""
+    import shlex
+
+    from gpucli.run.monitor import list_checkpoints
+    from gpucli.run.start import metrics_until
+
+    held = list_checkpoints(host, workdir)
+    newest = held[-1] if held else None
+    mirror_step = _checkpoint_step(mirror) if mirror is not None else None
+    step: int | None
+    if newest is not None and (mirror_step is None or newest.step >= mirror_step):
+        behind = f"; the mirror on this machine is at step {mirror_step}, not uploaded" if mirror_step is not None else ""
+        on_step(f"resuming from {newest.name} (step {newest.step}) on the network volume{behind}")
+        upload, step = None, newest.step
+    elif mirror is not None:
+        on_step(f"resuming from mirrored {mirror.name} (step {mirror_step}): the network volume has "
+                + (f"only {newest.name}" if newest is not None else "no checkpoint of the run"))
+        upload, step = mirror, mirror_step
+    else:
+        return None, False
+    path = f"{workdir}/metrics.jsonl"
+    if step is not None and host.exists(path):
+        data = host.read_file(path)
+        kept = metrics_until(data, step)
+        if kept != data:
+            host.run(f"mkdir -p -- {shlex.quote(workdir)}", timeout_s=60)
+            host.write_file(path, kept, mode=0o644)
+    return upload, True
+
+
+def _resume_on_volume(prepared: PreparedLaunch, record: RunRecord, mirror: Path | None, metrics: Path | None, *,
+                      from_scratch: bool, on_step: StepFn) -> RunRecord:
+    """A resume whose run folder is on a network volume: the pod is created first (its id recorded
+    before any wait, as a launch does), then the volume's checkpoints are compared with the mirror's
+    (:func:`choose_restore`) and the launch goes on on that pod."""
+    from gpucli.run.start import launch as start
+    from gpucli.run.targets import get_target
+
+    assert prepared.provision is not None
+    record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
+                          message=None, ssh=None, limits=prepared.resolved.limits)
+    runs.save(record)  # written before anything waits
+
+    def on_created(instance_id: str) -> None:
+        nonlocal record
+        record = record.with_(instance_id=instance_id)
+        runs.save(record)
+
+    try:
+        ssh = prepared.provision(on_created=on_created, on_event=on_step)
+        record = record.with_(ssh=ssh)
+        runs.save(record)
+        with get_target(record.provider).open(record) as host:
+            if host.host_key:
+                record = record.with_(ssh=dataclasses.replace(ssh, host_key=host.host_key))
+                runs.save(record)
+            upload, found = choose_restore(host, prepared.resolved.workdir, mirror, on_step=on_step)
+        if not found and not from_scratch:
+            raise UsageError(f"no checkpoint of {record.name} on its network volume nor on this machine",
+                             hint="pass --from-scratch to start over")
+    except BaseException as exc:
+        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
+        runs.save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
+        raise
+    return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=record.ssh, provision=None,
+                 record=record, restore=upload, metrics=metrics if upload is not None else None, own=prepared.own)
 
 
 def cleanup_failed(run_name: str, on_notice: NoticeFn = _quiet) -> None:

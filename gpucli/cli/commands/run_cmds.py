@@ -36,6 +36,9 @@ def launch(
                              "prepared on the pod (default: a demo corpus)."),
     volume: str = typer.Option(None, "--volume", help="RunPod network volume (name or id) at /workspace: the run "
                                "folder, checkpoints and prepared data live there and are reused."),
+    volume_size: int = typer.Option(None, "--volume-size", help="GB of the --volume to create (in the data centre "
+                                    "of the chosen GPU) when your account has none of that name; it is kept "
+                                    "after the run and billed monthly until you delete it."),
     hours: float | None = typer.Option(None, "--hours", help="Stop after this many hours (a final checkpoint is written)."),
     budget: float | None = typer.Option(None, "--budget", help="Stop when the run has cost this many dollars."),
     price: float = typer.Option(None, "--price", help="$/hour of the machine (default: the catalogue's)."),
@@ -98,7 +101,7 @@ def launch(
         raise UsageError("--profile is required", hint="gpucli profiles lists them")
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
     req = LaunchRequest(
-        profile=profile, **given, model=model, data=data, volume=volume, name=name, host=host,
+        profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force,

@@ -27,16 +27,33 @@ class RunPodTarget(CloudTarget):
 
         return {"GPUCLI_RUNPOD_API_BASE_URL": runpod_base_url(), "GPUCLI_RUNPOD_API_URL": runpod_rest_url()}
 
-    def with_volume(self, provision: CloudProvisioner, name_or_id: str) -> CloudProvisioner:
-        """The provisioner creating its pod with the named network volume (looked up before anything is
-        created; the pod goes to the volume's data centre)."""
+    def with_volume(self, provision: CloudProvisioner, name_or_id: str, *, size_gb: int | None = None,
+                    volume_id: str | None = None) -> CloudProvisioner:
+        """The provisioner creating its pod with the named network volume (looked up before the pod is
+        created; the pod goes to the volume's data centre). With ``size_gb``, a volume of that name is
+        created when the account has none: in the data centre with the most of the chosen offer's GPU
+        in stock. A created volume is never deleted by gpucli (it holds the data and checkpoints).
+        ``volume_id``: the volume an earlier launch of the run used (a resume), taken while it exists."""
         import dataclasses
 
         from gpucli.cloud.runpod import RunPodProvider
+        from gpucli.errors import UsageError
 
         client = self.client()
         assert isinstance(client, RunPodProvider)
-        return dataclasses.replace(provision, volume=client.find_volume(name_or_id))
+        if volume_id is not None:
+            known = next((v for v in client.network_volumes() if v.volume_id == volume_id), None)
+            if known is not None:
+                return dataclasses.replace(provision, volume=known)
+        try:
+            volume = client.find_volume(name_or_id)
+        except UsageError:
+            if size_gb is None:
+                raise
+            gpu = provision.plan.offers[0].gpu_name
+            dc = client.data_center_for(gpu)
+            volume = dataclasses.replace(client.create_volume(name_or_id, size_gb, dc), created=True)
+        return dataclasses.replace(provision, volume=volume)
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
                disk_gb: int | None = None) -> list[Offer]:

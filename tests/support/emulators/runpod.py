@@ -27,7 +27,12 @@ documented.
 Network volumes (``create_volume``): listed by ``myself { networkVolumes { id name size dataCenterId } }``
 (runpod-python's user query); a create with ``networkVolumeId`` must name one and its ``dataCenterId``
 (the messages are this emulator's). Each volume's store is a folder that stands for the /workspace of
-every pod created with it.
+every pod created with it. ``POST /v1/networkvolumes`` with ``name``, ``size`` and ``dataCenterId`` creates
+one (runpodctl internal/api/volumes.go sends that body); as strict as RunPod documents it: a name of
+1-255 characters, a whole size of 1-4000 GB (runpodctl ``network-volume create --size``), a data centre
+that ``dataCenters`` lists, no other field; anything else is HTTP 400 ``{"error": ...}`` (the messages and
+the 400 are this emulator's). ``query { dataCenters { id name location gpuAvailability { gpuTypeId
+stockStatus } } }`` (runpodctl internal/api/gpu.go) says which data centre has which GPU in stock.
 """
 
 from __future__ import annotations
@@ -62,6 +67,19 @@ _ROOT = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)")
 _INLINE_INPUT = re.compile(r"\(\s*input\s*:\s*\{([^}]*)\}")
 _VAR_DECL = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([A-Za-z_\[\]!]+)")
 _REST_POD = re.compile(r"^/v1/pods/([A-Za-z0-9]+)(/stop)?$")
+
+#: Data centres and the GPU types each has in stock (ids in RunPod's XX-XX-N form; the stock is invented).
+DATA_CENTERS: list[dict[str, Any]] = [
+    {"id": "EU-RO-1", "name": "EU-RO-1", "location": "Romania",
+     "gpuAvailability": [{"gpuTypeId": "NVIDIA GeForce RTX 4090", "stockStatus": "Medium"},
+                         {"gpuTypeId": "NVIDIA A100 80GB PCIe", "stockStatus": "Low"}]},
+    {"id": "US-KS-2", "name": "US-KS-2", "location": "United States",
+     "gpuAvailability": [{"gpuTypeId": "NVIDIA GeForce RTX 4090", "stockStatus": "High"},
+                         {"gpuTypeId": "NVIDIA H100 80GB HBM3", "stockStatus": "Medium"}]},
+    {"id": "EU-SE-1", "name": "EU-SE-1", "location": "Sweden",
+     "gpuAvailability": [{"gpuTypeId": "NVIDIA H100 80GB HBM3", "stockStatus": None}]},
+]
+VOLUME_FIELDS = frozenset({"name", "size", "dataCenterId"})
 
 #: Variable types confirmed by official clients: runpod/runpodctl api/pod.go (PodFindAndDeployOnDemandInput!,
 #: String! podId), api/cloud.go (GpuLowestPriceInput!); PodRentInterruptableInput! by RunPod's schema
@@ -114,6 +132,8 @@ class RunPodEmulator(EmulatorBase):
         self.balance_usd: float | None = 25.0
         self.volumes: dict[str, dict[str, Any]] = {}  # network volumes: id -> {id, name, size, dataCenterId}
         self.pod_volumes: dict[str, str] = {}  # pod id -> the network volume it was created with
+        self.data_centers = [dict(dc) for dc in DATA_CENTERS]
+        self.volume_ids: list[str] = []  # ids the next REST-created volumes get (a test knows its store up front)
 
     def unauthorized(self) -> Reply:
         return Reply(401, text="Unauthorized")
@@ -158,6 +178,8 @@ class RunPodEmulator(EmulatorBase):
     # -- dispatch --------------------------------------------------------------------------------
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
                no_capacity: bool, by: str) -> Reply:
+        if path.rstrip("/") == "/v1/networkvolumes":
+            return self._volumes_rest(method, body)
         if path.startswith("/v1/"):
             return self._rest(method, path, by)
         if method != "POST" or path.rstrip("/") != "/graphql":
@@ -189,6 +211,8 @@ class RunPodEmulator(EmulatorBase):
                         return _bad_request(f'Field "{key}" is not defined by type "{type_name}".')
         if root == "gpuTypes":
             return Reply(200, {"data": {"gpuTypes": self._gpu_types(variables)}})
+        if root == "dataCenters":
+            return Reply(200, {"data": {"dataCenters": [dict(dc) for dc in self.data_centers]}})
         if root in ("podFindAndDeployOnDemand", "podRentInterruptable"):
             return self._create(root, variables.get("input") or {}, no_capacity)
         if root == "pod":
@@ -233,6 +257,29 @@ class RunPodEmulator(EmulatorBase):
                 return Reply(404, {"error": "pod not found"})
             return Reply(204, text="")
         return Reply(405, {"error": "method not allowed"})
+
+    def _volumes_rest(self, method: str, body: Any) -> Reply:
+        if method == "GET":
+            with self.lock:
+                return Reply(200, [dict(v) for v in self.volumes.values()])
+        if method != "POST":
+            return Reply(405, {"error": "method not allowed"})
+        if not isinstance(body, dict):
+            return Reply(400, {"error": "request body must be a JSON object"})
+        unknown = sorted(set(body) - VOLUME_FIELDS)
+        if unknown:
+            return Reply(400, {"error": f"unknown field(s): {', '.join(unknown)}"})
+        name, size, dc = body.get("name"), body.get("size"), body.get("dataCenterId")
+        if not isinstance(name, str) or not 1 <= len(name) <= 255:
+            return Reply(400, {"error": "name: must be a string of 1 to 255 characters"})
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 4000:
+            return Reply(400, {"error": f"size: must be a whole number of GB from 1 to 4000, got {size!r}"})
+        if dc not in {d["id"] for d in self.data_centers}:
+            return Reply(400, {"error": f"dataCenterId: unknown data center {dc!r}"})
+        with self.lock:
+            volume_id = self.volume_ids.pop(0) if self.volume_ids else None
+        volume_id = self.create_volume(name, dc, size, volume_id=volume_id)
+        return Reply(200, dict(self.volumes[volume_id]))
 
     # -- operations ------------------------------------------------------------------------------
     def _gpu_types(self, variables: dict[str, Any]) -> list[dict[str, Any]]:
@@ -325,10 +372,11 @@ class RunPodEmulator(EmulatorBase):
         }
 
     # -- test controls ---------------------------------------------------------------------------
-    def create_volume(self, name: str, data_center_id: str = "EU-RO-1", size_gb: int = 50) -> str:
+    def create_volume(self, name: str, data_center_id: str = "EU-RO-1", size_gb: int = 50, *,
+                      volume_id: str | None = None) -> str:
         """A network volume: its store is a folder of this emulator, what the volume's pods see at
         /workspace (the pods are this machine, so gpucli is pointed at it with GPUCLI_VOLUME_MOUNT)."""
-        volume_id = "".join(self._rng.choice(string.ascii_lowercase + string.digits) for _ in range(10))
+        volume_id = volume_id or "".join(self._rng.choice(string.ascii_lowercase + string.digits) for _ in range(10))
         self.volumes[volume_id] = {"id": volume_id, "name": name, "size": size_gb, "dataCenterId": data_center_id}
         self.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
         return volume_id
