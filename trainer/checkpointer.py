@@ -9,23 +9,35 @@ in fp32, and come back bit for bit."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer import checkpoint as ckpt
+from trainer import diskguard
 from trainer.config import ConfigError
 from trainer.dist import Dist, rng_state, set_rng_state
 from trainer.memory import MemoryState
 from trainer.model import GPT
 
+if TYPE_CHECKING:
+    from trainer.components import Alerts
+    from trainer.metrics import MetricsLogger
+
 
 class Checkpointer:
+    """Writes, prunes and loads the run's checkpoints; before each write it makes room on disk
+    (:mod:`trainer.diskguard`) or, when there is none, writes nothing, says so and alerts."""
+
     def __init__(self, root: Path, d: Dist, raw: GPT, optimizer: torch.optim.Optimizer, fsdp: bool,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], *, keep_last: int, metrics: MetricsLogger, alerts: Alerts) -> None:
         self.root, self.d, self.raw, self.optimizer, self.fsdp, self.log = root, d, raw, optimizer, fsdp, log
+        self.keep_last, self.metrics, self.alerts = keep_last, metrics, alerts
+        self.refused = 0
+        """Checkpoints refused in a row for lack of disk (the same on every rank); a saved one resets it."""
         self.staging = ckpt.HostStaging() if d.device.type == "cuda" else None
         self.memory_states: list[MemoryState] = []
         """Set by the loop before save; after load, the states the checkpoint held (empty if none)."""
@@ -56,12 +68,69 @@ class Checkpointer:
                                for s in self.memory_states]
         return state
 
-    def save(self, step: int, meta: dict[str, Any], extra_files: dict[str, Path]) -> Path:
-        d = self.d
-        return ckpt.save_checkpoint(
+    def save(self, step: int, meta: dict[str, Any], extra_files: dict[str, Path], kind: str = "regular"
+             ) -> Path | None:
+        """Collective. The checkpoint written and the old ones pruned; None when the disk has no room
+        for it even after dropping old optimizer files (nothing written, the newest checkpoint stays)."""
+        d, t0 = self.d, time.perf_counter()
+        if not self.make_room(step):
+            return None
+        path = ckpt.save_checkpoint(
             self.root, step, rank=d.rank, world=d.world, model_state=self.model_state(),
             optim_state=self.optim_state(), meta=meta, extra_files=extra_files, barrier=d.barrier,
             gather=d.gather, staging=self.staging)
+        if d.master:
+            removed = ckpt.prune(self.root, self.keep_last)
+            self.log(f"checkpoint {path.name} ({kind}) in {time.perf_counter() - t0:.1f}s"
+                     + (f", pruned {', '.join(p.name for p in removed)}" if removed else ""))
+            self.metrics.event("checkpoint", step=step, path=str(path), checkpoint_kind=kind,
+                               val_loss=meta.get("val_loss"))
+        return path
+
+    def state_bytes(self) -> int:
+        """What this checkpoint's tensors take in all the files together: the fp32 model state and every
+        optimizer moment (a DTensor counts its whole logical size: the ranks' shards add up to it)."""
+        def nbytes(obj: Any) -> int:
+            if isinstance(obj, torch.Tensor):
+                return obj.numel() * obj.element_size()
+            if isinstance(obj, dict):
+                return sum(nbytes(v) for v in obj.values())
+            if isinstance(obj, (list, tuple)):
+                return sum(nbytes(v) for v in obj)
+            return 0
+
+        memory = sum(self.d.world * (s.M.numel() + s.S.numel()) * 4 for s in self.memory_states)
+        return nbytes(self.raw.state_dict()) + nbytes(self.optimizer.state_dict()) + memory
+
+    def make_room(self, step: int) -> bool:
+        """Whether the next checkpoint fits on disk (rank 0 decides, after dropping old optimizer files
+        if it must; every rank gets the same answer). A refusal is logged, recorded and alerted."""
+        ok = True
+        if self.d.master:
+            try:
+                need, basis = diskguard.expected_bytes(self.root, self.state_bytes())
+                room = diskguard.make_room(self.root, need, basis, log=self.log)
+            except Exception as e:  # noqa: BLE001 - the other ranks wait for the answer: never leave them stuck
+                self.log(f"disk: free space not checked ({type(e).__name__}: {e}); writing the checkpoint")
+                room = diskguard.Room(True, 0, 0, "not checked")
+            if room.dropped:
+                self.metrics.event("optimizer_dropped", step=step, checkpoints=list(room.dropped),
+                                   freed_bytes=room.freed)
+            if not room.ok:
+                newest = ckpt.list_checkpoints(self.root)
+                keeps = f"{newest[0][1].name} stays the newest checkpoint" if newest else "no checkpoint yet"
+                line = (f"disk full: checkpoint {ckpt.step_dir_name(step)} NOT written: it needs "
+                        f"{room.need / 1e9:.2f} GB ({room.basis} + margin), {room.free / 1e9:.2f} GB free in "
+                        f"{self.root} after dropping old optimizer files; {keeps}. Free space or lower "
+                        f"training.keep_last; training goes on and stops if the next checkpoint cannot be "
+                        f"written either")
+                self.log(line)
+                self.metrics.event("checkpoint_refused", step=step, need_bytes=room.need, free_bytes=room.free)
+                self.alerts.error_occurred(line, step)
+            ok = room.ok
+        ok = bool(self.d.broadcast(ok))
+        self.refused = 0 if ok else self.refused + 1
+        return ok
 
     def choose(self, target: str) -> Path | None:
         """The checkpoint ``training.resume`` names, the same on every rank; None: start fresh."""
@@ -109,6 +178,9 @@ class Checkpointer:
             else:
                 self.optimizer.load_state_dict(opt["optimizer"])
             set_rng_state(opt["rng"], d.device)
+        elif meta.get("optimizer_dropped"):
+            self.log(f"resume: {path.name} has its weights only (its optimizer files were dropped to free disk): "
+                     "optimizer moments and RNG restart from zero")
         else:
             self.log("resume: optimizer state not restored (different world size); moments restart from zero")
         saved = (opt or {}).get("memory") or []

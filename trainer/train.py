@@ -9,7 +9,7 @@ Any config key can be overridden as ``--section.key=value`` (YAML scalars); ``--
 Outputs, all under ``training.out_dir``: metrics.jsonl, train.log, high_loss.jsonl, samples.jsonl,
 tb/, status.json and checkpoints/step_NNNNNN/{model.pt, optim_rank*.pt, meta.json}. The run ends
 with a final checkpoint and a ``{"kind": "event", "event": "finished", "reason": ...}`` row;
-reasons: max_steps, max_hours, max_cost (limits.budget_usd), early_stop, signal. Exit status 0, or
+reasons: max_steps, max_hours, max_cost (limits.budget_usd), early_stop, signal, disk_full. Exit status 0, or
 143/130 after SIGTERM/SIGINT (after the emergency checkpoint is on disk).
 """
 
@@ -30,7 +30,6 @@ import torch
 import torch.distributed as dist
 
 from trainer import __version__
-from trainer.checkpoint import prune
 from trainer.checkpointer import Checkpointer
 from trainer.components import ModelWatch, make_alerts, make_cost_updates, make_fault_hook, make_high_loss_log
 from trainer.config import DEMO_MAX_BYTES, Config, ConfigError, load_config
@@ -113,8 +112,6 @@ class Trainer:
         self.mem_states: list[MemoryState] = []  # carried between micro-batches with training.memory.carry
         self.optimizer = build_optimizer(self.model, cfg, fused=self.cuda, rank=d.rank, world=d.world,
                                          sharded=self.fsdp)
-        self.checkpoints = Checkpointer(self.out_dir / "checkpoints", d, self.raw, self.optimizer, self.fsdp,
-                                        log=print0)
         torch.manual_seed(t.seed + 1000 * d.rank)  # dropout differs across ranks, reproducibly
 
         # Loop state (all of it is in the checkpoint).
@@ -132,6 +129,8 @@ class Trainer:
                               val_batches=t.val_batches)
         self.metrics = MetricsLogger(self.out_dir, enabled=d.master)
         self.alerts = make_alerts(cfg, d.master)
+        self.checkpoints = Checkpointer(self.out_dir / "checkpoints", d, self.raw, self.optimizer, self.fsdp, print0,
+                                        keep_last=t.keep_last, metrics=self.metrics, alerts=self.alerts)
         self.cost_updates = make_cost_updates(cfg, self.alerts)
         self.high_losses = make_high_loss_log(cfg, self.train_split, d.rank, self.out_dir)
         self.faults = make_fault_hook(cfg.faults)
@@ -172,7 +171,7 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
 
-    def save(self, kind: str) -> Path:
+    def save(self, kind: str) -> Path | None:
         t0 = time.perf_counter()
         meta = {
             "kind": kind, "train_loss": self.last_train_loss, "val_loss": self.last_val_loss,
@@ -188,15 +187,11 @@ class Trainer:
         extra = {"data_meta.json": self.data_dir / "meta.json"}
         if (self.data_dir / "tokenizer.json").exists():
             extra["tokenizer.json"] = self.data_dir / "tokenizer.json"
-        path = self.checkpoints.save(self.step, meta, extra)
+        path = self.checkpoints.save(self.step, meta, extra, kind)  # None: no room on disk (logged, alerted)
         self.last_ckpt_step = self.step
         self.clock.timings.checkpoint(time.perf_counter() - t0)
-        if self.d.master:
-            removed = prune(self.checkpoints.root, self.cfg.training.keep_last)
-            print0(f"checkpoint {path.name} ({kind}) in {time.perf_counter() - t0:.1f}s"
-                   + (f", pruned {', '.join(p.name for p in removed)}" if removed else ""))
-            self.metrics.event("checkpoint", step=self.step, path=str(path), checkpoint_kind=kind,
-                               val_loss=self.last_val_loss)
+        if path is None:
+            return None
         loss = self.last_train_loss
         self.alerts.checkpoint_saved(self.step, loss, safe_exp(loss) if loss is not None else None, kind)
         return path
@@ -399,6 +394,8 @@ class Trainer:
             return "max_hours"
         if flags[2]:
             return "max_cost"
+        if self.checkpoints.refused >= 2:  # another hour of training could not be saved either
+            return "disk_full"
         p = self.cfg.training.val_patience
         if p and self.bad_vals >= p:
             return "early_stop"

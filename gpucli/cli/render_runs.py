@@ -73,7 +73,7 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
         "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
         "grad_accum": r.grad_accum, "batch_note": r.batch_note, "steps": r.steps, "seq_len": r.seq_len, "workdir": r.workdir,
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
-        "command": r.command, "run_yaml": r.trainer_config, "data": r.data,
+        "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
     }
     volume = _planned_volume(r) if r.volume else None
     if volume is not None:
@@ -100,6 +100,8 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
                 + f" [dim]({r.planned.source})[/]")
     if volume is not None:
         o.print(_planned_volume_line(volume), markup=False, highlight=False)
+    for line in _disk_lines(r):
+        o.print(line, markup=False, highlight=False)
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
@@ -119,6 +121,43 @@ def _planned_volume_line(v: dict[str, Any]) -> str:
     return (f"network volume {v['name']}: attached if your RunPod account has one of that name, else created "
             f"({v['create_size_gb']} GB in the data centre of the chosen GPU, ${v['create_usd_per_month']:.2f}/month "
             f"at RunPod's published price); kept after the run (it holds the data) until you delete it")
+
+
+def _disk_dict(r: ResolvedLaunch) -> dict[str, Any] | None:
+    d = r.disk
+    if d is None:
+        return None
+    c = d.checkpoints
+    return {"weights_gb": c.weights_gb, "optimizer_gb": c.optimizer_gb, "per_rank_optimizer_gb": c.per_rank_optimizer_gb,
+            "checkpoint_gb": c.checkpoint_gb, "keep_last": d.keep_last, "checkpoints_at_once": c.at_once,
+            "checkpoints_gb": c.disk_gb, "data_gb": d.data_gb, "headroom_gb": d.headroom_gb, "need_gb": d.need_gb,
+            "have_gb": d.have_gb, "where": d.where, "fits": d.fits}
+
+
+def _disk_lines(r: ResolvedLaunch) -> list[str]:
+    """The dry run's checkpoint and disk lines: what one checkpoint is, how many the keep-policy holds,
+    and the disk that needs against the disk there is."""
+    d = r.disk
+    if d is None:
+        return []
+    c = d.checkpoints
+
+    def size(gb: float) -> str:
+        return f"{gb * 1000:.1f} MB" if gb < 1 else f"{gb:.1f} GB"
+
+    per_rank = (f", {size(c.per_rank_optimizer_gb)} optimizer per rank" if r.n_gpus > 1 else "")
+    data = "data size unknown before the launch" if d.data_gb is None else f"{size(d.data_gb)} data"
+    if d.have_gb is None:
+        verdict = (f"{d.where}: its size is checked at launch" if r.volume else
+                   f"{d.where}: free space is not known before the launch; the trainer checks it before each "
+                   "checkpoint")
+    else:
+        verdict = f"{d.where}: {'fits' if d.fits else 'does NOT fit'}"
+    return [f"checkpoints: {size(c.checkpoint_gb)} each (weights {size(c.weights_gb)} + optimizer "
+            f"{size(c.optimizer_gb)}{per_rank}); keep_last {d.keep_last} + the best + the one being written = "
+            f"{c.at_once} at once = {size(c.disk_gb)}",
+            f"disk: {size(c.disk_gb)} checkpoints + {data} + {size(d.headroom_gb)} headroom = "
+            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")]
 
 
 def launched(record: RunRecord, *, json_: bool) -> None:

@@ -11,6 +11,7 @@ per checkpoint are left out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from trainer.modelspec import ModelSpec
@@ -50,3 +51,52 @@ def checkpoint_disk(spec: ModelSpec, *, keep_last: int = 3, optimizer: str = "ad
     at_once = keep_last + 2
     return CheckpointDisk(weights_gb=weights / GB, optimizer_gb=moments / GB, per_rank_optimizer_gb=per_rank / GB,
                           at_once=at_once, disk_gb=at_once * (weights + moments) / GB)
+
+
+HEADROOM_FIXED_GB = 1.0  # logs, metrics, TensorBoard events, the code, a pip cache
+HEADROOM_SHARE = 0.05  # and a share of the rest: sizes here are estimates, files are a little larger
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """What a launch's disk must hold: the checkpoints the keep-policy has at once, the data (raw and
+    prepared, when its size is known before the launch) and some headroom, against the disk there is."""
+
+    checkpoints: CheckpointDisk
+    keep_last: int
+    data_gb: float | None  # None: not known before the launch (downloaded or already on the pod)
+    have_gb: float | None  # the disk the run folder is on; None where it is not known before the launch
+    where: str  # what ``have_gb`` is: "--disk 50 GB", "volume corpus (200 GB)", "free on /home", ...
+
+    @property
+    def headroom_gb(self) -> float:
+        return HEADROOM_FIXED_GB + HEADROOM_SHARE * (self.checkpoints.disk_gb + (self.data_gb or 0.0))
+
+    @property
+    def need_gb(self) -> float:
+        return self.checkpoints.disk_gb + (self.data_gb or 0.0) + self.headroom_gb
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.have_gb is None else self.need_gb <= self.have_gb
+
+    def keep_last_that_fits(self) -> int | None:
+        """The largest ``training.keep_last`` whose checkpoints fit in ``have_gb`` (None: not even 1)."""
+        if self.have_gb is None:
+            return None
+        best = None
+        for keep in range(1, self.keep_last):
+            at_once = keep + 2
+            ck = at_once * self.checkpoints.checkpoint_gb
+            rest = self.data_gb or 0.0
+            if ck + rest + HEADROOM_FIXED_GB + HEADROOM_SHARE * (ck + rest) <= self.have_gb:
+                best = keep
+        return best
+
+
+def disk_need(checkpoints: CheckpointDisk, *, keep_last: int, data_gb: float | None, have_gb: float | None,
+              where: str) -> DiskNeed:
+    for name, value in (("data_gb", data_gb), ("have_gb", have_gb)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return DiskNeed(checkpoints, keep_last, data_gb, have_gb, where)

@@ -47,7 +47,7 @@ def entry_from_run(record: RunRecord, rows: list[dict[str, Any]], meta: dict[str
         "seq_len": steady[-1].get("seq_len") or training.get("seq_len"),
         "micro_batch": training.get("batch_size"),
         "precision": "bf16" if hardware.get("mixed_precision", True) else "fp32",
-        "compile": bool(hardware.get("compile", True)),
+        "compile": hardware.get("compile", True) not in (False, "off"),
         "tokens_per_s": round(statistics.median(r["tok_per_s"] for r in steady), 1),
         "mfu": round(statistics.median(mfus), 4) if mfus else None,
         "peak_mem_gib": round(max(mems), 2) if mems else None,

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
+from gpucli.plan.disk import DiskNeed
 from gpucli.plan.estimate import Fit, choose_micro_batch
 from gpucli.run.datasources import DataSource
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
@@ -143,6 +144,14 @@ class ResolvedLaunch:
     volume: str | None = None  # the network volume asked for (its mount holds the run folder and data cache)
     volume_size_gb: int | None = None  # --volume-size: the GB of the volume created when there is none
     data_plan: Mapping[str, Any] | None = None  # datasource.json: what gpucli/pod/fetch.py does first
+    disk: DiskNeed | None = None  # the checkpoints, data and headroom the run folder's disk must hold
+
+    @property
+    def pod_disk_gb(self) -> int:
+        """The disk a cloud pod is created with: ``--disk``, else the default grown to fit the run."""
+        if self.disk is not None and self.disk.have_gb is not None and not self.volume:
+            return max(DEFAULTS.disk_gb, math.ceil(self.disk.have_gb))
+        return DEFAULTS.disk_gb
 
     @property
     def label(self) -> str:
@@ -209,17 +218,14 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
     return cfg, checked
 
 
-def _check_model(checked: Any, error: type[Exception]) -> None:
-    """What the trainer checks only once it builds the model, checked here without torch: the shape
-    the preset and the ``model.*`` overrides make (heads dividing the width, what the trainer can
-    build), and sequence lengths within the model's context."""
-    from trainer.modelspec import spec_problem, unsupported_message
+def _run_spec(checked: Any, error: type[Exception]) -> Any:
+    """The model the trainer will build: the preset with the ``model.*`` overrides (None: no preset)."""
     from trainer.presets import lookup
 
     m = checked.model
     base = lookup(m.preset) if m.preset else None
     if base is None:
-        return  # a shape without a preset: the trainer's own validation has the last word
+        return None
     changes = {k: getattr(m, k) for k in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "max_seq_len")
                if getattr(m, k) is not None}
     if m.d_model is not None and m.d_ff is None and m.d_model != base.d_model:
@@ -227,9 +233,20 @@ def _check_model(checked: Any, error: type[Exception]) -> None:
     if m.tie_embeddings is not None:
         changes["tied_embeddings"] = m.tie_embeddings
     try:
-        spec = dataclasses.replace(base, dropout=m.dropout, **changes)
+        return dataclasses.replace(base, dropout=m.dropout, **changes)
     except ValueError as exc:  # the spec checks itself on construction (SpecError names the field)
         raise error(str(exc)) from None
+
+
+def _check_model(checked: Any, error: type[Exception]) -> None:
+    """What the trainer checks only once it builds the model, checked here without torch: the shape
+    the preset and the ``model.*`` overrides make (heads dividing the width, what the trainer can
+    build), and sequence lengths within the model's context."""
+    from trainer.modelspec import spec_problem, unsupported_message
+
+    spec = _run_spec(checked, error)
+    if spec is None:
+        return  # a shape without a preset: the trainer's own validation has the last word
     problem = spec_problem(spec)
     if problem:
         raise error(f"model.{problem[0]}: {problem[1]}")
@@ -344,13 +361,14 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
                              cache_root=volume_mount() if req.volume else None)
         cmd = f"{shlex.quote(py)} ../fetch.py --spec ../datasource.json && {cmd}"
     planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price)
+    disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,
         gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
         grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
-        volume_size_gb=req.volume_size_gb, data_plan=data_plan)
+        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,
@@ -369,3 +387,104 @@ def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: in
     est = estimate_train(catalog, req, setup, tokens, seq_len, train_flops_per_token(model, seq_len))
     return PlannedSpeed(tokens_per_s=est.tokens_per_s, hours=est.hours,
                         cost_usd=est.cost_usd if price else None, source=est.speed_source)
+
+
+# -- the disk check ------------------------------------------------------------------------------------
+
+_TOKEN_BYTES = 2.2  # prepared bytes per byte of text at most: a uint16 token per byte (byte tokenizer) + line index
+
+
+def _folder_bytes(path: Any) -> int:
+    import os
+
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, n)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _data_gb(source: DataSource | None, checked: Any) -> float | None:
+    """The data the run folder's disk holds: the raw text uploaded (a local --data folder) and its tokens.
+    None where the size is not known before the launch (URLs, Hugging Face, a pod path)."""
+    from trainer.config import DEMO_MAX_BYTES
+
+    cap = checked.data.max_bytes
+    if source is None:  # the demo corpus: read on the pod, only its tokens are written
+        return _TOKEN_BYTES * (cap if cap is not None else DEMO_MAX_BYTES) / 1e9
+    if source.kind == "local" and source.local is not None:
+        raw = _folder_bytes(source.local)
+        return (raw + _TOKEN_BYTES * (raw if cap is None else min(raw, cap))) / 1e9
+    return None
+
+
+def _free_gb(workdir: str) -> tuple[float, str]:
+    """Free space of the disk ``workdir`` will be on (its nearest existing folder)."""
+    import shutil
+    from pathlib import Path
+
+    p = Path(workdir).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free / 1e9, f"free space on {p}"
+
+
+def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: int, target: Any,
+               req: LaunchRequest, workdir: str, source: DataSource | None) -> DiskNeed:
+    """The run's checkpoints (its own model, optimizer, keep_last, GPU count and sharding), data and
+    headroom, against the disk its folder will be on where that is known before renting."""
+    from gpucli.plan.disk import checkpoint_disk, disk_need
+
+    spec = _run_spec(checked, UsageError) or model
+    t, hw = checked.training, checked.hardware
+    # FSDP as trainer.dist.want_fsdp decides it: asked for, or 16 bytes a parameter past half a GPU.
+    sharded = hw.fsdp == "on" or (hw.fsdp == "auto" and n_gpus > 1 and vram_gb is not None
+                                  and 16 * spec.param_count().total > 0.5 * vram_gb * 1e9)
+    ck = checkpoint_disk(spec, keep_last=t.keep_last, optimizer=t.optimizer, n_gpus=n_gpus, sharded=sharded)
+    have: float | None
+    if req.volume:
+        have, where = None, f"network volume {req.volume}"  # its size comes with the lookup (check_disk)
+    elif target.cloud and req.disk_gb:
+        have, where = float(req.disk_gb), f"--disk {req.disk_gb} GB"
+    elif target.cloud:  # no --disk: the pod's disk is the default, grown to what the run needs
+        data = _data_gb(source, checked)
+        need = disk_need(ck, keep_last=t.keep_last, data_gb=data, have_gb=None, where="").need_gb
+        size = max(DEFAULTS.disk_gb, math.ceil(need))
+        have = float(size)
+        where = (f"the default --disk {size} GB" if size == DEFAULTS.disk_gb else
+                 f"--disk {size} GB (the default {DEFAULTS.disk_gb} GB grown to hold the checkpoints)")
+    elif target.name == "local":
+        have, where = _free_gb(workdir)
+    else:
+        have, where = None, "the host's disk"  # known once connected: the trainer checks before each checkpoint
+    return disk_need(ck, keep_last=t.keep_last, data_gb=_data_gb(source, checked), have_gb=have, where=where)
+
+
+def check_disk(r: ResolvedLaunch, *, volume_gb: float | None = None) -> None:
+    """A UsageError, before anything is rented, when the run folder's disk cannot hold the checkpoints
+    the keep-policy has at once, the data and some headroom. ``volume_gb``: the size of the network
+    volume the run folder is on, once it has been looked up."""
+    need = r.disk
+    if need is None:
+        return
+    if volume_gb is not None:
+        need = dataclasses.replace(need, have_gb=float(volume_gb), where=f"network volume {r.volume} ({volume_gb:g} GB)")
+    if need.fits is not False:
+        return
+    c = need.checkpoints
+    data = "data size unknown" if need.data_gb is None else f"{need.data_gb:.1f} GB of data"
+    keep = need.keep_last_that_fits()
+    lower = (f"lower training.keep_last (--set training.keep_last={keep} fits)" if keep else
+             "a smaller --model (not even training.keep_last=1 fits)")
+    if r.volume:
+        fix = f"use a network volume of at least {math.ceil(need.need_gb)} GB, or {lower}"
+    elif r.provider == "local":
+        fix = f"free some space there or pass --workdir on a larger disk, or {lower}"
+    else:
+        fix = f"pass --disk {math.ceil(need.need_gb)}, or {lower}"
+    raise UsageError(f"{need.where} cannot hold this run: {c.at_once} checkpoints of {c.checkpoint_gb:.1f} GB "
+                     f"(keep_last {need.keep_last} + the best + the one being written) + {data} + "
+                     f"{need.headroom_gb:.1f} GB headroom = {need.need_gb:.1f} GB", hint=fix)

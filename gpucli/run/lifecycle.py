@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from gpucli.errors import GpucliError, UsageError
 from gpucli.run import records as runs
 from gpucli.run.defaults import DEFAULTS
-from gpucli.run.launch import LaunchRequest, ResolvedLaunch, resolve
+from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.records import RunRecord
 
 if TYPE_CHECKING:
@@ -90,7 +90,9 @@ def _default_name(catalog: Catalog, req: LaunchRequest, task: Task | None = None
 def plan(catalog: Catalog, req: LaunchRequest) -> ResolvedLaunch:
     """What the launch would do (``--dry-run``): checked and resolved, nothing searched or created."""
     req = req.checked()
-    return resolve(catalog, req, run_name=run_name_for(catalog, req))
+    resolved = resolve(catalog, req, run_name=run_name_for(catalog, req))
+    check_disk(resolved)
+    return resolved
 
 
 def plan_own(catalog: Catalog, req: LaunchRequest, task: Task) -> tuple[ResolvedLaunch, OwnCode]:
@@ -108,7 +110,7 @@ def _own_resolved(resolved: ResolvedLaunch, own: OwnCode) -> ResolvedLaunch:
     from gpucli.run.ownrun import job_command
     from gpucli.run.records import PlannedSpeed
 
-    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None),
+    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=None,
                                    planned=PlannedSpeed(source="no prediction for your own code"))
     return dataclasses.replace(resolved, command=job_command(resolved, own))
 
@@ -146,23 +148,26 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, task: Task | None 
     from gpucli.run.ownrun import resolve_own
 
     own = resolve_own(task)  # a missing folder or a bad grace is said before any offer is searched
-    prepared = _prepare_trainer(catalog, _own_request(req), name, volume_id)
+    prepared = _prepare_trainer(catalog, _own_request(req), name, volume_id, own=True)
     return dataclasses.replace(prepared, resolved=_own_resolved(prepared.resolved, own), own=own)
 
 
-def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id: str | None = None) -> PreparedLaunch:
+def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id: str | None = None,
+                     own: bool = False) -> PreparedLaunch:
     from gpucli.run.targets import get_target
     from gpucli.run.targets.money import balance_guard
 
     target = get_target(req.provider)
     resolved = resolve(catalog, req, run_name=name)
+    if not own:  # the bundled trainer's checkpoints, before any offer is searched; own code has no such model
+        check_disk(resolved)
     provision = None
     if target.needs_gpu and resolved.gpu_id is None:
         raise UsageError(f"profile {req.profile} has no GPU; {target.name} pods need a GPU profile")
     if resolved.gpu_id is not None:
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
-                                       disk_gb=req.disk_gb or DEFAULTS.disk_gb,
+                                       disk_gb=req.disk_gb or resolved.pod_disk_gb,
                                        ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s)
     if provision is not None and req.limits.price_per_hour_usd is None:
         priced = dataclasses.replace(req, limits=req.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
@@ -170,8 +175,13 @@ def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id:
     balance_guard(target, resolved, force=req.force)  # before anything is rented
     if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
         # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
+        if not own and req.volume_size_gb:  # what would be created must hold the run, before it is
+            check_disk(resolved, volume_gb=req.volume_size_gb)
         provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb,  # type: ignore[attr-defined]
                                        volume_id=volume_id)
+        volume = getattr(provision, "volume", None)
+        if not own and volume is not None:  # an existing volume's size is known now
+            check_disk(resolved, volume_gb=volume.size_gb)
     return PreparedLaunch(req, resolved, provision, target.endpoint(req.host, req.identity))
 
 

@@ -110,7 +110,8 @@ def test_ssh_provider_lifecycle(capsys, tmp_path, sshd, client_key):
 
 def test_dry_run_touches_nothing(capsys):
     code, out, _ = cli(capsys, "launch", "--profile", "8xH100", "--phase", "extreme", "--model", "1b",
-                       "--provider", "runpod", "--dry-run", "--budget", "500")
+                       "--provider", "runpod", "--dry-run", "--budget", "500",
+                       "--disk", "60")  # 5 checkpoints of 9.3 GB do not fit the default 50 GB
     assert code == 0
     assert "-m torch.distributed.run --standalone --nproc_per_node=8 -m trainer.train" in out
     assert "budget_usd: 500" in out and "learning_rate: 0.0005" in out

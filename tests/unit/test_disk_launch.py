@@ -1,0 +1,72 @@
+"""launch --dry-run's checkpoint and disk lines: the run's own config through gpucli.plan.disk, and a
+disk too small refused before anything is searched or rented."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpucli.plan.disk import checkpoint_disk
+from tests.support.cli import cli
+from trainer.presets import MODELS
+
+
+def _dry(capsys, *args: str) -> tuple[int, dict, str]:
+    code, out, err = cli(capsys, "launch", "--dry-run", "--json", *args)
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def test_dry_run_states_the_checkpoints_of_the_runs_own_config(capsys):
+    # 8x A100 with Muon, keep_last 1: the numbers are checkpoint_disk's for that very config.
+    code, data, err = _dry(capsys, "--provider", "runpod", "--profile", "8xA100", "--model", "1b", "--disk", "200",
+                           "--set", "training.keep_last=1", "--set", "training.optimizer=muon",
+                           "--set", "hardware.fsdp=on")
+    assert code == 0, err
+    want = checkpoint_disk(MODELS["1b"], keep_last=1, optimizer="muon", n_gpus=8, sharded=True)
+    d = data["disk"]
+    assert d["weights_gb"] == pytest.approx(want.weights_gb) and d["optimizer_gb"] == pytest.approx(want.optimizer_gb)
+    assert d["per_rank_optimizer_gb"] == pytest.approx(want.optimizer_gb / 8)
+    assert d["checkpoints_at_once"] == 3 and d["checkpoints_gb"] == pytest.approx(want.disk_gb)
+    assert d["have_gb"] == 200 and d["where"] == "--disk 200 GB" and d["fits"] is True
+    assert d["need_gb"] == pytest.approx(want.disk_gb + d["data_gb"] + d["headroom_gb"])
+
+    # The text lines say the same.
+    code, out, _ = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "8xA100", "--model", "1b",
+                       "--disk", "200", "--set", "training.keep_last=1")
+    adam = checkpoint_disk(MODELS["1b"], keep_last=1, n_gpus=8)
+    assert code == 0
+    assert f"checkpoints: {adam.checkpoint_gb:.1f} GB each (weights {adam.weights_gb:.1f} GB + optimizer " \
+           f"{adam.optimizer_gb:.1f} GB" in out
+    assert f"= 3 at once = {adam.disk_gb:.1f} GB" in out and "--disk 200 GB: fits" in out
+
+
+def test_a_disk_too_small_is_one_line_with_the_fix(capsys):
+    code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--model", "1.31b",
+                       "--disk", "60")
+    assert code == 2 and "Traceback" not in err
+    assert "--disk 60 GB cannot hold this run: 5 checkpoints of 15.8 GB" in err
+    assert "pass --disk 85" in err and "--set training.keep_last=1 fits" in err
+    # the fix it names works
+    code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--model", "1.31b",
+                       "--disk", "60", "--set", "training.keep_last=1")
+    assert code == 0, err
+
+
+def test_local_runs_check_this_machines_free_space(capsys, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 10**12 - 200_000_000, 200_000_000))
+    code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "local", "--profile", "cpu",
+                       "--workdir", str(tmp_path / "runs" / "x"))
+    assert code == 2 and f"free space on {tmp_path}" in err and "cannot hold this run" in err
+
+
+def test_own_code_has_no_checkpoint_model(capsys, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    code, out, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--disk", "1",
+                         "--code", str(tmp_path), "--run", "python train.py")
+    assert code == 0, err
+    assert "checkpoints:" not in out
