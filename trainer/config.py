@@ -255,6 +255,7 @@ class DataConfig:
     """Preparation progress as JSON lines (gpucli points it into the run folder)."""
 
 
+JOB_STARTED_ENV = "GPUCLI_JOB_STARTED_AT"  # epoch s the pod command began (before data is fetched)
 DEMO_MAX_BYTES = 64_000_000  # the stdlib demo corpus is capped as before; real inputs are not
 
 

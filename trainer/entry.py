@@ -53,6 +53,24 @@ def process_started_at() -> float | None:
         return None
 
 
+def work_started_at() -> float | None:
+    """When this run's work on the machine began: the pod command's start when the launch recorded
+    it (``GPUCLI_JOB_STARTED_AT``, set before the data is fetched and prepared, so preparation counts
+    against the hour and dollar caps), else this process's start. A value in the future or days old
+    is not this job's and is ignored."""
+    from trainer.config import JOB_STARTED_ENV
+
+    proc = process_started_at()
+    try:
+        job = float(os.environ.get(JOB_STARTED_ENV, ""))
+    except ValueError:
+        return proc
+    now = time.time()
+    if not (now - 7 * 86400 < job <= now + 1):
+        return proc
+    return job if proc is None else min(job, proc)
+
+
 def setup_logging(out_dir: Path, master: bool) -> None:
     """Rank 0 logs at INFO to stderr and train.log; the other ranks log warnings and errors."""
     fmt = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S")

@@ -35,7 +35,7 @@ from trainer.components import ModelWatch, make_alerts, make_cost_updates, make_
 from trainer.config import DEMO_MAX_BYTES, Config, ConfigError, load_config
 from trainer.data import BatchLoader, TokenSplit, load_tokenizer, prepare, val_batches
 from trainer.dist import Dist, build_model, setup_dist
-from trainer.entry import parse_argv, process_started_at, setup_logging
+from trainer.entry import parse_argv, setup_logging, work_started_at
 from trainer.limits import RunClock
 from trainer.memory import MemoryState
 from trainer.metrics import MetricsLogger, SpikeDetector, memory_gib, mfu, peak_flops, safe_exp
@@ -477,7 +477,7 @@ class Trainer:
 def main(argv: list[str] | None = None) -> int:
     # The hour and dollar caps count from the process's start: the pod bills while the trainer imports
     # torch, prepares data and builds the model. Called in-process (argv given), the run starts now.
-    started_at = (process_started_at() if argv is None else None) or time.time()
+    started_at = (work_started_at() if argv is None else None) or time.time()
     argv = sys.argv[1:] if argv is None else argv
     try:
         config_path, overrides = parse_argv(argv, usage=__doc__ or "")

@@ -22,6 +22,7 @@ from gpucli.run.datasources import DataSource
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
 from gpucli.run.records import PlannedSpeed
+from trainer.config import JOB_STARTED_ENV
 
 
 @dataclass(frozen=True)
@@ -359,7 +360,10 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # Fetch and prepare first, in the trainer's process group: the watchdog limits both.
         data_plan = pod_plan(source, dataclasses.asdict(checked.data), python=py,
                              cache_root=volume_mount() if req.volume else None)
-        cmd = f"{shlex.quote(py)} ../fetch.py --spec ../datasource.json && {cmd}"
+        # The trainer's clock starts when the fetch does (trainer.entry.work_started_at): preparing
+        # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
+        cmd = (f"export {JOB_STARTED_ENV}=$(date +%s) && {shlex.quote(py)} ../fetch.py --spec ../datasource.json"
+               f" && {cmd}")
     planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price)
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
     return ResolvedLaunch(

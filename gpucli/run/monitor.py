@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, TransferError
@@ -216,36 +217,6 @@ def partial_dir(target: Path) -> Path:
     return target.with_name(f".tmp_{target.name}")
 
 
-class CheckpointProgress:
-    """The per-file reports of a checkpoint's download as one report over all of it: its size is
-    known from the listing before the first byte (a bar of "0/? bytes" otherwise), and a host that
-    reports nothing while it copies (this machine) still moves it when each file is done."""
-
-    def __init__(self, progress: Any, sizes: dict[str, int]) -> None:
-        self.progress, self.sizes = progress, sizes
-        self.total = sum(sizes.values())
-        self.base = self.files_done = 0
-        self._emit(0, "")
-
-    def _emit(self, done: int, path: str) -> None:
-        from gpucli.ssh import TransferProgress
-
-        if self.progress is not None:
-            self.progress(TransferProgress(done, self.total, self.files_done, len(self.sizes), path))
-
-    def file(self, name: str) -> Any:
-        """The progress callback for one file's download."""
-        if self.progress is None:
-            return None
-        size = self.sizes.get(name, 0)
-        return lambda p: self._emit(self.base + min(p.bytes_done, size), name)
-
-    def done(self, name: str) -> None:
-        self.base += self.sizes.get(name, 0)
-        self.files_done += 1
-        self._emit(self.base, name)
-
-
 def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_optimizer: bool = True,
                         more: dict[str, bytes] | None = None, progress: Any = None) -> tuple[tuple[str, ...], int]:
     """The one checkpoint downloader (``fetch-best`` and the mirror): every file meta.json lists
@@ -259,12 +230,20 @@ def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_op
     present = host.list_files(ck.path)
     names = [n for n in ck.files if with_optimizer or not n.startswith("optim_")]
     names += [n for n in EXTRA_FILES if n in present and n not in names]
-    total = 0
-    bar = CheckpointProgress(progress, {n: present[n].size if n in present else 0 for n in names})
-    for name in names:
-        total += host.download(posixpath.join(ck.path, name), tmp / name, sha256=ck.files.get(name),
-                               progress=bar.file(name)).bytes_total
-        bar.done(name)
+    # All together: over a long link the files (weights, optimizer shards) come on parallel channels.
+    # The bar's size is known from the listing before the first byte.
+    total_bytes = sum(present[n].size for n in names if n in present)
+
+    def bar(p: Any) -> None:
+        from gpucli.ssh import TransferProgress
+
+        progress(TransferProgress(p.bytes_done, max(total_bytes, p.bytes_total), p.files_done, len(names), p.path))
+
+    if progress is not None:
+        bar(SimpleNamespace(bytes_done=0, bytes_total=0, files_done=0, path=""))
+    got = host.download_files([(posixpath.join(ck.path, n), tmp / n, ck.files.get(n)) for n in names],
+                              progress=bar if progress is not None else None)
+    total = sum(s.bytes_total for s in got)
     for name, data in (more or {}).items():
         (tmp / name).write_bytes(data)
     meta = host.read_file(posixpath.join(ck.path, "meta.json"))

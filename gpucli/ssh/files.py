@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import TransferError
+from gpucli.ssh.batch import Batch
 from gpucli.ssh.connection import POOL_INFLIGHT_BYTES, POOL_WINDOW_BYTES, Connection, norm
 from gpucli.ssh.parallel import (
     MAX_CHANNELS,
@@ -337,16 +338,21 @@ class Files(Connection):
             rtt = self.measure_rtt()
         n = channels if channels is not None else (min(MAX_CHANNELS, len(todo)) if is_long(rtt) else 1)
         if n <= 1 or len(todo) <= 1:
-            return [self.download(r, loc, sha256=sha, progress=progress, channels=channels) for r, loc, sha in todo]
+            return self._download_each(todo, progress, channels)
         stats: dict[str, DownloadStats] = {}
         files: list[DownFile] = []
         with self._io("downloading files"):
+            self.prefetch_pool(lambda _rtt: n)  # the channels open while the files are looked at
             sftp = self._sftp_client()
-            for rpath, dest, sha in todo:
-                try:
-                    a = sftp.stat(rpath)
-                except FileNotFoundError as exc:
-                    raise TransferError(f"{rpath} does not exist on {self.target}") from exc
+            looked = Batch(sftp)
+            for rpath, _, _ in todo:
+                looked.stat(rpath)
+            for (rpath, dest, sha), got in zip(todo, looked.run(), strict=True):
+                if isinstance(got.error, FileNotFoundError):
+                    raise TransferError(f"{rpath} does not exist on {self.target}") from got.error
+                if got.error is not None:
+                    raise got.error
+                a = got.attrs
                 size, mtime = a.st_size or 0, int(a.st_mtime or 0)
                 if dest.exists() and dest.stat().st_size == size and int(dest.stat().st_mtime) == mtime:
                     digest = _file_sha256(dest) if sha else None
@@ -361,6 +367,25 @@ class Files(Connection):
         for f in files:
             stats[f.rpath] = DownloadStats(f.size, f.size - f.resumed, f.resumed, took, f.digest)
         return [stats[r] for r, _, _ in todo]
+
+    def _download_each(self, todo: list[tuple[str, Path, str | None]], progress: ProgressFn | None,
+                       channels: int | None) -> list[DownloadStats]:
+        """One file after another, reported as one transfer over all of them."""
+        out: list[DownloadStats] = []
+        sizes: dict[str, int] = {}
+        done_before = 0
+        for i, (rpath, loc, sha) in enumerate(todo):
+            def one(p: TransferProgress, base: int = done_before, i: int = i, rpath: str = rpath) -> None:
+                sizes[rpath] = p.bytes_total
+                emit(progress, base + p.bytes_done, sum(sizes.values()), i + int(p.bytes_done >= p.bytes_total),
+                     len(todo), rpath)
+
+            st = self.download(rpath, loc, sha256=sha, progress=one if progress is not None else None,
+                               channels=channels)
+            sizes[rpath] = st.bytes_total
+            done_before += st.bytes_total
+            out.append(st)
+        return out
 
     # -- parallel channels ---------------------------------------------------------------------
 

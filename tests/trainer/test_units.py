@@ -529,3 +529,20 @@ def test_integrations_are_null_objects_when_off(tmp_path):
     hook.after_step(2)
     with pytest.raises(RuntimeError, match="faults.raise_at_step at step 3"):
         hook.after_step(3)
+
+
+def test_work_started_at_counts_the_pod_commands_preparation(monkeypatch):
+    """The caps' clock starts when the pod command did (before data was fetched and prepared), when
+    the launch exported that time; a value from another job (future, days old, garbage) is ignored."""
+    import time
+
+    from trainer import entry
+    from trainer.config import JOB_STARTED_ENV
+
+    proc = entry.process_started_at()
+    assert proc is not None and proc <= time.time()
+    monkeypatch.setenv(JOB_STARTED_ENV, str(int(proc) - 600))
+    assert entry.work_started_at() == int(proc) - 600
+    for bad in (str(time.time() + 3600), str(time.time() - 30 * 86400), "soon", ""):
+        monkeypatch.setenv(JOB_STARTED_ENV, bad)
+        assert abs(entry.work_started_at() - proc) < 0.5  # /proc's clock ticks, read again

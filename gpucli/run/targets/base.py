@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +44,8 @@ class Host(Protocol):
                 progress: Any = None) -> SyncStats: ...
     def download(self, remote_path: str, local_path: str | os.PathLike[str], *, sha256: str | None = None,
                  progress: Any = None) -> DownloadStats: ...
+    def download_files(self, items: Sequence[tuple[str, str | os.PathLike[str], str | None]], *,
+                       progress: Any = None) -> list[DownloadStats]: ...
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +178,20 @@ class LocalHost:
             sent += 1
             bytes_sent += f.size
         return SyncStats(len(files), sent, skipped, total, bytes_sent, 0, time.monotonic() - started)
+
+    def download_files(self, items: Sequence[tuple[str, str | os.PathLike[str], str | None]], *,
+                       progress: Any = None) -> list[DownloadStats]:
+        """Each file copied and verified in turn; reported once per file (a copy here is quick)."""
+        from gpucli.ssh import TransferProgress
+
+        sizes = [_home_path(r).stat().st_size if _home_path(r).exists() else 0 for r, _, _ in items]
+        out, done = [], 0
+        for i, (rpath, loc, sha) in enumerate(items):
+            out.append(self.download(rpath, loc, sha256=sha))
+            done += out[-1].bytes_total
+            if progress is not None:
+                progress(TransferProgress(done, sum(sizes), i + 1, len(items), rpath))
+        return out
 
     def download(self, remote_path: str, local_path: str | os.PathLike[str], *, sha256: str | None = None,
                  progress: Any = None) -> DownloadStats:
