@@ -13,6 +13,7 @@ import pytest
 
 from gpucli.errors import TransferError
 from gpucli.ssh import files as files_mod
+from gpucli.ssh import pulls as pulls_mod
 from gpucli.ssh import sync as sync_mod
 from gpucli.ssh.parallel import channels_for, plan_segments
 from gpucli.ssh.remote import Remote, SshTarget
@@ -26,6 +27,7 @@ SEG = 1 << 20
 @pytest.fixture(autouse=True)
 def small_segments(monkeypatch):
     monkeypatch.setattr(files_mod, "SEGMENT_BYTES", SEG)
+    monkeypatch.setattr(pulls_mod, "SEGMENT_BYTES", SEG)
     monkeypatch.setattr(sync_mod, "SEGMENT_BYTES", SEG)
 
 
