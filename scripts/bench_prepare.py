@@ -1,6 +1,7 @@
 """Throughput and peak memory of ``python -m trainer.prepare`` against the bare encoder.
 
     python scripts/bench_prepare.py [--mb 200] [--bpe-mb 40] [--workers 1,2] [--dir DIR]
+    python scripts/bench_prepare.py --mb 5000 --tokenizers bytes --formats text --workers 2   # 5 GB peak RSS
 
 Generates a corpus of random words (plain text, and the same records as 4 .jsonl.gz files), then
 times the whole pipeline (read, decompress, encode, write shards and provenance) per tokenizer,
@@ -46,20 +47,21 @@ print(time.perf_counter() - t, n, resource.getrusage(resource.RUSAGE_SELF).ru_ma
 """
 
 
-def generate(root: Path, mb: int, seed: int) -> tuple[Path, Path]:
+def generate(root: Path, mb: int, seed: int, jsonl: bool = True) -> tuple[Path, Path]:
     rng = random.Random(seed)
     vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10)))
              for _ in range(20_000)]
     text, jdir = root / f"text{mb}" / "corpus.txt", root / f"jsonl{mb}"
     text.parent.mkdir(parents=True)
     jdir.mkdir()
-    outs = [gzip.open(jdir / f"part{i}.jsonl.gz", "wt", compresslevel=1) for i in range(4)]
+    outs = [gzip.open(jdir / f"part{i}.jsonl.gz", "wt", compresslevel=1) for i in range(4)] if jsonl else []
     written, k = 0, 0
     with open(text, "w") as f:
         while written < mb * 1_000_000:
             doc = "\n".join(" ".join(rng.choices(vocab, k=rng.randint(5, 20))) for _ in range(rng.randint(1, 30)))
             f.write(doc + "\n")
-            outs[k % 4].write(json.dumps({"text": doc + "\n"}) + "\n")
+            if outs:
+                outs[k % 4].write(json.dumps({"text": doc + "\n"}) + "\n")
             written += len(doc) + 1
             k += 1
     for o in outs:
@@ -93,22 +95,31 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=200, help="corpus size for the byte tokenizer")
     ap.add_argument("--bpe-mb", type=int, default=40, help="corpus size for BPE (it is ~20x slower)")
     ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--formats", default="text,jsonl.gz", help="inputs to time: text, jsonl.gz")
+    ap.add_argument("--tokenizers", default="bytes,bpe", help="bytes, bpe (a 5 GB memory check: bytes, text)")
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed after)")
     args = ap.parse_args()
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_prepare_"))
     workers = [int(w) for w in args.workers.split(",")]
     rows = []
     try:
-        big = generate(root, args.mb, 0)
-        small = generate(root, args.bpe_mb, 1) if args.bpe_mb != args.mb else big
-        # the BPE every BPE case uses, trained once on a sample of the small corpus
-        _, _, m = run(small[0], root / "bpe-train", 2, ["--tokenizer", "bpe", "--vocab-size", "8000",
-                                                         "--tokenizer-sample", "20000000"])
-        tok_file = root / "bpe.json"
-        shutil.copyfile(root / "bpe-train" / "tokenizer.json", tok_file)
-        for name, (text_dir, jdir), tok in (("bytes", big, []), ("BPE 8k", small, ["--tokenizer", str(tok_file)])):
+        formats = [f for f in args.formats.split(",") if f]
+        tokenizers = [t for t in args.tokenizers.split(",") if t]
+        if not set(formats) <= {"text", "jsonl.gz"} or not set(tokenizers) <= {"bytes", "bpe"} or not formats:
+            raise SystemExit("--formats: text,jsonl.gz; --tokenizers: bytes,bpe")
+        big = generate(root, args.mb, 0, jsonl="jsonl.gz" in formats)
+        cases = [("bytes", big, [])] if "bytes" in tokenizers else []
+        if "bpe" in tokenizers:
+            small = generate(root, args.bpe_mb, 1) if args.bpe_mb != args.mb else big
+            # the BPE every BPE case uses, trained once on a sample of the small corpus
+            _, _, m = run(small[0], root / "bpe-train", 2, ["--tokenizer", "bpe", "--vocab-size", "8000",
+                                                             "--tokenizer-sample", "20000000"])
+            tok_file = root / "bpe.json"
+            shutil.copyfile(root / "bpe-train" / "tokenizer.json", tok_file)
+            cases.append(("BPE 8k", small, ["--tokenizer", str(tok_file)]))
+        for name, (text_dir, jdir), tok in cases:
             mb = sum(f.stat().st_size for f in text_dir.rglob("*")) / 1e6
-            for fmt, inp in (("text", text_dir), ("jsonl.gz", jdir)):
+            for fmt, inp in [c for c in (("text", text_dir), ("jsonl.gz", jdir)) if c[0] in formats]:
                 for w in workers:
                     dt, peak, meta = run(inp, root / "out", w, tok)
                     toks = meta["train_tokens"] + meta["val_tokens"]
