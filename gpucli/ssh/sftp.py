@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import TransferError
 from gpucli.ssh import _paramiko
+from gpucli.ssh.parallel import Segment
 from gpucli.ssh.transfer import LocalFile
 from gpucli.ssh.wire import send_all
 
@@ -152,102 +153,22 @@ def read_range(sftp: paramiko.SFTPClient, path: str, offset: int, length: int,
 def write_from(sftp: paramiko.SFTPClient, part: str, f: LocalFile, offset: int,
                on_bytes: Callable[[int, str, bool], None], *, max_write: int, end: int | None = None) -> int:
     """Send ``f`` from ``offset`` to the remote ``part`` as pipelined SFTP writes of the server's
-    max length (255 KiB); returns the end offset reached.
+    max length (255 KiB); returns the end offset reached. From offset 0 the part is created (or
+    truncated); from further on it is continued and ``offset`` is reported as already sent.
 
-    With ``end``, only ``[offset, end)`` is written, into an existing ``part`` (one segment of a
-    parallel upload: not truncated, and ``offset`` is not reported as resumed).
-
-    paramiko's own pipelined write costs more than the data: the channel splits each request
-    into the server's 32 KiB packets by re-slicing the rest of the request (``s = s[n:]``, a
-    copy of up to 255 KiB per packet), and every ~100 requests it stops to collect every
-    outstanding acknowledgement, emptying the pipe. Here each request is read straight into
-    one reused buffer after its header, sent as a memoryview (no re-slicing copies), and the
-    acknowledgements are collected as they come, at most ``_WRITE_ACKS_BEHIND`` behind.
-    Measured on loopback (256 MiB, interleaved medians): 194 MB/s against 142. The SFTP
-    session is only ours while this runs: if it stops midway it is closed, so no stray
-    acknowledgement desynchronises it.
+    With ``end``, only ``[offset, end)`` is written, into an existing ``part`` (not truncated, and
+    ``offset`` is not reported as resumed). One segment of :class:`SegmentWriter`, which says how the
+    writes are framed and acknowledged. A local file shorter than expected raises TransferError.
     """
-    from paramiko.sftp import CMD_STATUS, CMD_WRITE, SFTP_OK
-
     if not _paramiko.sftp_pipeline_ok(sftp, "SFTPFile.write, pipelined"):
         return _write_public(sftp, part, f, offset, on_bytes, max_write, end)
-    chunk = max_write
-    chan = sftp.get_channel()
-    inflight: deque[int] = deque()  # request numbers not yet acknowledged
-    buf = bytearray()
-
-    def collect(block: bool) -> None:
-        """Parse the acknowledgements that have arrived (all of them, when ``block``)."""
-        nonlocal buf
-        while inflight and (block or chan.recv_ready()):
-            data = chan.recv(1 << 16)
-            if not data:
-                raise EOFError("server connection dropped")
-            buf += data
-            pos = 0
-            while len(buf) - pos >= 9:
-                size, t, num = _READ_HEAD.unpack_from(buf, pos)
-                if len(buf) - pos < 4 + size:
-                    break
-                body = bytes(buf[pos + 9:pos + 4 + size])
-                pos += 4 + size
-                if inflight and inflight[0] == num:
-                    inflight.popleft()
-                else:  # SFTP allows replies out of order
-                    inflight.remove(num)
-                if t != CMD_STATUS:
-                    raise _paramiko.load().SSHException(f"unexpected SFTP reply type {t} to a write")
-                if struct.unpack_from(">I", body)[0] != SFTP_OK:
-                    _paramiko.raise_status(sftp, body)
-            del buf[:pos]
-
-    sent = offset
-    with open(f.path, "rb") as src:
-        fh = sftp.open(part, "r+b" if offset or end is not None else "wb", bufsize=0)
-        handle = _paramiko.file_handle(fh, "SFTPFile.write, pipelined")
-        if handle is None:
-            fh.close()
-            return _write_public(sftp, part, f, offset, on_bytes, max_write, end)
-        stop = f.size if end is None else end
-        finished = False
-        try:
-            head = _READ_HEAD.size + len(handle) + _READ_TAIL.size
-            pkt = bytearray(head + chunk)
-            view = memoryview(pkt)
-            pkt[_READ_HEAD.size:_READ_HEAD.size + len(handle)] = handle
-            if offset:
-                src.seek(offset)
-                if end is None:
-                    on_bytes(offset, f.rel, False)
-            step = 0
-            while True:
-                n = src.readinto(view[head:head + min(chunk, max(0, stop - sent))]) if end is not None \
-                    else src.readinto(view[head:])
-                if not n:
-                    break
-                with _paramiko.request_numbers(sftp) as take:
-                    num = take()
-                _READ_HEAD.pack_into(pkt, 0, head - 4 + n, CMD_WRITE, num)
-                _READ_TAIL.pack_into(pkt, _READ_HEAD.size + len(handle), sent, n)
-                inflight.append(num)
-                send_all(chan, view[:head + n])
-                sent += n
-                step += n
-                if len(inflight) > _WRITE_ACKS_BEHIND or chan.recv_ready():
-                    collect(len(inflight) > _WRITE_ACKS_BEHIND)
-                if step >= (1 << 20):
-                    on_bytes(step, f.rel, False)
-                    step = 0
-            collect(True)  # every write acknowledged: the data is in the remote file
-            on_bytes(step, f.rel, False)
-            finished = True
-        finally:
-            if finished:
-                fh.close()
-            else:  # acknowledgements still unread: the session cannot be reused
-                with contextlib.suppress(Exception):
-                    sftp.close()
-    return sent
+    stop = f.size if end is None else end
+    if offset and end is None:
+        on_bytes(offset, f.rel, False)
+    w = SegmentWriter(sftp, max_write=max_write, on_bytes=on_bytes, on_acked=lambda _seg: None)
+    w.write(part, f, Segment(f.rel, 0, offset, stop), create=not offset and end is None)
+    w.finish()
+    return stop
 
 
 class SegmentWriter:
@@ -277,8 +198,15 @@ class SegmentWriter:
         self._buf = bytearray()
         self._ok = True
 
-    def write(self, part: str, f: LocalFile, seg: Any) -> None:
-        """Send bytes ``[seg.start, seg.end)`` of ``f`` into the existing remote ``part``."""
+    def write(self, part: str, f: LocalFile, seg: Any, *, create: bool = False) -> None:
+        """Send bytes ``[seg.start, seg.end)`` of ``f`` into the existing remote ``part`` (with
+        ``create``, the part is created or truncated first).
+
+        Each request is read straight into one reused buffer after its header and sent as a
+        memoryview: paramiko's own pipelined write re-slices the rest of a request per 32 KiB packet
+        (a copy of up to 255 KiB each) and stops every ~100 requests to collect every outstanding
+        acknowledgement, emptying the pipe. Measured on loopback (256 MiB, interleaved medians):
+        194 MB/s against 142."""
         if not self._ok:
             raise OSError("this SFTP session stopped after an error")
         try:
@@ -288,7 +216,7 @@ class SegmentWriter:
                 # acknowledgements of writes still in flight must be in first.
                 while self._inflight:
                     self._collect(True)
-                fh = self.sftp.open(part, "r+b", bufsize=0)
+                fh = self.sftp.open(part, "wb" if create else "r+b", bufsize=0)
                 handle = _paramiko.file_handle(fh, "SFTPFile.write, pipelined")
                 if handle is None:
                     fh.close()
