@@ -5,7 +5,7 @@
 For each preset (random weights: speed does not depend on what was learned) and each number of
 concurrent streams S:
 
-- ``serve``: S requests submitted at once to :class:`trainer.serve_engine.Engine` (the scheduler the
+- ``serve``: S requests submitted at once to :class:`trainer.infer.engine.Engine` (the scheduler the
   HTTP server uses; HTTP itself is left out so the numbers are the decoding's), each generating exactly
   ``--new-tokens`` (ignore_eos). First token: submit -> the first token of a stream, averaged over the
   streams. tokens/s: all streams' tokens / wall time until the last finishes.
@@ -28,11 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.data import ByteTokenizer  # noqa: E402
-from trainer.kvcache import SamplingParams  # noqa: E402
-from trainer.model import GPT  # noqa: E402
-from trainer.presets import MODELS  # noqa: E402
-from trainer.serve_engine import Delta, Engine, Sequence  # noqa: E402
+from trainer.data.loader import ByteTokenizer  # noqa: E402
+from trainer.infer.engine import Delta, Engine, Sequence  # noqa: E402
+from trainer.infer.kvcache import SamplingParams  # noqa: E402
+from trainer.model.gpt import GPT  # noqa: E402
+from trainer.spec.presets import MODELS  # noqa: E402
 
 PARAMS = SamplingParams(temperature=0.8, top_k=50)
 

@@ -13,10 +13,10 @@
     python scripts/bench_trainer.py --shape 1b --memory --refine   # memory / refinement vs the plain model
     python scripts/bench_trainer.py --shape tiny --device cpu --no-compile --memory --refine   # smoke test
 
-Shapes come from ``trainer.presets.MODELS``. Each is measured as built by two architectures of the same
+Shapes come from ``trainer.spec.presets.MODELS``. Each is measured as built by two architectures of the same
 widths, depth and vocabulary (the same matmul FLOPs per token): ``gpt2`` (GELU, learned positions,
 LayerNorm, tied head: nanoGPT's model, which ``124m`` and ``1.31b`` are) with AdamW, and ``modern``
-(``trainer.presets.modern``: nanochat's RoPE, RMSNorm, QK-norm, relu², untied soft-capped head) with
+(``trainer.spec.presets.modern``: nanochat's RoPE, RMSNorm, QK-norm, relu², untied soft-capped head) with
 Muon; ``--fp8`` adds ``modern`` with torchao FP8 matmuls, ``--nanogpt DIR`` nanoGPT's own ``model.py``
 (whole model compiled, its fused AdamW), so every figure comes from the same run on the same device.
 
@@ -59,13 +59,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from trainer import __version__  # noqa: E402
-from trainer.config import Config, ConfigError  # noqa: E402
-from trainer.dist import compile_model  # noqa: E402
-from trainer.metrics import peak_flops  # noqa: E402
-from trainer.model import ATTENTION_KERNELS, GPT, round_up, select_attention  # noqa: E402
-from trainer.modelspec import ModelSpec  # noqa: E402
-from trainer.optim import build_optimizer, set_schedule  # noqa: E402
-from trainer.presets import MODELS, modern  # noqa: E402
+from trainer.loop.dist import compile_model  # noqa: E402
+from trainer.loop.optim import build_optimizer, set_schedule  # noqa: E402
+from trainer.model.gpt import ATTENTION_KERNELS, GPT, select_attention  # noqa: E402
+from trainer.spec.config import Config, ConfigError  # noqa: E402
+from trainer.spec.modelspec import ModelSpec  # noqa: E402
+from trainer.spec.presets import MODELS, modern  # noqa: E402
+from trainer.spec.resolve import round_up  # noqa: E402
+from trainer.watch.metrics import peak_flops  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def build(b: BenchShape, arch: str, optimizer: str, device: torch.device, *, com
     if memory_chunk:
         model.set_memory_options(memory_chunk)
     if fp8:
-        from trainer.fp8 import enable_fp8
+        from trainer.model.fp8 import enable_fp8
 
         enable_fp8(model, device)
     if compile_:
@@ -236,7 +237,7 @@ def bench(b: BenchShape, device: torch.device, *, arch: str = "gpt2", optimizer:
 def train_curve(b: BenchShape, arch: str, optimizer: str, device: torch.device, data_dir: Path, tokens: int,
                 eval_every: int, eval_batches: int, compile_: bool) -> dict:
     """Train ``arch`` for ``tokens`` tokens on the prepared bytes; validation loss every ``eval_every`` steps."""
-    from trainer.data import BatchLoader, TokenSplit, val_batches
+    from trainer.data.loader import BatchLoader, TokenSplit, val_batches
 
     cuda = device.type == "cuda"
     train, val = TokenSplit(data_dir, "train"), TokenSplit(data_dir, "val")
@@ -293,7 +294,7 @@ def tokens_to_reach(points: list[dict], target: float) -> float | None:
 
 
 def quality(args, device: torch.device) -> int:
-    from trainer.data import prepare
+    from trainer.data.loader import prepare
 
     b = SHAPES[(args.shape or ["124m"])[0]]
     if args.micro_batch:
@@ -474,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quality:
         return quality(args, device)
     if args.fp8:
-        from trainer.fp8 import fp8_problem
+        from trainer.model.fp8 import fp8_problem
 
         problem = fp8_problem(device)
         if problem:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainer.pipeline import PrepareOptions, prepare
+from trainer.data.pipeline import PrepareOptions, prepare
 
 
 def _positive_int(text: str) -> int:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 
-from trainer import checkpoint as ckpt
-from trainer.data import BPETokenizer, ByteTokenizer, Tokenizer
-from trainer.model import GPT, ModelShape
+from trainer.data.loader import BPETokenizer, ByteTokenizer, Tokenizer
+from trainer.loop import checkpoint as ckpt
+from trainer.model.gpt import GPT
+from trainer.spec.resolve import ModelShape
 
 
 def resolve_checkpoint(path: Path) -> Path:

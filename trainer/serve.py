@@ -11,7 +11,7 @@ Chat messages become one prompt through the tokenizer's chat template when the c
 the messages' contents, one per line, as the model was trained on plain text.
 
 Standard library HTTP (a thread per connection); the decoding is batched by one scheduler thread
-(``trainer.serve_engine``). A bad request gets the API's error object with a 4xx status, never a
+(``trainer.infer.engine``). A bad request gets the API's error object with a 4xx status, never a
 traceback.
 """
 
@@ -30,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from trainer.kvcache import SamplingParams
-from trainer.serve_engine import Delta, Engine, Sequence
+from trainer.infer.engine import Delta, Engine, Sequence
+from trainer.infer.kvcache import SamplingParams
 
 log = logging.getLogger("trainer.serve")
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from trainer.sample import load_for_inference
-from trainer.tcf import MemoryTCF, layer_path_curvature, matrix_metrics
+from trainer.watch.tcf import MemoryTCF, layer_path_curvature, matrix_metrics
 
 DEFAULT_TEXT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
 

@@ -30,20 +30,27 @@ import torch
 import torch.distributed as dist
 
 from trainer import __version__
-from trainer.checkpointer import Checkpointer
-from trainer.components import ModelWatch, make_alerts, make_cost_updates, make_fault_hook, make_high_loss_log
-from trainer.config import DEMO_MAX_BYTES, Config, ConfigError, load_config
-from trainer.data import BatchLoader, TokenSplit, load_tokenizer, prepare, val_batches
-from trainer.dist import Dist, build_model, setup_dist
-from trainer.entry import parse_argv, setup_logging, work_started_at
-from trainer.limits import RunClock
-from trainer.memory import MemoryState
-from trainer.metrics import MetricsLogger, SpikeDetector, memory_gib, mfu, peak_flops, safe_exp
-from trainer.model import ModelShape, resolve_shape
-from trainer.notify import read_log_tail
-from trainer.optim import build_optimizer, set_schedule
-from trainer.pipeline import PrepareOptions
-from trainer.tcf import TCFTracker
+from trainer.data.loader import BatchLoader, TokenSplit, load_tokenizer, prepare, val_batches
+from trainer.data.pipeline import PrepareOptions
+from trainer.loop.checkpointer import Checkpointer
+from trainer.loop.dist import Dist, build_model, setup_dist
+from trainer.loop.entry import parse_argv, setup_logging, work_started_at
+from trainer.loop.limits import RunClock
+from trainer.loop.optim import build_optimizer, set_schedule
+from trainer.model.memory import MemoryState
+from trainer.spec.config import DEMO_MAX_BYTES, Config, ConfigError
+from trainer.spec.load import load_config
+from trainer.spec.resolve import ModelShape, model_spec
+from trainer.watch.components import (
+    ModelWatch,
+    make_alerts,
+    make_cost_updates,
+    make_fault_hook,
+    make_high_loss_log,
+)
+from trainer.watch.metrics import MetricsLogger, SpikeDetector, memory_gib, mfu, peak_flops, safe_exp
+from trainer.watch.notify import read_log_tail
+from trainer.watch.tcf import TCFTracker
 
 log = logging.getLogger("trainer")
 print0 = log.info  # rank 0 logs at INFO; the other ranks only warnings and errors
@@ -81,15 +88,7 @@ class Trainer:
         d.barrier()
         self.train_split = TokenSplit(self.data_dir, "train")
         self.val_split = TokenSplit(self.data_dir, "val")
-        m = cfg.model
-        self.shape: ModelShape = resolve_shape(
-            m.preset, data_vocab_size=self.train_split.meta["vocab_size"], d_model=m.d_model,
-            n_layers=m.n_layers, n_heads=m.n_heads, d_ff=m.d_ff, vocab_size=m.vocab_size,
-            max_seq_len=m.max_seq_len, dropout=m.dropout, tie_embeddings=m.tie_embeddings, n_kv_heads=m.n_kv_heads,
-            mlp=m.mlp, pos_embedding=m.pos_embedding, norm=m.norm, qk_norm=m.qk_norm, logit_softcap=m.logit_softcap,
-            memory=m.memory, d_key=m.d_key, d_value=m.d_value, poly_degree=m.poly_degree,
-            context_window=m.context_window, gate_init=m.gate_init, refine_steps=m.refine_steps,
-            refine_layers=m.refine_layers)
+        self.shape: ModelShape = model_spec(cfg.model, data_vocab_size=self.train_split.meta["vocab_size"])
         self.seq1 = t.seq_len or self.shape.max_seq_len
         self.seq2 = t.stage2_seq_len or self.seq1
         for name, v in (("training.seq_len", self.seq1), ("training.stage2_seq_len", self.seq2)):

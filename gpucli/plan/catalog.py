@@ -2,7 +2,7 @@
 
 The records are in ``schema.py``, the YAML readers in ``parse.py``; this module loads a catalogue
 directory and caches it, and re-exports the record types for importers (``from gpucli.plan.catalog
-import Gpu``). The model presets come from ``trainer/presets.py``: one list for planner and trainer.
+import Gpu``). The model presets come from ``trainer/spec/presets.py``: one list for planner and trainer.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gpucli.plan.schema import (
     Price,
     SingleProfile,
 )
-from trainer.presets import MODELS, nanochat_spec
+from trainer.spec.presets import MODELS, nanochat_spec
 
 __all__ = [
     "INTERCONNECTS", "PRICE_KINDS", "CalibrationEntry", "Catalog", "ClusterProfile", "Defaults", "Gpu",

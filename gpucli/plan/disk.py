@@ -1,6 +1,6 @@
 """Disk a run needs for its checkpoints, planned before renting (pure).
 
-The trainer's checkpoint (trainer/checkpoint.py) is the fp32 model state (4 bytes a parameter) plus the
+The trainer's checkpoint (trainer/loop/checkpoint.py) is the fp32 model state (4 bytes a parameter) plus the
 optimizer state: AdamW keeps two fp32 moments (8 bytes a parameter); Muon keeps one fp32 momentum for the
 2-D hidden matrices (4 bytes) and AdamW's two for the rest. Under DDP the moments are written once, under
 FSDP each rank writes its shard: either way the optimizer files add up to the same bytes. The trainer
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainer.modelspec import ModelSpec
+from trainer.spec.modelspec import ModelSpec
 
 GB = 1e9
 

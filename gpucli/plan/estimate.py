@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gpucli.plan.schema import Defaults, Gpu, ModelShape
-from trainer.modelspec import ParamCount
+from trainer.spec.modelspec import ParamCount
 
 GB = 1e9
 

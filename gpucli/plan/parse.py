@@ -26,7 +26,7 @@ from gpucli.plan.schema import (
     Price,
     SingleProfile,
 )
-from trainer.modelspec import MLP_KINDS, NORMS, POSITIONS, SpecError
+from trainer.spec.modelspec import MLP_KINDS, NORMS, POSITIONS, SpecError
 
 # --------------------------------------------------------------------------------------------------
 # Field readers: each raises CatalogError("file: key: problem")

@@ -2,7 +2,7 @@
 
 ``gpucli/plan/parse.py`` fills them from the YAML files and ``gpucli/plan/catalog.py`` loads and
 caches the whole :class:`Catalog`. The model presets are not a catalogue file: they are the trainer's
-own descriptions (``trainer/presets.py``), so the model planned is the model trained.
+own descriptions (``trainer/spec/presets.py``), so the model planned is the model trained.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucli.errors import UnknownNameError
-from trainer.modelspec import ModelSpec
+from trainer.spec.modelspec import ModelSpec
 
 INTERCONNECTS = ("nvlink", "pcie")
 PRICE_KINDS = ("spot", "on-demand", "owned")
 
 ModelShape = ModelSpec
-"""The planner's name for the one model description (``trainer.modelspec.ModelSpec``)."""
+"""The planner's name for the one model description (``trainer.spec.modelspec.ModelSpec``)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Phase:
     matrix_lr: float
     embedding_lr: float
     batch_scale: float
-    # seed 002's refinement knobs (trainer/refine.py); a launch writes them for a model with refine_steps
+    # seed 002's refinement knobs (trainer/model/refine.py); a launch writes them for a model with refine_steps
     supervision_weight_base: float | None = None
     improvement_reward_scale: float | None = None
 
@@ -170,7 +170,7 @@ class Catalog:
         raise UnknownNameError("GPU", name, names)
 
     def model(self, name: str) -> ModelShape:
-        from trainer.presets import lookup
+        from trainer.spec.presets import lookup
 
         spec = lookup(name)
         if spec is not None:

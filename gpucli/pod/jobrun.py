@@ -15,7 +15,7 @@ the trainer: its pid is the process group the pod watchdog watches and signals. 
    ``--env-file`` reads one more);
 3. tees both commands' output to ``train.log`` and to its own stdout (the run's ``console.log``), turns
    the console lines into metrics rows (``logparse.py``) and copies the job's own ``$GPUCLI_METRICS`` rows,
-   all into ``metrics.jsonl`` in the trainer's row format (``trainer/metrics.py``), with ``loss_spike``
+   all into ``metrics.jsonl`` in the trainer's row format (``trainer/watch/metrics.py``), with ``loss_spike``
    events (> 2x the rolling mean loss);
 4. ends with ``status.json`` and a ``finished`` event: reason ``exit 0``; ``failed (exit N)`` or
    ``setup failed (exit N)`` (status state ``failed``, the last log lines in ``log_tail``); or ``signal``

@@ -1,7 +1,7 @@
 """Metrics rows from the console output of a training command gpucli did not write (standard library only).
 
 ``jobrun.py`` feeds every console line of the user's command to :class:`LogParser`; what it returns are
-rows in the format the bundled trainer writes to ``metrics.jsonl`` (``trainer/metrics.py``), so
+rows in the format the bundled trainer writes to ``metrics.jsonl`` (``trainer/watch/metrics.py``), so
 ``gpucli tail`` and ``status`` read them unchanged:
 
 - ``{"kind": "train", "step": int, "loss": float, "lr"?, "tok_per_s"?, "mfu"? (a fraction), ...}``

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host, Stray
     from gpucli.ssh import SyncStats
 
-PREPARE_PROGRESS = "prepare.jsonl"  # in the run folder: gpucli/pod/fetch.py's and trainer/progress.py's rows
+PREPARE_PROGRESS = "prepare.jsonl"  # in the run folder: gpucli/pod/fetch.py's and trainer/data/progress.py's rows
 _PHASES = {"download": "downloading", "hash": "hashing", "start": "starting"}
 
 

@@ -1,7 +1,7 @@
 """Following a run as ``gpucli tail`` shows it: its metrics rows as they come, what it is doing before
 its first training step, and its end, a failure included.
 
-Before the first step a run is preparing data (the progress rows trainer/progress.py appends to the
+Before the first step a run is preparing data (the progress rows trainer/data/progress.py appends to the
 run folder's prepare.jsonl), loading or compiling (the last line of its train.log, else of its
 console); a run whose trainer died without a ``finished`` event ends the follow with the console's
 last lines instead of waiting forever for rows that never come.
@@ -37,7 +37,7 @@ class TailUpdate:
 
 
 def prepare_line(row: dict[str, Any]) -> str | None:
-    """A preparation progress row (trainer/progress.py) in words."""
+    """A preparation progress row (trainer/data/progress.py) in words."""
     done, total = row.get("bytes_read"), row.get("bytes_total")
     if not isinstance(done, (int, float)) or not isinstance(total, (int, float)):
         return None

@@ -22,7 +22,7 @@ from gpucli.run.datasources import DataSource
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
 from gpucli.run.records import PlannedSpeed
-from trainer.config import JOB_STARTED_ENV
+from trainer.spec.config import JOB_STARTED_ENV
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,8 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
     trainer's own config loader before anything is rented."""
     import copy
 
-    from trainer.config import ConfigError, apply_override, parse_override, validated_config
+    from trainer.spec.config import ConfigError
+    from trainer.spec.load import apply_override, parse_override, validated_config
 
     cfg = copy.deepcopy(cfg)
     try:
@@ -220,22 +221,17 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
 
 
 def _run_spec(checked: Any, error: type[Exception]) -> Any:
-    """The model the trainer will build: the preset with the ``model.*`` overrides (None: no preset)."""
-    from trainer.presets import lookup
+    """The model the trainer will build, from the trainer's own resolution (trainer.spec.resolve):
+    the preset with every ``model.*`` override. A run with no preset and no vocabulary takes the
+    prepared data's on the pod; a stand-in of 64 checks its shape here (the vocabulary changes no
+    other field's validity)."""
+    from trainer.spec.resolve import model_spec
 
     m = checked.model
-    base = lookup(m.preset) if m.preset else None
-    if base is None:
-        return None
-    changes = {k: getattr(m, k) for k in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "max_seq_len")
-               if getattr(m, k) is not None}
-    if m.d_model is not None and m.d_ff is None and m.d_model != base.d_model:
-        changes["d_ff"] = 4 * m.d_model
-    if m.tie_embeddings is not None:
-        changes["tied_embeddings"] = m.tie_embeddings
+    stand_in = 64 if m.preset is None and m.vocab_size is None else None
     try:
-        return dataclasses.replace(base, dropout=m.dropout, **changes)
-    except ValueError as exc:  # the spec checks itself on construction (SpecError names the field)
+        return model_spec(m, data_vocab_size=stand_in)
+    except ValueError as exc:  # SpecError and the resolution's own refusals name the field
         raise error(str(exc)) from None
 
 
@@ -243,11 +239,9 @@ def _check_model(checked: Any, error: type[Exception]) -> None:
     """What the trainer checks only once it builds the model, checked here without torch: the shape
     the preset and the ``model.*`` overrides make (heads dividing the width, what the trainer can
     build), and sequence lengths within the model's context."""
-    from trainer.modelspec import spec_problem, unsupported_message
+    from trainer.spec.modelspec import spec_problem, unsupported_message
 
     spec = _run_spec(checked, error)
-    if spec is None:
-        return  # a shape without a preset: the trainer's own validation has the last word
     problem = spec_problem(spec)
     if problem:
         raise error(f"model.{problem[0]}: {problem[1]}")
@@ -287,7 +281,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
                 f"(needs {fr.memory.total_gb:.0f} GB per GPU)", hint="pick a larger profile or a smaller --model")
         fit = fr.fit.value
         micro, accum, batch_note = keep_global_batch(samples, accum, fr.memory.micro_batch)
-    from trainer.modelspec import unsupported_message
+    from trainer.spec.modelspec import unsupported_message
 
     refusal = unsupported_message(model)
     if refusal:
@@ -318,7 +312,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     py = req.python or target.default_python()
     cfg: dict[str, Any] = {
         # The preset by name: the trainer builds it from the same description the planner counted
-        # (trainer/presets.py), every field included; `--set model.X=...` still overrides one field.
+        # (trainer/spec/presets.py), every field included; `--set model.X=...` still overrides one field.
         "model": {"preset": model.name, "max_seq_len": seq_len},
         "training": {
             "out_dir": "..", "batch_size": micro, "grad_accum_steps": accum, "max_steps": steps,
@@ -360,7 +354,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # Fetch and prepare first, in the trainer's process group: the watchdog limits both.
         data_plan = pod_plan(source, dataclasses.asdict(checked.data), python=py,
                              cache_root=volume_mount() if req.volume else None)
-        # The trainer's clock starts when the fetch does (trainer.entry.work_started_at): preparing
+        # The trainer's clock starts when the fetch does (trainer.loop.entry.work_started_at): preparing
         # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
         cmd = (f"export {JOB_STARTED_ENV}=$(date +%s) && {shlex.quote(py)} ../fetch.py --spec ../datasource.json"
                f" && {cmd}")
@@ -414,7 +408,7 @@ def _folder_bytes(path: Any) -> int:
 def _data_gb(source: DataSource | None, checked: Any) -> float | None:
     """The data the run folder's disk holds: the raw text uploaded (a local --data folder) and its tokens.
     None where the size is not known before the launch (URLs, Hugging Face, a pod path)."""
-    from trainer.config import DEMO_MAX_BYTES
+    from trainer.spec.config import DEMO_MAX_BYTES
 
     cap = checked.data.max_bytes
     if source is None:  # the demo corpus: read on the pod, only its tokens are written
@@ -444,7 +438,7 @@ def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: i
 
     spec = _run_spec(checked, UsageError) or model
     t, hw = checked.training, checked.hardware
-    # FSDP as trainer.dist.want_fsdp decides it: asked for, or 16 bytes a parameter past half a GPU.
+    # FSDP as trainer.loop.dist.want_fsdp decides it: asked for, or 16 bytes a parameter past half a GPU.
     sharded = hw.fsdp == "on" or (hw.fsdp == "auto" and n_gpus > 1 and vram_gb is not None
                                   and 16 * spec.param_count().total > 0.5 * vram_gb * 1e9)
     ck = checkpoint_disk(spec, keep_last=t.keep_last, optimizer=t.optimizer, n_gpus=n_gpus, sharded=sharded)

@@ -6,7 +6,7 @@ from ``$TELEGRAM_CHAT_ID`` or ``gpucli keys set telegram-chat``; the environment
 
 Nothing here prints. The token is only ever part of the request URL, and HTTP libraries put that URL
 into their exception messages, so every error raised from here is built from scrubbed text and
-raised ``from None``. (The pod-side sender is ``trainer/notify.py``; the trainer cannot import gpucli.)
+raised ``from None``. (The pod-side sender is ``trainer/watch/notify.py``; the trainer cannot import gpucli.)
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 # import name -> pip name. torch, numpy and pyyaml always (trainer/__init__.py); tokenizers when
-# the run's tokenizer is not the built-in byte one (trainer/tokenizer.py imports it on demand).
+# the run's tokenizer is not the built-in byte one (trainer/data/tokenizer.py imports it on demand).
 ALWAYS = {"torch": "torch", "numpy": "numpy", "yaml": "pyyaml"}
 FOR_BPE = {"tokenizers": "tokenizers"}
 MIN_PYTHON = (3, 10)

@@ -3,7 +3,7 @@
 import pytest
 
 from gpucli.plan.disk import checkpoint_disk
-from trainer.presets import MODELS
+from trainer.spec.presets import MODELS
 
 
 def test_a_1_31b_checkpoint_matches_the_measured_file_sizes():

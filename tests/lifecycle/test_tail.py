@@ -49,7 +49,7 @@ def test_before_the_first_step_tail_says_what_the_run_is_doing(tmp_path):
     host = LocalHost()
     try:
         assert snapshot(host, record).activity == STARTING
-        # Preparing data: the progress rows (trainer/progress.py's) win over the same news in the log.
+        # Preparing data: the progress rows (trainer/data/progress.py's) win over the same news in the log.
         _append(workdir / "prepare.jsonl", json.dumps(
             {"kind": "prepare", "bytes_read": 2_000_000, "bytes_total": 8_000_000, "tokens": 1234, "eta_s": 3.2}))
         _append(workdir / "train.log", "prepare: 2.0/8.0 MB read, 1,234 tokens, 1.0 MB/s, ETA 3s")

@@ -28,7 +28,7 @@ ALERT_ARGS: dict[str, object] = {
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
-    from trainer.data import prepare
+    from trainer.data.loader import prepare
 
     out = tmp_path_factory.mktemp("tg_data")
     prepare([], out, "byte", val_split=0.1, max_bytes=150_000, log=lambda m: None)

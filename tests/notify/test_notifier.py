@@ -10,9 +10,10 @@ import pytest
 
 from tests.notify.conftest import fields
 from tests.support.telegram import TelegramEmulator, markdown_ok
-from trainer import notify
-from trainer.config import ConfigError, load_config
-from trainer.notify import Notifier, Secret, scrub
+from trainer.spec.config import ConfigError
+from trainer.spec.load import load_config
+from trainer.watch import notify
+from trainer.watch.notify import Notifier, Secret, scrub
 
 
 def _notifier(emu: TelegramEmulator, **kw) -> Notifier:
@@ -56,9 +57,9 @@ def test_500_is_retried_a_bounded_number_of_times_then_counted(telegram_emulator
 
 @pytest.fixture
 def notify_log(caplog, monkeypatch):
-    """caplog for trainer.notify alone (an in-process trainer test may have left the "trainer"
+    """caplog for trainer.watch.notify alone (an in-process trainer test may have left the "trainer"
     logger non-propagating with handlers on a closed stream)."""
-    logger = logging.getLogger("trainer.notify")
+    logger = logging.getLogger("trainer.watch.notify")
     monkeypatch.setattr(logger, "handlers", [caplog.handler])
     monkeypatch.setattr(logger, "propagate", False)
     monkeypatch.setattr(logger, "level", logging.WARNING)

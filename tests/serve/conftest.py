@@ -9,14 +9,14 @@ import pytest
 
 
 def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int = 10) -> Path:
-    """A checkpoint of an untrained ``preset`` GPT (byte tokenizer), saved by trainer.checkpoint as the
+    """A checkpoint of an untrained ``preset`` GPT (byte tokenizer), saved by trainer.loop.checkpoint as the
     trainer saves one, so loading goes through the same code as a real run's. (Seed 2's greedy
     continuation of the tests' prompt changes character part-way, which the stop test needs.)"""
     import torch
 
-    from trainer import checkpoint as ckpt
-    from trainer.model import GPT
-    from trainer.presets import MODELS
+    from trainer.loop import checkpoint as ckpt
+    from trainer.model.gpt import GPT
+    from trainer.spec.presets import MODELS
 
     torch.manual_seed(seed)
     model = GPT(MODELS[preset])

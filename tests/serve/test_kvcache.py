@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer.kvcache import GPTAdapter, KVCache, SamplingParams, sample
-from trainer.model import GPT
-from trainer.presets import MODELS
+from trainer.infer.kvcache import GPTAdapter, KVCache, SamplingParams, sample
+from trainer.model.gpt import GPT
+from trainer.spec.presets import MODELS
 
 
 def test_cached_batched_decoding_equals_full_forward():

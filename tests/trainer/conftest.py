@@ -24,7 +24,7 @@ def trainer_env(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """~300 kB of the Python standard library, byte-level tokens."""
-    from trainer.data import prepare
+    from trainer.data.loader import prepare
 
     out = tmp_path_factory.mktemp("data")
     prepare([], out, "byte", val_split=0.1, max_bytes=300_000, log=lambda m: None)

@@ -1,4 +1,4 @@
-"""Run under torchrun (gloo): three steps of trainer.muon.Muon split across the ranks, on matrices and
+"""Run under torchrun (gloo): three steps of trainer.loop.muon.Muon split across the ranks, on matrices and
 gradients every rank builds the same way; rank 0 saves the parameters and momentum buffers to argv[1].
 tests/trainer/test_muon.py compares them with the single-process update."""
 
@@ -32,7 +32,7 @@ def run(opt_factory, params, steps: int = 3) -> None:
 
 
 def main() -> None:
-    from trainer.muon import Muon
+    from trainer.loop.muon import Muon
 
     dist.init_process_group("gloo")
     params = make_params()

@@ -1,8 +1,8 @@
-"""Run under torchrun (gloo, 2 ranks): trainer.muon.Muon on FSDP2 shards (DTensors sharded on dim 0).
+"""Run under torchrun (gloo, 2 ranks): trainer.loop.muon.Muon on FSDP2 shards (DTensors sharded on dim 0).
 
 ``optimizer OUT``: three steps on matrices and gradients every rank builds the same way (uneven row
 splits and an empty shard included); rank 0 saves the full parameters and momentum buffers.
-``model OUT``: the tiny nanochat-style GPT, fully_shard'ed as trainer.dist does, one Muon + AdamW step
+``model OUT``: the tiny nanochat-style GPT, fully_shard'ed as trainer.loop.dist does, one Muon + AdamW step
 on a batch split across the ranks; rank 0 saves the full weights. Then two more steps, against a
 fresh model and optimizer that load the state saved after step one (the trainer's checkpoint calls:
 ``get/set_optimizer_state_dict`` with the chained optimizer) and take the same two steps; rank 0
@@ -32,7 +32,7 @@ def grads(step: int) -> list[torch.Tensor]:
 
 
 def model_config():
-    from trainer.config import load_config
+    from trainer.spec.load import load_config
 
     return load_config(None, ["--training.max_steps=10", "--training.optimizer=muon", "--training.matrix_lr=0.02",
                               "--training.learning_rate=0.004", "--training.embedding_lr=0.2",
@@ -40,8 +40,8 @@ def model_config():
 
 
 def make_model():
-    from trainer.model import GPT
-    from trainer.presets import MODELS, modern
+    from trainer.model.gpt import GPT
+    from trainer.spec.presets import MODELS, modern
 
     torch.manual_seed(0)
     return GPT(modern(MODELS["tiny"]))
@@ -54,7 +54,7 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def train_step(model, opt, step: int, rows: slice) -> None:
-    from trainer.optim import set_schedule
+    from trainer.loop.optim import set_schedule
 
     cfg = model_config()
     set_schedule(opt, cfg.training, step, cfg.resolved_max_steps())
@@ -72,7 +72,7 @@ def check_optimizer(out: str) -> None:
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import distribute_tensor
 
-    from trainer.muon import Muon, shard_rows
+    from trainer.loop.muon import Muon, shard_rows
 
     holder = torch.nn.Module()
     holder.mats = torch.nn.ParameterList(make_params())
@@ -101,7 +101,7 @@ def check_model(out: str) -> None:
     )
     from torch.distributed.fsdp import fully_shard
 
-    from trainer.optim import build_optimizer
+    from trainer.loop.optim import build_optimizer
 
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = slice(rank * 4 // world, (rank + 1) * 4 // world)  # this rank's share of the batch

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.trainer.conftest import read_rows, run_trainer, tiny_args
-from trainer.data import BatchLoader, TokenSplit, prepare, val_batches
-from trainer.pipeline import PrepareOptions
+from trainer.data.loader import BatchLoader, TokenSplit, prepare, val_batches
+from trainer.data.pipeline import PrepareOptions
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 from tests.trainer.conftest import REPO, read_rows, run_trainer, tiny_args, trainer_env
-from trainer import checkpoint as ckpt
+from trainer.loop import checkpoint as ckpt
 
-# The trainer, in its own process, with trainer.diskguard.disk_usage reading a small disk: until the
+# The trainer, in its own process, with trainer.loop.diskguard.disk_usage reading a small disk: until the
 # first checkpoint exists the disk is large; then its size is 2 checkpoints - one optimizer file +
 # room for the next (the guard's 5 % margin) + half of the weights and meta (a little slack, less than
 # an optimizer file). The disk's used bytes are the checkpoint folder's real files.
@@ -19,7 +19,7 @@ SMALL_DISK = """
 import sys
 from pathlib import Path
 
-from trainer import diskguard
+from trainer.loop import diskguard
 from trainer.train import main
 
 root = Path(sys.argv[1])

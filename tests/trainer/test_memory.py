@@ -13,9 +13,16 @@ import torch
 
 from tests.support.telegram import telegram_emulator  # noqa: F401 - a fixture
 from tests.trainer.conftest import read_rows, run_trainer, tiny_args, train_losses, trainer_env
-from trainer.memory import AtlasMemory, MemoryState, MemoryWatch, Projected, memory_chunked, memory_reference
-from trainer.model import GPT
-from trainer.presets import MODELS
+from trainer.model.gpt import GPT
+from trainer.model.memory import (
+    AtlasMemory,
+    MemoryState,
+    MemoryWatch,
+    Projected,
+    memory_chunked,
+    memory_reference,
+)
+from trainer.spec.presets import MODELS
 
 
 def _projected(b: int = 2, t: int = 13, d: int = 16, dk: int = 8, dv: int = 12, window: int = 3) -> Projected:

@@ -11,11 +11,12 @@ import torch
 
 from tests.trainer.conftest import REPO, trainer_env
 from tests.trainer.muon_ddp_check import make_params, run
-from trainer.config import ConfigError, load_config
-from trainer.model import GPT
-from trainer.muon import Muon, orthogonalize
-from trainer.optim import ChainedOptimizer, build_optimizer
-from trainer.presets import MODELS, modern
+from trainer.loop.muon import Muon, orthogonalize
+from trainer.loop.optim import ChainedOptimizer, build_optimizer
+from trainer.model.gpt import GPT
+from trainer.spec.config import ConfigError
+from trainer.spec.load import load_config
+from trainer.spec.presets import MODELS, modern
 
 
 def test_newton_schulz_orthogonalises():

@@ -13,10 +13,11 @@ import torch
 
 from tests.trainer.conftest import REPO, run_trainer, tiny_args, trainer_env
 from tests.trainer.muon_fsdp_check import grads, make_model, make_params, model_config, train_step
-from trainer.config import ConfigError, load_config
-from trainer.dist import compile_model
-from trainer.muon import Muon, shard_rows
-from trainer.optim import build_optimizer, lr_factor, muon_momentum, set_schedule
+from trainer.loop.dist import compile_model
+from trainer.loop.muon import Muon, shard_rows
+from trainer.loop.optim import build_optimizer, lr_factor, muon_momentum, set_schedule
+from trainer.spec.config import ConfigError
+from trainer.spec.load import load_config
 
 
 def torchrun_check(mode: str, out) -> dict:

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from tests.trainer.conftest import REPO, trainer_env
-from trainer.data import TokenSplit, load_tokenizer, prepare
-from trainer.pipeline import PrepareOptions
+from trainer.data.loader import TokenSplit, load_tokenizer, prepare
+from trainer.data.pipeline import PrepareOptions
 
 
 def quiet(_m: str) -> None:

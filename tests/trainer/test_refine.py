@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from tests.trainer.conftest import REPO, read_rows, run_trainer, tiny_args
-from trainer.data import TokenSplit
-from trainer.model import GPT
-from trainer.presets import MODELS
-from trainer.refine import RefineWatch, refinement_objective, step_weights, summarize
+from trainer.data.loader import TokenSplit
+from trainer.model.gpt import GPT
+from trainer.model.refine import RefineWatch, refinement_objective, step_weights, summarize
+from trainer.spec.presets import MODELS
 
 
 def test_the_objective_is_the_documented_formula():

@@ -21,7 +21,7 @@ from tests.trainer.conftest import (
     train_losses,
     trainer_env,
 )
-from trainer import checkpoint as ckpt
+from trainer.loop import checkpoint as ckpt
 
 
 def test_ddp_two_ranks_on_gloo_loss_falls(data_dir, tmp_path):
@@ -133,7 +133,7 @@ def test_stages_cost_limit_and_high_loss_provenance(data_dir, tmp_path):
     assert final is not None and json.loads((final / "meta.json").read_text())["kind"] == "final"
     hl = [json.loads(x) for x in (out / "high_loss.jsonl").read_text().splitlines()]
     assert hl and len(hl[0]["sources"]) == 4
-    from trainer.data import stdlib_sources
+    from trainer.data.loader import stdlib_sources
 
     root, _ = stdlib_sources()
     f, line = hl[0]["sources"][0].rsplit(":", 1)

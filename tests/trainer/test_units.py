@@ -17,15 +17,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer import checkpoint as ckpt
-from trainer.config import ConfigError, load_config
-from trainer.data import BatchLoader, ByteTokenizer, TokenSplit, stdlib_sources, val_batches
-from trainer.metrics import SpikeDetector, mfu, peak_flops
-from trainer.model import GPT, ModelShape, chunked_cross_entropy, resolve_shape
-from trainer.modelspec import ModelSpec, SpecError, unsupported_fields
-from trainer.notify import Notifier
-from trainer.optim import lr_factor
-from trainer.presets import MODELS
+from trainer.data.loader import BatchLoader, ByteTokenizer, TokenSplit, stdlib_sources, val_batches
+from trainer.loop import checkpoint as ckpt
+from trainer.loop.optim import lr_factor
+from trainer.model.gpt import GPT, chunked_cross_entropy
+from trainer.spec.config import ConfigError
+from trainer.spec.load import load_config
+from trainer.spec.modelspec import ModelSpec, SpecError, unsupported_fields
+from trainer.spec.presets import MODELS
+from trainer.spec.resolve import ModelShape, resolve_shape
+from trainer.watch.metrics import SpikeDetector, mfu, peak_flops
+from trainer.watch.notify import Notifier
 
 # ---------------------------------------------------------------------------------------------- config
 
@@ -218,7 +220,7 @@ def test_gqa_equals_multi_head_attention_with_repeated_kv_heads():
 
 
 def test_rope_attends_by_relative_position_and_init_suits_each_architecture():
-    from trainer.model import apply_rotary, rotary_tables
+    from trainer.model.gpt import apply_rotary, rotary_tables
 
     cos, sin = rotary_tables(64, 16)
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
@@ -250,9 +252,9 @@ def test_rope_attends_by_relative_position_and_init_suits_each_architecture():
 
 
 def test_fp8_is_refused_where_it_cannot_run():
-    from trainer.config import Config
-    from trainer.dist import Dist, build_model
-    from trainer.fp8 import fp8_problem
+    from trainer.loop.dist import Dist, build_model
+    from trainer.model.fp8 import fp8_problem
+    from trainer.spec.config import Config
 
     assert "this run is on cpu" in fp8_problem(torch.device("cpu"))
     cfg = load_config(None, ["--training.max_steps=5", "--hardware.fp8=true", "--hardware.device=cpu"])
@@ -329,7 +331,7 @@ def test_loader_is_deterministic_resumable_and_rank_disjoint(data_dir):
 
 def test_bpe_tokenizer_roundtrip(tmp_path):
     pytest.importorskip("tokenizers")
-    from trainer.data import load_tokenizer, prepare
+    from trainer.data.loader import load_tokenizer, prepare
 
     src = tmp_path / "a.txt"
     src.write_text("hello world\n" * 600 + "def f(x):\n    return x + 1\n" * 300)
@@ -483,8 +485,8 @@ def test_bundled_example_configs_load():
 
 
 def test_stop_reserve_counts_measured_validation_and_sampling_time():
-    from trainer.config import LimitsConfig
-    from trainer.limits import SHUTDOWN_S, RunClock
+    from trainer.loop.limits import SHUTDOWN_S, RunClock
+    from trainer.spec.config import LimitsConfig
 
     now = time.time()
     # A 60 s cap, 40 s gone; a step takes 1 s and a checkpoint 2 s: without validation and sampling
@@ -504,7 +506,7 @@ def test_stop_reserve_counts_measured_validation_and_sampling_time():
 
 
 def test_integrations_are_null_objects_when_off(tmp_path):
-    from trainer.components import (
+    from trainer.watch.components import (
         FaultHook,
         NoAlerts,
         NoCostUpdates,
@@ -536,8 +538,8 @@ def test_work_started_at_counts_the_pod_commands_preparation(monkeypatch):
     the launch exported that time; a value from another job (future, days old, garbage) is ignored."""
     import time
 
-    from trainer import entry
-    from trainer.config import JOB_STARTED_ENV
+    from trainer.loop import entry
+    from trainer.spec.config import JOB_STARTED_ENV
 
     proc = entry.process_started_at()
     assert proc is not None and proc <= time.time()

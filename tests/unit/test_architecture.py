@@ -127,47 +127,113 @@ def test_trainer_never_imports_gpucli():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
+TRAINER = ROOT / "trainer"
+# The trainer's folders, each one concern, and what each may import from the trainer (besides
+# itself). The programs on top (train, prepare, sample, serve, snapshot, ...) may import any folder.
+TRAINER_ALLOWED = {
+    "spec": set(),                                  # torch-free: shapes, presets, config, alerts
+    "model": {"spec"},                              # nn modules only
+    "data": {"spec"},
+    "watch": {"spec", "model", "data"},             # what a run reports
+    "loop": {"spec", "model", "data", "watch"},     # the training loop's parts
+    "infer": {"spec", "model", "data"},             # never the loop, and the loop never infer
+}
+
+
+def trainer_folder(path: Path) -> str:
+    rel = path.relative_to(TRAINER)
+    return rel.parts[0] if len(rel.parts) > 1 else "programs"
+
+
+def test_trainer_folders_import_only_below():
+    problems = []
+    for path in sorted(TRAINER.rglob("*.py")):
+        folder = trainer_folder(path)
+        if folder == "programs":
+            continue
+        assert folder in TRAINER_ALLOWED, f"trainer/{folder} is not a known folder"
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[0] != "trainer" or len(parts) < 2 or parts[1] == folder:
+                continue
+            target = parts[1] if parts[1] in TRAINER_ALLOWED else "programs"
+            if parts[1] == "__version__":
+                continue
+            if target not in TRAINER_ALLOWED[folder]:
+                problems.append(f"{path.relative_to(ROOT)} ({folder}) imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_torch_free_seam_is_torch_free():
+    """trainer/spec is what gpucli imports: the standard library and pyyaml only."""
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((TRAINER / "spec").rglob("*.py")):
+        for name in imports(path):
+            top = name.split(".")[0]
+            assert top in stdlib or top in ("__future__", "yaml", "trainer"), f"{path.relative_to(ROOT)} imports {name}"
+
+
 def test_gpucli_imports_only_the_torch_free_part_of_the_trainer():
-    allowed = {"trainer", "trainer.config", "trainer.presets", "trainer.modelspec"}
     for path in all_modules():
         for name in imports(path):
-            if name.split(".")[0] == "trainer":
-                mod = name if name in allowed else name.rsplit(".", 1)[0]
-                assert mod in allowed, f"{path.relative_to(ROOT)} imports {name}"
+            parts = name.split(".")
+            if parts[0] == "trainer":
+                assert len(parts) >= 2 and parts[1] == "spec", f"{path.relative_to(ROOT)} imports {name}"
 
 
-def test_no_import_cycle_between_modules():
-    """Module-level imports between gpucli modules form no cycle."""
-    mods = {}
-    for path in all_modules():
-        rel = path.relative_to(ROOT).with_suffix("")
-        name = ".".join(rel.parts).removesuffix(".__init__")
-        mods[name] = path
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def _resolved(node: ast.ImportFrom, path: Path) -> str | None:
+    if node.level == 0:
+        return node.module
+    base = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def test_no_import_cycle_anywhere():
+    """No circle between modules of gpucli and the trainer, function-level and TYPE_CHECKING imports
+    included: the graph drawn from the code is the one that runs."""
+    paths = [*all_modules(), *sorted(TRAINER.rglob("*.py"))]
+    mods = {_module_name(p): p for p in paths}
     graph = {}
     for name, path in mods.items():
         deps = set()
-        for node in ast.parse(path.read_text()).body:
+        for node in ast.walk(ast.parse(path.read_text())):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            deps.update(t for t in targets if t in mods and t != name)
+            elif isinstance(node, ast.ImportFrom):
+                mod = _resolved(node, path)
+                if mod:
+                    targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for t in targets:
+                # a name inside a module counts as that module; a package import as its __init__
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name and not name.startswith(t + "."):
+                    deps.add(t)
         graph[name] = deps
-    seen, stack = set(), []
+    done: set[str] = set()
+    stack: list[str] = []
 
     def visit(n):
         if n in stack:
             raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
-        if n in seen:
+        if n in done:
             return
         stack.append(n)
-        for d in graph[n]:
+        for d in sorted(graph[n]):
             visit(d)
         stack.pop()
-        seen.add(n)
+        done.add(n)
 
-    for n in graph:
+    for n in sorted(graph):
         visit(n)
 
 

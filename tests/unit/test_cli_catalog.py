@@ -43,7 +43,7 @@ def test_json_listings(capsys):
     code, out, _ = run(capsys, "models", "--json")
     by_name = {m["name"]: m for m in json.loads(out)}
     assert by_name["1b"]["params"] == 777_856_512
-    # The trainer's own presets (trainer/presets.py), every architectural choice stated.
+    # The trainer's own presets (trainer/spec/presets.py), every architectural choice stated.
     assert (by_name["1b"]["pos_embedding"], by_name["1b"]["tied_embeddings"], by_name["1b"]["mlp"]) == ("rope", False, "gelu")
     assert by_name["tiny"]["d_model"] == 64 and by_name["1.31b"]["params"] == 1_315_276_800
 

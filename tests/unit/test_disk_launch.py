@@ -9,7 +9,7 @@ import pytest
 
 from gpucli.plan.disk import checkpoint_disk
 from tests.support.cli import cli
-from trainer.presets import MODELS
+from trainer.spec.presets import MODELS
 
 
 def _dry(capsys, *args: str) -> tuple[int, dict, str]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.checkpoint import best_checkpoint, list_checkpoints, read_meta
+from trainer.loop.checkpoint import best_checkpoint, list_checkpoints, read_meta
 
 disk_usage: Callable[[Path], tuple[int, int, int]] = shutil.disk_usage  # type: ignore[assignment]
 """(total, used, free) bytes of the disk a path is on; looked up at each call (tests put a small disk here)."""

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.config import Config, ConfigError
-from trainer.model import GPT, ModelShape, select_attention
+from trainer.model.gpt import GPT, select_attention
+from trainer.spec.config import Config, ConfigError
+from trainer.spec.resolve import ModelShape
 
 
 @dataclass
@@ -105,7 +106,7 @@ def build_model(cfg: Config, d: Dist, shape: ModelShape, amp: bool) -> tuple[GPT
         raw = GPT(shape)
     raw.loss_chunk_rows = cfg.hardware.loss_chunk_rows
     if cfg.hardware.fp8:  # before sharding, DDP and compile, as torchao asks
-        from trainer.fp8 import enable_fp8
+        from trainer.model.fp8 import enable_fp8
 
         enable_fp8(raw, d.device)
     model: torch.nn.Module = raw

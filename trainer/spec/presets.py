@@ -2,8 +2,8 @@
 trainer (``model.preset``) read. Standard library only, so it ships to the pod with the trainer and
 gpucli reads it without torch.
 
-Each entry is a :class:`~trainer.modelspec.ModelSpec`: every architectural choice is stated, and the
-parameter count follows from it, and ``trainer/model.py`` builds each as stated.
+Each entry is a :class:`~trainer.spec.modelspec.ModelSpec`: every architectural choice is stated, and the
+parameter count follows from it, and ``trainer/model/gpt.py`` builds each as stated.
 
 nanochat's family (``d24``, ``d64``, any ``dN``) is built with nanochat's choices (karpathy/nanochat,
 ``nanochat/gpt.py``): rotary positions, parameter-free RMSNorm (also right after the embedding), QK-norm,
@@ -17,7 +17,7 @@ import dataclasses
 import re
 from typing import Any
 
-from trainer.modelspec import ModelSpec
+from trainer.spec.modelspec import ModelSpec
 
 NANOCHAT: dict[str, Any] = {"mlp": "relu2", "pos_embedding": "rope", "norm": "rmsnorm", "qk_norm": True, "tied_embeddings": False,
             "logit_softcap": 15.0}

@@ -19,20 +19,20 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from trainer.config import Config, FaultsConfig, expand_env
-from trainer.data import TokenSplit
-from trainer.memory import MemoryState, MemoryWatch
-from trainer.metrics import MetricsLogger, safe_exp
-from trainer.model import GPT
-from trainer.notify import Notifier
-from trainer.refine import RefineWatch, summarize
-from trainer.tcf import MemoryTCF
+from trainer.data.loader import TokenSplit
+from trainer.model.gpt import GPT
+from trainer.model.memory import MemoryState, MemoryWatch
+from trainer.model.refine import RefineWatch, summarize
+from trainer.spec.config import Config, FaultsConfig, expand_env
+from trainer.watch.metrics import MetricsLogger, safe_exp
+from trainer.watch.notify import Notifier
+from trainer.watch.tcf import MemoryTCF
 
 # ------------------------------------------------------------------------------------------ alerts
 
 
 class Alerts(Protocol):
-    """The events the loop reports (:class:`trainer.notify.Notifier` sends them to Telegram)."""
+    """The events the loop reports (:class:`trainer.watch.notify.Notifier` sends them to Telegram)."""
 
     def checkpoint_saved(self, step: int, loss: float | None, ppl: float | None, kind: str | None = None) -> bool: ...
     def validation_complete(self, step: int, val_loss: float, best_val_loss: float | None) -> bool: ...
@@ -220,8 +220,8 @@ class ModelWatch:
 
     Memory (seed 000 §2.1, Appendix A): per layer the gate's mean memory share over the validation
     batches, M_norm, M_std, S_norm and the TCF metrics of M and S from the first batch's final
-    state (:class:`trainer.tcf.MemoryTCF`); gate_collapse and static_memory alerts
-    (:class:`trainer.memory.MemoryWatch`). Refinement (seed 002): each step's mean loss, the order,
+    state (:class:`trainer.watch.tcf.MemoryTCF`); gate_collapse and static_memory alerts
+    (:class:`trainer.model.memory.MemoryWatch`). Refinement (seed 002): each step's mean loss, the order,
     the refinement %; an alert when the order breaks. Each alert is also a metrics event."""
 
     def __init__(self, cfg: Config, memory: bool, refine: bool, metrics: MetricsLogger, alerts: Alerts,

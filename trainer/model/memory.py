@@ -1,7 +1,7 @@
 """An Atlas-style associative memory for a transformer block (seed 000 §1.2): per layer a matrix memory
 ``M`` [B, d_value, d_key] and a surprise/momentum state ``S`` of the same shape, written chunk by chunk
 from the layer's keys and values and read by its queries. The block mixes the read with attention
-through a learned gate (trainer/model.py).
+through a learned gate (trainer/model/gpt.py).
 
 What it follows:
 

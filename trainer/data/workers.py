@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.sources import Piece, PieceStats, Source, piece_docs
-from trainer.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_file
+from trainer.data.sources import Piece, PieceStats, Source, piece_docs
+from trainer.data.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_file
 
 
 @dataclass(frozen=True)

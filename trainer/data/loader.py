@@ -9,7 +9,7 @@ A prepared data directory holds::
     train/NNNNNN.idx.npz provenance: token offset of every line, file and line of every document
     val/...
 
-It is written by ``python -m trainer.prepare`` (trainer/pipeline.py). Every token position maps
+It is written by ``python -m trainer.prepare`` (trainer/data/pipeline.py). Every token position maps
 back to (source file, line), so a batch with a strange loss can be traced to the text that caused
 it (seed 000 section 4.1).
 """
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.pipeline import PrepareOptions, prepare
-from trainer.shards import TokenSplit
-from trainer.sources import collect_files, stdlib_sources
-from trainer.tokenizer import (
+from trainer.data.pipeline import PrepareOptions, prepare
+from trainer.data.shards import TokenSplit
+from trainer.data.sources import collect_files, stdlib_sources
+from trainer.data.tokenizer import (
     BPETokenizer,
     ByteTokenizer,
     CharTokenizer,

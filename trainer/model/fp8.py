@@ -3,7 +3,7 @@
 torchao swaps each chosen ``nn.Linear`` for a ``Float8Linear`` that casts its input, weight and
 output gradient to float8 with dynamic per-tensor scales and multiplies with ``torch._scaled_mm``;
 weights, optimizer state and everything else stay as they were. Only the Linears inside the blocks
-are converted: the LM head is a weight the fused, chunked loss multiplies itself (trainer.model), and
+are converted: the LM head is a weight the fused, chunked loss multiplies itself (trainer.model.gpt), and
 its logits are the most precision-sensitive matmul of the step.
 
 Never silently on: a GPU without FP8 tensor cores (compute capability below 8.9: Ada, Hopper and
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config import ConfigError
+from trainer.spec.config import ConfigError
 
 MIN_CAPABILITY = (8, 9)
 

@@ -1,6 +1,6 @@
 """TRM-style recursive refinement (seed 002): the loss, the per-validation summary and its alert.
 
-The model (trainer/model.py, via :func:`refined_output`) runs its backbone once to a hidden state ``h``,
+The model (trainer/model/gpt.py, via :func:`refined_output`) runs its backbone once to a hidden state ``h``,
 then K = ``model.refine_steps`` times a small shared block stack: ``z_0 = h``, ``z_k = stack(z_{k-1})``,
 and every ``z_k`` gives logits through the same final norm and head. This follows Tiny Recursive
 Models (Jolicoeur-Martineau 2025, "Less is More: Recursive Reasoning with Tiny Networks",
@@ -61,7 +61,7 @@ def refined_output(model: Any, h: torch.Tensor, targets: torch.Tensor | None,
     ``z_k = stack(z_{k-1})`` (``model.refine``, the one shared stack applied again and again). Without
     targets: the last step's logits. With them: the objective above in training mode, the last
     step's cross-entropy in eval mode; each step's loss is left, detached, in ``model.refine_losses``.
-    ``model`` is trainer.model.GPT (not imported: it imports this module)."""
+    ``model`` is trainer.model.gpt.GPT (not imported: it imports this module)."""
     states, z = [h], h
     for _ in range(model.shape.refine_steps):
         for block in model.refine:

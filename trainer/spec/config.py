@@ -14,10 +14,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 
 class ConfigError(ValueError):
@@ -27,7 +24,7 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     preset: str | None = None
-    """A named model (``trainer/presets.py``); explicit fields below override it."""
+    """A named model (``trainer/spec/presets.py``); explicit fields below override it."""
     d_model: int | None = None
     n_layers: int | None = None
     n_heads: int | None = None
@@ -40,7 +37,7 @@ class ModelConfig:
     dropout: float = 0.0
     tie_embeddings: bool | None = None
     """The LM head shares the token embedding; default: the preset's, else true."""
-    # The architecture (trainer.modelspec.ModelSpec); None = the preset's, else GPT-2's.
+    # The architecture (trainer.spec.modelspec.ModelSpec); None = the preset's, else GPT-2's.
     n_kv_heads: int | None = None
     """Key/value heads (grouped-query attention); must divide n_heads."""
     mlp: str | None = None
@@ -52,7 +49,7 @@ class ModelConfig:
     qk_norm: bool | None = None
     logit_softcap: float | None = None
     """Logits pass through cap * tanh(logits / cap); 0 turns a preset's cap off."""
-    # The Atlas memory (trainer/memory.py) as seed 000 §1.4 names it; a memory field turns it on.
+    # The Atlas memory (trainer/model/memory.py) as seed 000 §1.4 names it; a memory field turns it on.
     memory: bool | None = None
     """An associative memory in every block, gated against attention; default: the preset's."""
     d_key: int | None = None
@@ -66,7 +63,7 @@ class ModelConfig:
     gate_init: float | None = None
     """The memory's share of the attention/memory mix at initialisation, in (0, 1) (default 0.5)."""
     refine_steps: int | None = None
-    """TRM-style refinement steps after the forward pass (trainer/refine.py); 0 = off."""
+    """TRM-style refinement steps after the forward pass (trainer/model/refine.py); 0 = off."""
     refine_layers: int | None = None
     """Blocks in the shared refinement stack (default 1)."""
 
@@ -93,7 +90,7 @@ class MemoryTrainingConfig:
 
 @dataclass
 class RefinementConfig:
-    """The refinement loss's two knobs (trainer/refine.py); seed 002: fast 5.0 / 1.0, extreme 10.0 / 2.0."""
+    """The refinement loss's two knobs (trainer/model/refine.py); seed 002: fast 5.0 / 1.0, extreme 10.0 / 2.0."""
     supervision_weight_base: float = 5.0
     """Deep-supervision weight of the last step relative to the first (weights grow geometrically)."""
     improvement_reward_scale: float = 1.0
@@ -195,9 +192,9 @@ RENAMED_KEYS = {
 """Keys of older run files and the names that replaced them (an old name is refused, never guessed)."""
 
 
-ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient")  # hardware.attention (trainer.model.select_attention)
-OPTIMIZERS = ("adamw", "muon")  # training.optimizer (trainer.optim.build_optimizer)
-COMPILE_SCOPES = ("off", "blocks", "model")  # hardware.compile (trainer.dist.build_model)
+ATTENTION_KERNELS = ("auto", "cudnn", "flash", "efficient")  # hardware.attention (trainer.model.gpt.select_attention)
+OPTIMIZERS = ("adamw", "muon")  # training.optimizer (trainer.loop.optim.build_optimizer)
+COMPILE_SCOPES = ("off", "blocks", "model")  # hardware.compile (trainer.loop.dist.build_model)
 
 
 @dataclass
@@ -208,7 +205,7 @@ class HardwareConfig:
     """bf16 autocast on CUDA (CPU runs in fp32)."""
     compile: str = "blocks"
     """torch.compile on CUDA: 'blocks' (each transformer block and the loss kernel), 'model' (the
-    whole model as one graph; see trainer.dist.compile_model for how they measured) or 'off'.
+    whole model as one graph; see trainer.loop.dist.compile_model for how they measured) or 'off'.
     true/false (older run files) mean blocks/off."""
     compile_mode: str | None = None
     """Passed to torch.compile, e.g. 'max-autotune' (CUDA graphs)."""
@@ -288,7 +285,7 @@ class NotificationsConfig:
             "refinement_order",
         ]
     )
-    """Which events alert (see ``trainer.notify.EVENTS``)."""
+    """Which events alert (see ``trainer.watch.notify.EVENTS``)."""
     cost_update_hours: float | None = 4.0
     """A cost_update (hours, limits.price_per_hour_usd, $ so far) every this many hours; None = never."""
 
@@ -397,63 +394,3 @@ def expand_env(value: str | None) -> str | None:
     if m:
         return os.environ.get(m.group(1)) or None
     return value
-
-
-def parse_override(arg: str) -> tuple[str, Any]:
-    """'--training.max_steps=20' -> ('training.max_steps', 20); values are YAML scalars."""
-    body = arg[2:] if arg.startswith("--") else arg
-    if "=" not in body:
-        raise ConfigError(f"override '{arg}' must look like --section.key=value")
-    key, _, text = body.partition("=")
-    try:
-        value = yaml.safe_load(text) if text != "" else ""
-    except yaml.YAMLError:
-        value = text
-    return key.strip(), value
-
-
-def apply_override(raw: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = raw
-    for p in parts[:-1]:
-        child = node.setdefault(p, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override '{key}': '{p}' is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (optional), apply ``--a.b=c`` overrides, validate, and return a :class:`Config`."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read config {p}: {e.strerror or e}") from None
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            line = getattr(getattr(e, "problem_mark", None), "line", None)
-            where = f" line {line + 1}" if line is not None else ""
-            raise ConfigError(f"config {p}{where} is not valid YAML") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config {p} must be a mapping of sections")
-        raw = loaded
-    for arg in overrides or []:
-        key, value = parse_override(arg)
-        apply_override(raw, key, value)
-    return validated_config(raw)
-
-
-def validated_config(raw: dict[str, Any]) -> Config:
-    """A validated :class:`Config` from the YAML's mapping (gpucli checks its run.yaml with this
-    before it rents anything)."""
-    from trainer.validate import validate  # the range and cross-field checks, in a module of their own
-
-    cfg: Config = _build(Config, raw, "")
-    validate(cfg)
-    return cfg

@@ -1,6 +1,6 @@
 """Which tensors a checkpoint holds and how each rank writes and reads them, whether the model is
 whole on every rank (one process, DDP) or sharded (FSDP2). The files themselves (atomic writes,
-sha256, pruning, choosing one to resume) are :mod:`trainer.checkpoint`'s.
+sha256, pruning, choosing one to resume) are :mod:`trainer.loop.checkpoint`'s.
 
 A model with memory also has per-rank memory states (seed 000 §2.3): each layer's ``M`` and ``S``
 [B, d_value, d_key] at the end of the rank's last micro-batch. They differ across ranks (each rank
@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer import checkpoint as ckpt
-from trainer import diskguard
-from trainer.config import ConfigError
-from trainer.dist import Dist, rng_state, set_rng_state
-from trainer.memory import MemoryState
-from trainer.model import GPT
+from trainer.loop import checkpoint as ckpt
+from trainer.loop import diskguard
+from trainer.loop.dist import Dist, rng_state, set_rng_state
+from trainer.model.gpt import GPT
+from trainer.model.memory import MemoryState
+from trainer.spec.config import ConfigError
 
 if TYPE_CHECKING:
-    from trainer.components import Alerts
-    from trainer.metrics import MetricsLogger
+    from trainer.watch.components import Alerts
+    from trainer.watch.metrics import MetricsLogger
 
 
 class Checkpointer:
     """Writes, prunes and loads the run's checkpoints; before each write it makes room on disk
-    (:mod:`trainer.diskguard`) or, when there is none, writes nothing, says so and alerts."""
+    (:mod:`trainer.loop.diskguard`) or, when there is none, writes nothing, says so and alerts."""
 
     def __init__(self, root: Path, d: Dist, raw: GPT, optimizer: torch.optim.Optimizer, fsdp: bool,
                  log: Callable[[str], None], *, keep_last: int, metrics: MetricsLogger, alerts: Alerts) -> None:

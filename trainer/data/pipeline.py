@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.progress import Progress
-from trainer.shards import SplitWriter
-from trainer.sources import Source, collect_sources, plan_pieces, stdlib_source_list
-from trainer.tokenizer import BPETokenizer, CharTokenizer, find_gpt2_tokenizer, load_tokenizer_file
-from trainer.workers import (
+from trainer.data.progress import Progress
+from trainer.data.shards import SplitWriter
+from trainer.data.sources import Source, collect_sources, plan_pieces, stdlib_source_list
+from trainer.data.tokenizer import BPETokenizer, CharTokenizer, find_gpt2_tokenizer, load_tokenizer_file
+from trainer.data.workers import (
     TaskResult,
     WorkerSetup,
     block_path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from trainer.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, Config, ConfigError
+from trainer.spec.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, Config, ConfigError
 
 
 def validate(cfg: Config) -> None:
@@ -57,7 +57,7 @@ def validate(cfg: Config) -> None:
     positive("limits.price_per_hour_usd", cfg.limits.price_per_hour_usd)
     positive("notifications.cost_update_hours", cfg.notifications.cost_update_hours)
     positive("notifications.telegram.timeout_s", cfg.notifications.telegram.timeout_s, allow_none=False)
-    from trainer.notify import EVENTS
+    from trainer.spec.alerts import EVENTS
 
     for ev in cfg.notifications.events:
         if ev not in EVENTS:
@@ -69,7 +69,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.refine_steps must be >= 0 (0 = off), got {m.refine_steps}")
     if m.gate_init is not None and not (math.isfinite(m.gate_init) and 0.0 < m.gate_init < 1.0):
         raise ConfigError(f"model.gate_init must be in (0, 1), got {m.gate_init!r}")
-    from trainer.modelspec import MLP_KINDS, NORMS, POSITIONS
+    from trainer.spec.modelspec import MLP_KINDS, NORMS, POSITIONS
 
     for name, choices in (("mlp", MLP_KINDS), ("pos_embedding", POSITIONS), ("norm", NORMS)):
         if getattr(m, name) is not None and getattr(m, name) not in choices:
@@ -112,7 +112,7 @@ def validate(cfg: Config) -> None:
         if getattr(cfg.faults, name) < 0:
             raise ConfigError(f"faults.{name} must be >= 0 (0 = off), got {getattr(cfg.faults, name)}")
     if m.preset is not None:
-        from trainer.presets import MODELS, lookup
+        from trainer.spec.presets import MODELS, lookup
 
         if lookup(m.preset) is None:
             raise ConfigError(f"model.preset '{m.preset}' is unknown (choose from {', '.join(MODELS)} or dN, "

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trainer.model import GPT
+from trainer.model.gpt import GPT
 
 
 class GPTAdapter:
-    """The model's architecture as the cache sees it, for ``trainer.model.GPT`` as it is today."""
+    """The model's architecture as the cache sees it, for ``trainer.model.gpt.GPT`` as it is today."""
 
     def __init__(self, model: GPT) -> None:
         self.model = model

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trainer.config import Config, ConfigError, TrainingConfig
+from trainer.spec.config import Config, ConfigError, TrainingConfig
 
 MUON_WEIGHT_DECAY = 0.0
 """nanochat trains its Muon matrices without weight decay (nanochat/gpt.py ``setup_optimizers``); at
@@ -117,11 +117,11 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, fused: bool, *, rank: i
     momentum = muon_momentum(0, t.muon_momentum_start, t.muon_momentum, t.muon_momentum_warmup_steps)
     native = getattr(torch.optim, "Muon", None)
     if world == 1 and not sharded and native is not None:
-        # PyTorch's own where it serves (one process): the same algorithm as trainer.muon.Muon.
+        # PyTorch's own where it serves (one process): the same algorithm as trainer.loop.muon.Muon.
         matrices = native(group, lr=lr, weight_decay=MUON_WEIGHT_DECAY, momentum=momentum, nesterov=True,
                           adjust_lr_fn="original")
-    else:  # DDP, or FSDP2 shards (trainer.muon.Muon orthogonalises whole matrices, each on one rank)
-        from trainer.muon import Muon
+    else:  # DDP, or FSDP2 shards (trainer.loop.muon.Muon orthogonalises whole matrices, each on one rank)
+        from trainer.loop.muon import Muon
 
         matrices = Muon(group, lr=lr, momentum=momentum, weight_decay=MUON_WEIGHT_DECAY, rank=rank,
                         world=world)

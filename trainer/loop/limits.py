@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from trainer.config import LimitsConfig
+from trainer.spec.config import LimitsConfig
 
 SHUTDOWN_S = 5.0
 SLOW_DISK_BYTES_PER_S = 100e6

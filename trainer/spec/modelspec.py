@@ -1,7 +1,7 @@
-"""One description of a model, read by the planner (gpucli/plan) and the trainer (trainer/model.py).
+"""One description of a model, read by the planner (gpucli/plan) and the trainer (trainer/model/gpt.py).
 
 Standard library only: gpucli imports this without torch, and the pod's trainer imports it before
-torch is up. The named presets are in ``trainer/presets.py``; a YAML mapping (a calibration entry's
+torch is up. The named presets are in ``trainer/spec/presets.py``; a YAML mapping (a calibration entry's
 measured shape) is parsed by its reader into a :class:`ModelSpec`, never passed around as a dict.
 
 The parameter count is a method of the description, so the number the planner prices and the number
@@ -95,7 +95,7 @@ class ModelSpec:
     """Logits pass through ``cap * tanh(logits / cap)`` (None = off)."""
     memory: bool = False
     """An Atlas associative memory in every block, mixed with attention by a learned gate
-    (trainer/memory.py; seed 000 §1.2)."""
+    (trainer/model/memory.py; seed 000 §1.2)."""
     d_key: int | None = None
     """Key/query width of the memory (None = d_model); M is d_value x d_key per sequence."""
     d_value: int | None = None
@@ -108,7 +108,7 @@ class ModelSpec:
     """The memory's share of the attention/memory mix at initialisation, in (0, 1)."""
     refine_steps: int = 0
     """TRM-style refinement: steps that re-apply a shared block stack to the hidden state, each
-    supervised (trainer/refine.py); 0 = off."""
+    supervised (trainer/model/refine.py); 0 = off."""
     refine_layers: int = 1
     """Blocks in the shared refinement stack (only built when refine_steps > 0)."""
     name: str = field(default="", compare=False)
@@ -138,7 +138,7 @@ class ModelSpec:
         return self.d_value or self.d_model
 
     def memory_params_per_layer(self) -> int:
-        """trainer.memory.AtlasMemory plus the block's mixing gate: q, k (d x d_key), v (d x d_value),
+        """trainer.model.memory.AtlasMemory plus the block's mixing gate: q, k (d x d_key), v (d x d_value),
         out (d_value x d), gates (d x 3 + 3), polynomial coefficients, Omega weights; the gate d x d + d."""
         if not self.memory:
             return 0
@@ -238,7 +238,7 @@ def spec_problem(s: ModelSpec) -> tuple[str, str] | None:
 def unsupported_fields(spec: ModelSpec) -> list[str]:
     """The fields of ``spec`` the bundled trainer cannot build, as ``field=value`` (empty: it can).
 
-    trainer/model.py builds every choice a valid spec can state, so this is empty for every spec
+    trainer/model/gpt.py builds every choice a valid spec can state, so this is empty for every spec
     that passed :func:`spec_problem`; a launch still calls it before renting anything, so a field
     added here before the trainer builds it is refused by name, never dropped."""
     return []

@@ -34,11 +34,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("trainer.notify")
+from trainer.spec.alerts import EVENTS  # noqa: F401 - the one vocabulary, re-exported
 
-EVENTS = ("checkpoint_saved", "validation_complete", "training_complete", "error_occurred", "ppl_spike",
-          "stage_transition", "cost_update", "gate_collapse", "static_memory", "refinement_order")
-"""Every event name ``notifications.events`` may list."""
+log = logging.getLogger("trainer.watch.notify")
+
 
 MAX_TEXT = 4000  # Telegram refuses messages over 4096 characters
 _TOKEN_IN_URL = re.compile(r"/bot[^/\s'\"]+")

@@ -1,7 +1,7 @@
 """The scheduler of ``trainer.serve``: one thread that steps every active sequence together.
 
 Requests add :class:`Sequence` objects (one per prompt and choice); the thread admits them into free
-rows of the :class:`~trainer.kvcache.KVCache` (prefill, first token), then runs decode steps for all of
+rows of the :class:`~trainer.infer.kvcache.KVCache` (prefill, first token), then runs decode steps for all of
 them at once, and puts each sequence's new text on its request's queue as :class:`Delta` objects. A
 request's handler thread only waits on that queue, so any number of clients can be connected while
 ``max_batch`` sequences decode and the rest wait their turn in order.
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainer.data import Tokenizer
-from trainer.kvcache import GPTAdapter, KVCache, SamplingParams, sample
-from trainer.model import GPT
+from trainer.data.loader import Tokenizer
+from trainer.infer.kvcache import GPTAdapter, KVCache, SamplingParams, sample
+from trainer.model.gpt import GPT
 
 log = logging.getLogger("trainer.serve")
 

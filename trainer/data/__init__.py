@@ -1,0 +1,1 @@
+"""Data: sources, tokenizers, the preparation pipeline, token shards and the training loader."""

@@ -1,0 +1,1 @@
+"""Inference: the KV cache and the batching engine behind trainer.serve."""

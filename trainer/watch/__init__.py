@@ -1,0 +1,1 @@
+"""What a run reports: metrics, alerts, TCF and the research components' watchers."""
