@@ -22,6 +22,7 @@ checkpoint; ``min_age_s`` leaves out checkpoints still being written on a live r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, TransferError
+from gpucli.ssh import sha256_file
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -134,8 +136,6 @@ def _val_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[str | None, list[tuple
 
 def score(checkpoints: list[OwnCheckpoint], rows: Iterable[Mapping[str, Any]]) -> list[OwnCheckpoint]:
     """Each checkpoint with the validation value logged nearest before (or at) its step."""
-    import dataclasses
-
     metric, vals = _val_rows(rows)
     out = []
     for ck in checkpoints:
@@ -223,8 +223,6 @@ def best_checkpoint(checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
 
 
 def sha256_of(path: Path) -> str:
-    from gpucli.ssh import sha256_file
-
     return sha256_file(path)
 
 

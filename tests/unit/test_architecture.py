@@ -15,7 +15,7 @@ PKG = ROOT / "gpucli"
 # imports upward. `cloud` may read the catalogue (`plan`) to name GPUs and turn offers into setups.
 ALLOWED = {
     "cli": {"run", "plan", "cloud", "ssh", "settings", "errors", "__init__"},
-    "run": {"plan", "cloud", "ssh", "settings", "errors", "__init__"},
+    "run": {"plan", "cloud", "ssh", "pod", "settings", "errors", "__init__"},  # pod: procid, the liveness test
     "cloud": {"plan", "settings", "errors", "__init__"},
     "ssh": {"settings", "errors", "__init__"},
     "plan": {"settings", "errors", "__init__"},
@@ -235,6 +235,82 @@ def test_no_import_cycle_anywhere():
 
     for n in sorted(graph):
         visit(n)
+
+
+# Inside gpucli/run, each module (or package) has a floor; an import goes to a lower floor only (or
+# within its own package). What a run is, where it lives, what is read from it, how it starts, the kinds
+# of job, then the life of a run on top.
+RUN_FLOORS = {
+    "defaults": 0, "limits": 0, "task": 0, "notify": 0,
+    "records": 1,
+    "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
+    "procs": 3, "datasources": 3, "checkpoints": 3, "tensorboard": 3, "calibrate": 3,
+    "monitor": 4, "launch": 4,
+    "requirements": 5, "money": 5, "harvest": 5,
+    "runend": 6, "start": 6,
+    "jobs": 7,  # the kinds of job behind one contract: the bundled trainer and your own command
+    "lifecycle": 8,
+    "control": 9, "follow": 9,
+}
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module a file imports, relative imports resolved, function-level and TYPE_CHECKING included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = _resolved(node, path)
+            if mod:
+                out.add(mod)
+                out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_run_imports_only_go_down():
+    run = PKG / "run"
+    part = lambda p: p.relative_to(run).parts[0].removesuffix(".py")  # noqa: E731
+    modules = {part(p) for p in run.rglob("*.py")} - {"__init__"}
+    assert modules == set(RUN_FLOORS), f"gpucli/run modules without a floor: {sorted(modules ^ set(RUN_FLOORS))}"
+    problems = []
+    for path in sorted(run.rglob("*.py")):
+        if path.name == "__init__.py" and path.parent == run:
+            continue
+        mine = part(path)
+        for name in _all_imports(path):
+            parts = name.split(".")
+            if parts[:2] != ["gpucli", "run"] or len(parts) < 3 or parts[2] not in RUN_FLOORS or parts[2] == mine:
+                continue
+            if RUN_FLOORS[parts[2]] >= RUN_FLOORS[mine]:
+                problems.append(f"{path.relative_to(ROOT)} (floor {RUN_FLOORS[mine]}) imports {name} "
+                                f"(floor {RUN_FLOORS[parts[2]]})")
+    assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_function_level_imports_say_why():
+    """An import inside a function hides an edge of the graph: it stays only to keep start-up fast or an
+    optional dependency optional, with that reason in a comment on its line (or the line above). The
+    CLI floor is the exception as a whole: its commands import everything lazily so that `gpucli --help`
+    and each command start in a fraction of a second (checked for the commands by
+    test_heavy_modules_are_not_imported_at_module_level_by_commands)."""
+    problems = []
+    for path in [*all_modules(), *sorted(TRAINER.rglob("*.py"))]:
+        if path.is_relative_to(PKG / "cli"):
+            continue
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        guarded = {n.lineno for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in
+                   ast.unparse(node.test) for n in ast.walk(node) if hasattr(n, "lineno")}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in guarded:
+                    here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                    if "#" not in here and not above.startswith("#"):
+                        problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {here.strip()}")
+    assert not problems, "function-level imports without a reason:\n" + "\n".join(sorted(set(problems)))
 
 
 def test_no_source_file_is_too_long():
