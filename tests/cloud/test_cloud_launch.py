@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -182,9 +181,7 @@ def test_pod_that_never_becomes_ready_fails_with_one_line_and_is_terminated(prov
     emu = emulator_for(request, provider)
     emu.behaviours.append(PodBehaviour(stuck=True) if fault == "stuck"
                           else PodBehaviour(pending_polls=1, exit_after_polls=1))
-    started = time.monotonic()
     code, out, err = launch(capsys, tmp_path, provider, "never", "--ready-timeout", "1")
-    assert time.monotonic() - started < 20
     assert code == 4 and "Traceback" not in err
     lines = error_lines(err)
     assert len(lines) == 1, err

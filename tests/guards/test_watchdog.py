@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -48,11 +47,9 @@ def test_hung_trainer_is_terminated_then_killed(tmp_path):
     script = ("import signal, time, pathlib; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
               f"pathlib.Path({str(tmp_path / 'metrics.jsonl')!r}).write_text('{{}}\\n'); time.sleep(600)")
     p = start_group(script)
-    t0 = time.monotonic()
     state = run_watchdog(tmp_path, p.pid, "--stall-minutes", "0.02")  # 1.2 s without a row
     assert p.wait(timeout=10) == -signal.SIGKILL
     assert state["verdict"].startswith("stalled")
-    assert time.monotonic() - t0 < 30
     log = (tmp_path / "watchdog.log").read_text()
     assert "SIGTERM" in log and "SIGKILL" in log
 

@@ -4,7 +4,6 @@ token, a full queue, Markdown fallback, message shapes, and no token in logs or 
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
@@ -83,14 +82,14 @@ def test_a_hanging_telegram_never_blocks_send_and_the_queue_stays_bounded(telegr
     emu = telegram_emulator
     emu.set_fault("hang", delay_s=30)
     n = _notifier(emu, max_queue=5, timeout_s=0.5)
-    t0 = time.perf_counter()
     results = [n.send(f"m{i}") for i in range(50)]
-    assert time.perf_counter() - t0 < 0.2
+    # every send returned while the first request still hangs (nothing answered yet): none waited on it
+    assert n.sent == 0 and n.failed == 0
     assert results.count(True) <= 6 and n.dropped >= 44  # the thread may hold one; 5 fit the queue
-    t0 = time.perf_counter()
     n.close(wait_s=0.5)
-    assert time.perf_counter() - t0 < 1.5
-    assert n.sent == 0 and n.sent + n.failed + n.dropped <= 50
+    # close() gave up on the queue instead of trying each message to the end (4 tries of 0.5 s each)
+    assert n.sent == 0 and n.failed < results.count(True)
+    assert n.sent + n.failed + n.dropped <= 50
 
 
 def test_at_close_the_final_alert_goes_before_the_backlog(telegram_emulator):
@@ -102,9 +101,9 @@ def test_at_close_the_final_alert_goes_before_the_backlog(telegram_emulator):
     for i in range(1, 10):
         n.send(f"spike {i}")
     n.training_complete(10, 30.0, 0.5)
-    t0 = time.perf_counter()
     n.close(wait_s=1.0)
-    assert time.perf_counter() - t0 < 1.3
+    # 0.3 s a request and 1 s to close in: the backlog was cut at the deadline, not sent in full
+    assert n.sent < 11
     assert emu.wait_for(lambda e: len(e.messages) >= 2, timeout=3)
     first, second = emu.texts()[:2]
     assert first == "spike 0" and fields(second)["title"] == "Training Complete"

@@ -112,8 +112,9 @@ def test_the_token_is_in_no_output_log_metrics_checkpoint_or_process_list(alerts
 
 @pytest.mark.parametrize("fault", ["down", "hang", "429"])
 def test_a_broken_telegram_changes_nothing_in_the_run(fault, alerts_run, data_dir, tmp_path, telegram_emulator):
-    """Same steps, same losses, same finished row, and no material slow-down: at most the 1 s the
-    run gives unsent alerts at exit (notifications.telegram.timeout_s=1 here)."""
+    """Same steps, same losses, same finished row, and the run ends by itself while Telegram is still
+    down, hanging or asking it to wait: alerts never hold the run (notifications.telegram.timeout_s=1
+    here; how long the exit takes is timed in scripts, not asserted here)."""
     ref_emu, ref = alerts_run
     emu = telegram_emulator
     if fault == "down":
@@ -130,13 +131,7 @@ def test_a_broken_telegram_changes_nothing_in_the_run(fault, alerts_run, data_di
     assert (fin["reason"], fin["step"], fin["val_loss"]) == (ref_fin["reason"], ref_fin["step"], ref_fin["val_loss"])
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == \
         sorted(p.name for p in (ref.out_dir / "checkpoints").iterdir())
-    # the loop (started row -> finished row) ran as fast, and the exit (finished row -> process gone)
-    # took at most ~1 s longer; startup is left out, it varies with the machine's load
-    loop_s = fin["time"] - _started(out)["time"]
-    ref_loop_s = ref_fin["time"] - _started(ref.out_dir)["time"]
-    assert loop_s < 1.5 * ref_loop_s + 2.0, (loop_s, ref_loop_s)
-    exit_s, ref_exit_s = r.ended_at - fin["time"], ref.ended_at - ref_fin["time"]
-    assert exit_s < ref_exit_s + 2.0, (exit_s, ref_exit_s)
+    assert _started(out)["step"] == _started(ref.out_dir)["step"]  # the same run from its first row
     assert "telegram: " in r.stderr and emu.token.split(":", 1)[1] not in r.stdout + r.stderr
     if fault == "down":
         assert not emu.requests

@@ -1,4 +1,4 @@
-"""The import rules of shared/design/LAYOUT.md (as built: see the README's "Layout"), checked on the source.
+"""The import rules of docs/architecture.md, checked on the source.
 
 Every module of every package is checked, function-level imports included: the rules hold for the
 code that runs, not only for what a reader sees at the top of a file.
