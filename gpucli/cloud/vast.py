@@ -112,6 +112,8 @@ class VastProvider(ApiProvider):
     # -- account SSH keys --------------------------------------------------------------------------
     def _account_keys(self) -> list[str]:
         resp = self.http.request("GET", "/api/v0/ssh/", what="show ssh keys")
+        if resp.status == 404 and "no ssh keys" in _error_text(resp).lower():
+            return []  # documented: 404 "No SSH keys found" on an account with none (show_ssh_keys.yaml L54)
         _raise_for_error(resp, what="show ssh keys")
         return parse_account_keys(resp.body)
 
@@ -237,8 +239,12 @@ class VastProvider(ApiProvider):
                 params["after_token"] = token
             resp = self.http.request("GET", "/api/v1/instances/", params=params, what="show instances")
             _raise_for_error(resp, what="show instances")
-            body = resp.body if isinstance(resp.body, Mapping) else {}
-            for item in body.get("instances") or []:
+            body = resp.body
+            if not resp.ok or not isinstance(body, Mapping) or not isinstance(body.get("instances"), list):
+                # Never "no instances" from an answer that is not the documented list.
+                raise ProviderError(f"vast.ai show instances: HTTP {resp.status} without the documented "
+                                    f"instances list ({_error_text(resp)})")
+            for item in body["instances"]:
                 if isinstance(item, Mapping):
                     inst = parse_instance(item, ssh_user=self.ssh_user)
                     if inst.label and inst.label.startswith(LABEL_PREFIX):
@@ -251,17 +257,20 @@ class VastProvider(ApiProvider):
     def terminate(self, instance_id: str) -> None:
         resp = self.http.request("DELETE", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  what="destroy instance")
-        if resp.status == 404 or _error_code(resp) == "no_such_instance":
+        # Gone only on vast's own words for it (``no_such_instance``): a bare 404 (a wrong URL, a proxy)
+        # proves nothing. Done only on ``{"success": true}`` (vast-cli destroy_instance reads it): a 200
+        # that is not JSON is a failure, retried and reported, never "terminated".
+        if _error_code(resp) == "no_such_instance":
             log.info("vast.ai instance %s already gone", instance_id)
             return
-        _raise_for_error(resp, what="destroy instance")
+        _raise_unless_success(resp, what="destroy instance")
 
     def stop(self, instance_id: str) -> None:
         resp = self.http.request("PUT", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  json_body={"state": "stopped"}, idempotent=True, what="stop instance")
-        if resp.status == 404 or _error_code(resp) == "no_such_instance":
+        if _error_code(resp) == "no_such_instance":
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
-        _raise_for_error(resp, what="stop instance")
+        _raise_unless_success(resp, what="stop instance")
 
     def _best_effort_terminate(self, instance_id: str) -> None:
         try:
@@ -298,6 +307,17 @@ def _raise_for_error(resp: HttpResponse, *, what: str) -> None:
     body = resp.body
     if resp.ok and not (isinstance(body, Mapping) and body.get("success") is False):
         return
+    raise ProviderError(f"vast.ai {what} failed: {_error_text(resp)} (HTTP {resp.status})")
+
+
+def _raise_unless_success(resp: HttpResponse, *, what: str) -> None:
+    """A 2xx whose JSON says ``"success": true``; anything else (HTML, empty, false) is a failure."""
+    body = resp.body
+    if resp.ok and isinstance(body, Mapping) and body.get("success") is True:
+        return
+    if resp.ok:
+        raise ProviderError(f"vast.ai {what}: HTTP {resp.status} without the documented success answer "
+                            f"({_error_text(resp)})", hint="the instance may still bill: gpucli retries it")
     raise ProviderError(f"vast.ai {what} failed: {_error_text(resp)} (HTTP {resp.status})")
 
 

@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,15 +84,22 @@ class CloudProvisioner:
     disk_gb: int
     ready_timeout_s: float
     volume: NetworkVolume | None = None  # RunPod network volume, mounted at /workspace
+    force: bool = False  # --force: keep a pod billed more than 5 % above its quote
+    billed: list[float] = field(default_factory=list)  # the billed $/h read back after create (filled by __call__)
 
     @property
     def max_price_per_hour_usd(self) -> float:
         return self.plan.max_price_per_hour_usd
 
+    @property
+    def billed_usd_per_hour(self) -> float | None:
+        """What the created pod bills per hour, as the provider said right after create (None before)."""
+        return self.billed[-1] if self.billed else None
+
     def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None]) -> SshTarget:
         return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
                                      ready_timeout_s=self.ready_timeout_s, on_created=on_created, on_event=on_event,
-                                     volume=self.volume)
+                                     volume=self.volume, force=self.force, billed=self.billed)
 
 
 class CloudTarget:
@@ -198,7 +205,8 @@ class CloudTarget:
 
     def provision(self, run: str, plan: CloudPlan, *, image: str | None, disk_gb: int, ready_timeout_s: float,
                   on_created: Callable[[str], None], on_event: Callable[[str], None],
-                  client: Provider | None = None, volume: NetworkVolume | None = None) -> SshTarget:
+                  client: Provider | None = None, volume: NetworkVolume | None = None, force: bool = False,
+                  billed: list[float] | None = None) -> SshTarget:
         """Create a pod for the run from ``plan`` and wait (``ready_timeout_s`` per offer) for SSH.
 
         ``on_created`` gets every new pod id before any wait. Whatever a failed attempt created is
@@ -217,7 +225,9 @@ class CloudTarget:
                           image=image or self.default_image, disk_gb=disk_gb, ssh_public_key=pub, spot=plan.spot,
                           bid_per_gpu_usd=plan.bid_per_gpu_usd, offer_id=first.offer_id,
                           network_volume_id=volume.volume_id if volume else None,
-                          data_center_id=volume.data_center_id if volume else None)
+                          data_center_id=volume.data_center_id if volume else None,
+                          cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
+                          min_cuda=getattr(self, "min_cuda", None) if not image else None)
         if volume is not None:
             on_event(f"with network volume {volume.name} ({volume.volume_id}, {volume.data_center_id}) at /workspace")
         if plan.bid_note:
@@ -229,8 +239,10 @@ class CloudTarget:
         result = provision_with_retries(client, spec, plan.offers,
                                         on_created=lambda inst: on_created(inst.instance_id), on_event=on_event,
                                         ready_timeout_s=ready_timeout_s, poll_interval_s=poll_s,
-                                        max_offers=MAX_OFFERS)
+                                        max_offers=MAX_OFFERS, keep_overpriced=force)
         inst = result.instance
+        if billed is not None and result.billed_usd_per_hour:
+            billed.append(result.billed_usd_per_hour)
         return SshTarget(host=inst.ssh_host or "", port=int(inst.ssh_port or 22),
                          user=pod_ssh_user() or inst.ssh_user or "root", identity_file=str(key))
 

@@ -217,6 +217,8 @@ class VastEmulator(EmulatorBase):
     def _keys(self, method: str, body: Any) -> Reply:
         with self.lock:
             if method == "GET":
+                if not self.account_keys:  # vast-ai/docs show_ssh_keys.yaml L54: 404 "No SSH keys found"
+                    return Reply(404, {"success": False, "error": "not_found", "msg": "No SSH keys found"})
                 return Reply(200, list(self.account_keys))
             if method == "POST":
                 key = str((body or {}).get("ssh_key") or "").strip()
