@@ -87,6 +87,15 @@ class RunPodProvider(ApiProvider):
 
     name = "runpod"
     service = SERVICE
+    #: Every call gpucli makes to RunPod and the API it goes through (``gpucli doctor`` prints it).
+    API_CALLS = (
+        ("offers", "REST v2 GET /v2/catalog/gpus"), ("create", "REST v2 POST /v2/pods"),
+        ("status", "REST v2 GET /v2/pods/{id}"), ("list", "REST v2 GET /v2/pods"),
+        ("stop/start", "REST v2 POST /v2/pods/{id}/action"), ("terminate", "REST v2 DELETE /v2/pods/{id}"),
+        ("volumes", "REST v2 /v2/network-volumes"), ("SSH keys", "REST v2 GET /v2/account/ssh-keys"),
+        ("balance", "GraphQL myself.clientBalance (no v2 equivalent; GraphQL retires early 2027)"),
+        ("pod watchdog", "REST v2 POST /v2/pods/{id}/action, GraphQL podStop/podTerminate as fallback"),
+    )
 
     def __init__(self, *, gpu_counts: tuple[int, ...] = DEFAULT_GPU_COUNTS, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -251,6 +260,11 @@ class RunPodProvider(ApiProvider):
         return parse_pod(self._expect(resp, 200, what="start pod"), ssh_user=self.ssh_user)
 
     # -- account -----------------------------------------------------------------------------------
+    def verify_key(self) -> str:
+        """The key checked against REST v2 (``GET /v2/pods``, read-only); returns what accepted it."""
+        self.list_instances()
+        return "REST v2 (GET /v2/pods)"
+
     def balance_usd(self) -> float | None:
         # V2 GAP: REST v2 has no balance; GraphQL ``myself.clientBalance`` until GraphQL is retired.
         resp = self.http.request("POST", "/graphql", json_body={"query": BALANCE_QUERY, "variables": {}},

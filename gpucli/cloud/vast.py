@@ -77,6 +77,16 @@ class VastProvider(ApiProvider):
 
     name = "vast"
     service = SERVICE
+    #: Every call gpucli makes to vast.ai and the API it goes through (``gpucli doctor`` prints it).
+    API_CALLS = (
+        ("offers", "REST v0 POST /api/v0/bundles/"), ("create", "REST v0 PUT /api/v0/asks/{id}/"),
+        ("status", "REST v0 GET /api/v0/instances/{id}/"), ("list", "REST v1 GET /api/v1/instances/"),
+        ("stop", "REST v0 PUT /api/v0/instances/{id}/ {state: stopped}"),
+        ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
+        ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
+        ("balance", "REST v0 GET /api/v0/users/current"),
+        ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
+    )
 
     def __init__(self, *, direct_ssh: bool = True, runtype: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -139,7 +139,7 @@ class RunPodEmulator(EmulatorBase):
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
                no_capacity: bool, by: str) -> Reply:
-        return problem(404, "Not Found", f"no route {method} {path}")
+        return Reply(404, text="404 page not found")  # an unknown path: no v2 problem body (this emulator's)
 
     def unauthorized(self) -> Reply:
         return problem(401, "Unauthorized", "missing or invalid API key")
