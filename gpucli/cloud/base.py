@@ -224,6 +224,20 @@ class CreateAnswerLost(ProviderError):
         self.label = label
 
 
+class TerminatePending(ProviderError):
+    """A terminate the provider did not confirm: the pod may still bill. The run's record says
+    "terminate pending"; ``gpucli ls``, ``status`` and ``down`` show it and ``down`` retries it."""
+
+    def __init__(self, message: str, *, instance_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message, hint="the pod may still bill: `gpucli down RUN` tries again "
+                                       "(or end it in the provider console)")
+        self.instance_ids = instance_ids
+
+
+#: The record status of a run whose pod's terminate was not confirmed by the provider.
+TERMINATE_PENDING = "terminate pending"
+
+
 class SpotRefusedError(ProviderError):
     """The provider refused an interruptible (spot) pod outright. Never turned into on-demand."""
 

@@ -116,7 +116,7 @@ class VastProvider(ApiProvider):
         offers = resp.body.get("offers") if isinstance(resp.body, Mapping) else None
         if isinstance(offers, Mapping):  # the docs' YAML example shows an object; real answers a list
             offers = list(offers.values())
-        parsed = [parse_offer(o) for o in offers or [] if isinstance(o, Mapping)]
+        parsed = [parse_offer({**o, "allocated_storage": storage}) for o in offers or [] if isinstance(o, Mapping)]
         return [o for o in parsed if o is not None][: max(0, limit)]
 
     # -- account SSH keys --------------------------------------------------------------------------
@@ -386,7 +386,20 @@ def parse_offer(item: Mapping[str, Any]) -> Offer | None:
         cuda_max=as_number(item.get("cuda_max_good")), disk_gb=as_number(item.get("disk_space")),
         gpu_display_name=_opt_str(item.get("gpu_name")), machine_id=_opt_str(item.get("machine_id")),
         host_id=_opt_str(item.get("host_id")), verified=verified,
+        # $/GB for data reaching the host (our uploads) and leaving it (checkpoints home): "Charges apply
+        # per byte ... can significantly impact total costs" (vast-ai/docs guides/instances/pricing.mdx
+        # L70; fields inet_up_cost/inet_down_cost in search_offers.yaml L144-148).
+        inet_up_usd_per_gb=as_number(item.get("inet_up_cost")),
+        inet_down_usd_per_gb=as_number(item.get("inet_down_cost")),
+        # On a bid the hourly storage is billed on top of it (gpuhunt vastai.py: min_bid + disk x
+        # storage_cost / 720): kept here so the spot quote adds it.
+        storage_usd_per_hour=_storage_per_hour(item),
     )
+
+
+def _storage_per_hour(item: Mapping[str, Any]) -> float:
+    cost, disk = as_number(item.get("storage_cost")), as_number(item.get("allocated_storage"))
+    return 0.0 if cost is None or disk is None else cost * disk / 720.0
 
 
 def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
@@ -424,5 +437,13 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
         provider="vast", instance_id=str(inst.get("id")), label=_opt_str(inst.get("label")), state=state,
         ssh_host=host, ssh_port=port, ssh_user=ssh_user, price_per_hour_usd=as_number(inst.get("dph_total")),
         gpu_name=_opt_str(inst.get("gpu_name")), gpu_count=count if isinstance(count, int) else None,
-        raw_status=raw,
+        raw_status=raw, stopped_usd_per_month=_stopped_storage(inst),
     )
+
+
+def _stopped_storage(inst: Mapping[str, Any]) -> float | None:
+    """What a stopped instance keeps billing per month: its disk at ``storage_cost`` $/GB/month (vast
+    bills storage on stopped instances, "typically higher for stopped": guides/instances/pricing.mdx
+    L62-65; the stopped premium is not in the API, so this is a floor)."""
+    cost, disk = as_number(inst.get("storage_cost")), as_number(inst.get("disk_space"))
+    return None if cost is None or disk is None else cost * disk

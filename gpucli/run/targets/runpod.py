@@ -16,8 +16,9 @@ class RunPodTarget(CloudTarget):
     describe = "a RunPod pod"
     default_image = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
     min_cuda = "12.4"  # the default image's CUDA: sent as gpu.minCudaVersion on create
-    # A stopped RunPod pod reports EXITED (openapi PodStatus); so does a container that ended.
-    exited_means = "stopped"
+    # A pod stopped by RunPod (a host gone, a $0 balance: pods/pricing.mdx L59) reports EXITED (openapi
+    # PodStatus), as podStop leaves it: the pod no longer runs the run.
+    exited_means = "preempted"
     network_volumes = True  # --volume: a network volume at /workspace (vast.ai has none)
     #: The run folder is on the pod's volume disk (mounts.persistent at /workspace), which a stop keeps
     #: ("Volume disk ... Persistent; retained until Pod deleted", pods/pricing.mdx L47): --on-end stop
@@ -63,7 +64,7 @@ class RunPodTarget(CloudTarget):
         if volume_id is not None:
             known = next((v for v in client.network_volumes() if v.volume_id == volume_id), None)
             if known is not None:
-                return dataclasses.replace(provision, volume=known)
+                return dataclasses.replace(provision, volume=known, plan=secure_plan(client, provision))
         try:
             volume = client.find_volume(name_or_id)
         except UsageError:
@@ -72,7 +73,7 @@ class RunPodTarget(CloudTarget):
             first = provision.plan.offers[0]
             dc = client.data_center_for(first.gpu_name, provision.plan.n_gpus)
             volume = dataclasses.replace(client.create_volume(name_or_id, size_gb, dc), created=True)
-        return dataclasses.replace(provision, volume=volume)
+        return dataclasses.replace(provision, volume=volume, plan=secure_plan(client, provision))
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
                disk_gb: int | None = None) -> list[Offer]:
@@ -83,3 +84,27 @@ class RunPodTarget(CloudTarget):
         return [o for o in client.search_offers(parse_query(f"num_gpus={n_gpus}"), spot=spot, limit=200,
                                                      disk_gb=disk_gb)
                 if (o.gpu_name or "").lower() in ids]
+
+
+def secure_plan(client: Provider, provision: CloudProvisioner) -> CloudPlan:
+    """The plan with Secure Cloud offers only: network volumes are Secure Cloud only
+    (storage/network-volumes.mdx L98), and a Community quote would not be what such a pod bills."""
+    import dataclasses
+
+    from gpucli.cloud.query import parse_query
+    from gpucli.errors import NoCapacityError
+    from gpucli.run.targets.cloud import MAX_OFFERS
+
+    plan = provision.plan
+    names = {o.gpu_name for o in plan.offers}
+    offers = [o for o in plan.offers if o.cloud_type == "SECURE"]
+    if len(offers) < MAX_OFFERS:
+        more = [o for o in client.search_offers(parse_query(f"num_gpus={plan.n_gpus}"), limit=200,
+                                                disk_gb=provision.disk_gb)
+                if o.gpu_name in names and o.cloud_type == "SECURE" and o not in offers]
+        offers = (offers + sorted(more, key=lambda o: o.price_per_hour_usd))[:MAX_OFFERS]
+    if not offers:
+        raise NoCapacityError(f"no RunPod Secure Cloud offer for {plan.n_gpus}x {', '.join(sorted(names))}: "
+                              "network volumes are Secure Cloud only", hint="drop --volume, or try another GPU")
+    return dataclasses.replace(plan, offers=tuple(offers),
+                               max_price_per_hour_usd=round(max(o.price_per_hour_usd for o in offers), 6))

@@ -153,6 +153,7 @@ class EmuPod:
     marker: str = field(default_factory=lambda: secrets.token_hex(8))  # GPUCLI_EMU_POD's value
     environ_path: Path | None = None
     proxy: TcpForwarder | None = None  # vast's proxy route to this pod's sshd, when it has one
+    disk_gb: float = 0.0  # the disk it was created with (vast bills it while stopped)
 
     def ensure_sshd(self, root: Path, environment: dict[str, str]) -> SshServer:
         """Boot the pod: write its PID-1-style environment file and start its sshd."""

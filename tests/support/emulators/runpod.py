@@ -64,7 +64,7 @@ GPU_TYPES: list[dict[str, Any]] = [
 
 #: (data centre, cloud) -> {GPU id: free GPUs}, and each data centre's host CUDA version.
 DATA_CENTERS: list[dict[str, Any]] = [
-    {"id": "EU-RO-1", "cuda": "12.8", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 4, "NVIDIA A100 80GB PCIe": 2},
+    {"id": "EU-RO-1", "cuda": "12.8", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 2, "NVIDIA A100 80GB PCIe": 2},
                                                 "COMMUNITY": {"NVIDIA GeForce RTX 4090": 8}}},
     {"id": "US-KS-2", "cuda": "12.4", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 16, "NVIDIA H100 80GB HBM3": 8},
                                                 "COMMUNITY": {"NVIDIA A100 80GB PCIe": 4}}},
@@ -414,6 +414,16 @@ class RunPodEmulator(EmulatorBase):
                                    "type": "STANDARD"}
         self.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
         return volume_id
+
+    def preempt(self, pod_id: str) -> None:
+        """The pod stopped by RunPod, not by gpucli (its host went away, or the balance reached $0:
+        "Pods are automatically stopped when your account balance reaches $0", pods/pricing.mdx L59)."""
+        if self.end_pod(pod_id, "preempted", "preemption") is None:
+            raise KeyError(pod_id)
+
+    def pod_volumes(self) -> dict[str, str]:
+        """Pod id -> the network volume it was created with."""
+        return {p: i["network_volume"] for p, i in self.pod_info.items() if i.get("network_volume")}
 
     def volume_dir(self, volume_id: str) -> Path:
         return Path(self.root) / "volumes" / volume_id
