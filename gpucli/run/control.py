@@ -47,11 +47,12 @@ def recorded_status(record: RunRecord) -> RunStatus:
                      kept_usd_per_month=kept[0] if kept else None, kept_note=kept[1] if kept else None)
 
 
-def kept_storage(record: RunRecord) -> tuple[float, str] | None:
-    """A stopped pod's disk or a kept volume of an ended cloud run, per month (None: nothing kept)."""
+def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str] | None:
+    """A stopped pod's disk or a kept volume of an ended cloud run, per month (None: nothing kept).
+    ``ended``: the run is over though its record still says active (its pod was seen stopped)."""
     from gpucli.run.targets import get_target
 
-    if record.active:
+    if record.active and not ended:
         return None
     target = get_target(record.provider)
     ask = getattr(target, "kept_storage", None)
@@ -154,7 +155,19 @@ def with_prepare(st: RunStatus, prepare: PrepareStatus | None) -> LiveStatus:
 
 def live_status(record: RunRecord) -> RunStatus:
     """The run's state as its host shows it now, with its data preparation. A run seen finished or
-    failed is recorded so, with the cost metered on the pod (elapsed x price)."""
+    failed is recorded so, with the cost metered on the pod (elapsed x price). A run no longer running
+    also says what its stopped pod or kept volume bills per month."""
+    import dataclasses
+
+    st = _live_status(record)
+    if st.kept_usd_per_month is None and st.state not in ("running", "starting", "provisioning"):
+        kept = kept_storage(record, ended=True)
+        if kept is not None:
+            st = dataclasses.replace(st, kept_usd_per_month=kept[0], kept_note=kept[1])
+    return st
+
+
+def _live_status(record: RunRecord) -> RunStatus:
     from gpucli.cloud.base import TERMINATE_PENDING
     from gpucli.run.monitor import status_of
     from gpucli.run.targets import get_target, open_host
