@@ -192,3 +192,9 @@ def debug_from_env() -> bool:
 def pod_ssh_user() -> str | None:
     """The login user on cloud pods when it is not the provider's (``GPUCLI_POD_SSH_USER``; tests)."""
     return os.environ.get("GPUCLI_POD_SSH_USER", "").strip() or None
+
+
+def volume_mount() -> str:
+    """Where a RunPod network volume is mounted in the pod (RunPod's ``volumeMountPath`` default);
+    ``GPUCLI_VOLUME_MOUNT`` names another place (the emulator's volume store in tests)."""
+    return (os.environ.get("GPUCLI_VOLUME_MOUNT") or "/workspace").rstrip("/") or "/"

@@ -200,6 +200,10 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
         ("$ per hour", money(st.usd_per_hour) if st.usd_per_hour is not None else "-"),
         ("projected total", money(st.projected_cost_usd) if st.projected_cost_usd is not None else "-"),
     ]
+    if st.kept_note:
+        rows.append(("still billing", f"{money(st.kept_usd_per_month)}/month: {st.kept_note}"))
+    if record.status == "terminate pending" and record.message:
+        rows.append(("terminate", f"pending: {record.message}"))
     prep = getattr(st, "prepare", None)
     if prep is not None:
         rows.insert(3, ("data prep", _prepare_line(prep)))
@@ -251,7 +255,8 @@ def runs_table(statuses: list[tuple[RunRecord, RunStatus]], *, json_: bool) -> N
         cost = s.cost_usd
         if cost is not None and r.created_at.startswith(today):
             day_total += cost
-        t.add_row(r.name, r.provider, s.state, f"{r.n_gpus}x {r.gpu or 'CPU'} {r.model}",
+        state = s.state + (f" (+{money(s.kept_usd_per_month)}/mo)" if s.kept_usd_per_month else "")
+        t.add_row(r.name, r.provider, state, f"{r.n_gpus}x {r.gpu or 'CPU'} {r.model}",
                   str(s.step) if s.step is not None else "-", f"{s.loss:.3f}" if s.loss is not None else "-",
                   r.created_at.replace("T", " ")[:16], money(cost) if cost is not None else "-")
     out().print(t)

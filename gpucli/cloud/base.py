@@ -88,8 +88,17 @@ class Offer:
     gpu_display_name: str | None = None  # short marketing name ("RTX 4090") used by queries
     machine_id: str | None = None  # vast machine id; RunPod has none at search time
     host_id: str | None = None
-    stock: str | None = None  # RunPod stockStatus ("High", "Low", ...)
+    stock: str | None = None  # RunPod availability ("HIGH", "LOW", ...)
     verified: bool | None = None
+    cloud_type: str | None = None  # RunPod SECURE | COMMUNITY: pinned at create (prices differ per cloud)
+    data_center_id: str | None = None  # RunPod: the data centre with the GPU count in stock, pinned at create
+    storage_usd_per_hour: float = 0.0  # disks, already inside price_per_hour_usd (and the spot quote)
+    inet_up_usd_per_gb: float | None = None  # vast inet_up_cost: data leaving the host (checkpoints home)
+    inet_down_usd_per_gb: float | None = None  # vast inet_down_cost: data reaching the host (code, data)
+
+    def transfer_usd(self, up_gb: float, down_gb: float) -> float:
+        """What moving ``up_gb`` to the host and ``down_gb`` back costs on this offer ($/GB prices)."""
+        return up_gb * (self.inet_down_usd_per_gb or 0.0) + down_gb * (self.inet_up_usd_per_gb or 0.0)
 
     @property
     def spot_price_per_gpu_hour_usd(self) -> float | None:
@@ -139,9 +148,13 @@ class LaunchSpec:
     offer_id: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     ports: tuple[str, ...] = ("22/tcp",)
-    cloud_type: str = "ALL"  # RunPod: ALL | SECURE | COMMUNITY
-    network_volume_id: str | None = None  # RunPod: a network volume mounted at /workspace
-    data_center_id: str | None = None  # RunPod: the volume's data centre (a pod must be in it)
+    cloud_type: str | None = None  # RunPod: SECURE | COMMUNITY (the offer's: never left to RunPod)
+    network_volume_id: str | None = None  # RunPod: a network volume mounted at mount_path
+    data_center_id: str | None = None  # RunPod: the offer's (or the volume's) data centre
+    volume_gb: int | None = None  # RunPod: the volume disk holding the run folder (kept by a stop)
+    mount_path: str = "/workspace"  # where the volume disk or network volume is mounted, always sent
+    min_cuda: str | None = None  # the lowest host CUDA version the image needs ("12.4")
+    onstart: str | None = None  # vast: the script the container runs at every start (resume after outbid)
 
     def __post_init__(self) -> None:
         if not _RUN_NAME.match(self.name):
@@ -182,7 +195,10 @@ class Instance:
     price_per_hour_usd: float | None
     gpu_name: str | None
     gpu_count: int | None
-    raw_status: str  # the provider's own status words, for messages ("desiredStatus=RUNNING runtime=null")
+    raw_status: str  # the provider's own status words, for messages ("status=RUNNING runtime=null")
+    data_center_id: str | None = None
+    cloud_type: str | None = None
+    stopped_usd_per_month: float | None = None  # what it bills per month while stopped (its kept disk)
 
     @property
     def ssh_ready(self) -> bool:
@@ -206,6 +222,20 @@ class CreateAnswerLost(ProviderError):
     def __init__(self, message: str, *, label: str | None = None) -> None:
         super().__init__(message, hint="gpucli looks the pod up by its label before creating another")
         self.label = label
+
+
+class TerminatePending(ProviderError):
+    """A terminate the provider did not confirm: the pod may still bill. The run's record says
+    "terminate pending"; ``gpucli ls``, ``status`` and ``down`` show it and ``down`` retries it."""
+
+    def __init__(self, message: str, *, instance_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message, hint="the pod may still bill: `gpucli down RUN` tries again "
+                                       "(or end it in the provider console)")
+        self.instance_ids = instance_ids
+
+
+#: The record status of a run whose pod's terminate was not confirmed by the provider.
+TERMINATE_PENDING = "terminate pending"
 
 
 class SpotRefusedError(ProviderError):

@@ -24,11 +24,10 @@ import tomllib
 from gpucli import settings
 from gpucli.errors import ProviderError
 
+#: RunPod's REST API v2 (paths under ``/v2``) and, until early 2027, its GraphQL (``/graphql``) share
+#: this host (runpod/docs api-reference-v2/openapi.json ``servers``). REST v1 (rest.runpod.io/v1) was
+#: retired on 2026-11-15 and is never called.
 RUNPOD_DEFAULT_BASE_URL = "https://api.runpod.io"
-#: RunPod's REST API, which runpodctl now uses to stop and delete pods (runpod/runpodctl:
-#: internal/api/client.go ``DefaultBaseURL``); ``RUNPOD_API_URL`` overrides it there too
-#: (internal/configenv/configenv.go).
-RUNPOD_DEFAULT_REST_URL = "https://rest.runpod.io/v1"
 VAST_DEFAULT_BASE_URL = "https://console.vast.ai"
 
 
@@ -53,10 +52,6 @@ class ApiKey:
 
 def runpod_base_url() -> str:
     return (os.environ.get("RUNPOD_API_BASE_URL") or RUNPOD_DEFAULT_BASE_URL).rstrip("/")
-
-
-def runpod_rest_url() -> str:
-    return (os.environ.get("RUNPOD_API_URL") or RUNPOD_DEFAULT_REST_URL).rstrip("/")
 
 
 def vast_base_url() -> str:

@@ -1,7 +1,10 @@
 """`gpucli doctor`: read-only checks a user runs before the first real launch.
 
 Nothing here creates, rents, registers or spends anything: every call is a GET or a GraphQL query
-(RunPod ``myself``, vast ``GET /api/v0/users/current`` and ``GET /api/v0/ssh/``). Each check ends in
+(RunPod: the key is checked against REST v2 ``GET /v2/pods``, the balance is GraphQL ``myself`` because
+v2 has none, the SSH keys are ``GET /v2/account/ssh-keys``; vast ``GET /api/v0/users/current`` and
+``GET /api/v0/ssh/``). The report also lists which API and version each provider call goes through
+(the provider's ``API_CALLS``), so the calls left on an API about to be retired are visible. Each check ends in
 one :class:`Check` whose ``detail`` is safe to print (keys are never part of it); the caller renders.
 
 How a failed API check is told apart: :class:`~gpucli.cloud.http.NetworkError` (no connection was
@@ -67,19 +70,30 @@ def check_provider(name: str, *, public_key: str | None, key_path: str,
     checks.append(Check("API key", OK, f"from {key.source}"))
     provider = factory(name, policy=DOCTOR_POLICY)
     service = getattr(provider, "service", name)
+    verify = getattr(provider, "verify_key", None)
     try:
-        balance = provider.balance_usd()  # type: ignore[attr-defined]
+        where = verify() if verify is not None else None
+        balance = provider.balance_usd() if verify is None else None  # type: ignore[attr-defined]
     except ProviderError as exc:
         checks.append(_api_problem(exc, service))
         return DoctorReport(name, tuple(checks))
     base = getattr(getattr(provider, "http", None), "base_url", "")
-    checks.append(Check("API", OK, f"reachable at {base}; the key is accepted"))
+    checks.append(Check("API", OK, f"reachable at {base}; the key is accepted" + (f" by {where}" if where else "")))
+    if verify is not None:
+        try:
+            balance = provider.balance_usd()  # type: ignore[attr-defined]
+        except ProviderError as exc:
+            checks.append(Check("balance", WARN, f"could not read it: {exc.message}"))
+            balance = float("nan")
     if balance is None:
         checks.append(Check("balance", INFO, "the API does not report it"))
-    else:
+    elif balance == balance:  # not NaN (already reported)
         status = OK if balance > 0 else WARN
         checks.append(Check("balance", status, f"${balance:,.2f}"))
     checks.append(_ssh_check(provider, name, public_key, key_path))
+    calls = getattr(provider, "API_CALLS", ())
+    if calls:
+        checks.append(Check("calls", INFO, "; ".join(f"{what}: {api}" for what, api in calls)))
     return DoctorReport(name, tuple(checks))
 
 

@@ -5,9 +5,12 @@ The loop the launcher drives, kept here so both clouds share one audited copy:
 1. create on the next offer (bounded number of offers);
 2. hand the id to ``on_created`` *before* waiting, so a crash during the wait still knows the pod;
 3. wait with a ``time.monotonic()`` deadline for RUNNING + an SSH endpoint + an SSH banner;
-4. on a dead state, a vanished pod or the deadline: terminate it (idempotent) and try the next offer;
-5. when a create answer was lost, look the pod up by its label before creating another one;
-6. if every offer failed, sweep the label once more so nothing this attempt created stays up.
+4. read back the billed $/h right after create: a pod billed more than ``PRICE_TOLERANCE`` above its
+   quote is terminated before anything is set up on it and the next offer is tried (``keep_overpriced``:
+   ``--force`` keeps it);
+5. on a dead state, a vanished pod or the deadline: terminate it (idempotent) and try the next offer;
+6. when a create answer was lost, look the pod up by its label before creating another one;
+7. if every offer failed, sweep the label once more so nothing this attempt created stays up.
 
 Only pods carrying this launch's label are ever terminated, so a retry never touches anything else.
 """
@@ -50,10 +53,36 @@ class Attempt:
     reason: str
 
 
+#: A pod billed more than this fraction above its quote is not used (issue: "the price is what is billed").
+PRICE_TOLERANCE = 0.05
+
+
 @dataclass(frozen=True)
 class ProvisionResult:
     instance: Instance
     attempts: tuple[Attempt, ...]
+    billed_usd_per_hour: float | None = None  # what the provider says the pod bills, read after create
+    quoted_usd_per_hour: float | None = None
+
+
+def quote_of(offer: Offer | None, spec: LaunchSpec) -> float | None:
+    """What the offer was quoted at for this launch: the bid (plus storage) for spot, else the price."""
+    if offer is None:
+        return None
+    if spec.spot and spec.bid_per_hour_usd is not None:
+        return spec.bid_per_hour_usd + offer.storage_usd_per_hour
+    return offer.price_per_hour_usd
+
+
+def billed_price(provider: Provider, inst: Instance) -> float | None:
+    """The pod's billed $/h: from the create answer, else one ``get`` (None when the provider says nothing)."""
+    if inst.price_per_hour_usd:
+        return inst.price_per_hour_usd
+    try:
+        return provider.get(inst.instance_id).price_per_hour_usd or None
+    except ProviderError as exc:
+        log.info("could not read the billed price of %s: %s", inst.instance_id, exc)
+        return None
 
 
 class ProvisionFailed(ProviderError):
@@ -93,6 +122,7 @@ def provision_with_retries(
     ssh_check: Callable[[Instance], bool] | None = ssh_banner_check,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    keep_overpriced: bool = False,
 ) -> ProvisionResult:
     """Create a pod from the first workable offer and return it once SSH answers.
 
@@ -105,7 +135,10 @@ def provision_with_retries(
     left_running: list[str] = []
     created_ids: list[str] = []
     for offer in list(offers)[: max(1, max_offers)]:
-        this_spec = spec if offer is None else replace(spec, offer_id=offer.offer_id, gpu_name=offer.gpu_name)
+        this_spec = spec if offer is None else replace(
+            spec, offer_id=offer.offer_id, gpu_name=offer.gpu_name,
+            cloud_type=offer.cloud_type if spec.network_volume_id is None else spec.cloud_type,
+            data_center_id=spec.data_center_id if spec.network_volume_id else offer.data_center_id)
         offer_id = None if offer is None else offer.offer_id
         inst: Instance | None = None
         try:
@@ -139,6 +172,19 @@ def provision_with_retries(
 
         created_ids.append(inst.instance_id)
         on_created(inst)
+        quote = quote_of(offer, this_spec)
+        billed = billed_price(provider, inst)
+        if billed is not None and quote and billed > quote * (1 + PRICE_TOLERANCE):
+            reason = f"billed ${billed:.4f}/h, more than 5% above the quote ${quote:.4f}/h"
+            if not keep_overpriced:
+                attempts.append(Attempt(offer_id, inst.instance_id, False, reason))
+                on_event(f"pod {inst.instance_id}: {reason}; terminating it before setup (--force keeps it)")
+                if not _terminate(provider, inst.instance_id, sleep):
+                    left_running.append(inst.instance_id)
+                continue
+            on_event(f"pod {inst.instance_id}: {reason}; kept (--force)")
+        elif billed is not None:
+            on_event(f"pod {inst.instance_id} bills ${billed:.4f}/h (quote ${quote or 0:.4f}/h)")
         on_event(f"created {provider.name} pod {inst.instance_id}; waiting up to {ready_timeout_s:.0f} s for SSH")
         ready, reason = _wait_ready(provider, inst, ready_timeout_s, poll_interval_s, ssh_check, clock, sleep)
         if ready is not None:
@@ -146,7 +192,8 @@ def provision_with_retries(
             # A create whose answer was lost earlier may have made a pod after all; only one is kept.
             _sweep_label(provider, spec.label, keep=ready.instance_id, on_event=on_event, sleep=sleep,
                          left_running=left_running)
-            return ProvisionResult(ready, tuple(attempts))
+            return ProvisionResult(ready, tuple(attempts), billed_usd_per_hour=billed or ready.price_per_hour_usd,
+                                   quoted_usd_per_hour=quote)
         attempts.append(Attempt(offer_id, inst.instance_id, False, reason))
         on_event(f"pod {inst.instance_id}: {reason}; terminating it")
         if not _terminate(provider, inst.instance_id, sleep):

@@ -1,32 +1,27 @@
-"""RunPod over its GraphQL API, with plain ``requests`` (no SDK: see providers.md §3).
+"""RunPod through its REST API v2 (``https://api.runpod.io/v2``), with plain ``requests``.
 
-Every document below passes its inputs as GraphQL *variables*; nothing is string-built, so quotes in
-a run name or env value cannot break (or inject into) a request - the SDK's f-string pitfall.
+Why v2: "REST API v1 will be retired on November 15, 2026" and "The GraphQL API will be retired in
+early 2027" (runpod/docs release-notes.mdx, 2026-08-18). Every call gpucli makes goes through v2
+(api-reference-v2/openapi.json) except the one v2 has no equivalent for, each marked ``V2 GAP``:
 
-Facts this relies on (providers.md §1): ``POST {base}/graphql`` with Bearer auth; errors usually come
-back as HTTP 200 with an ``errors`` list; ``runtime`` is null until the image runs; the SSH endpoint
-is the ``runtime.ports`` entry with ``privatePort == 22`` that is public TCP; the spot mutation is
-``podRentInterruptable`` with ``bidPerGpu``; ``podTerminate`` on a gone pod says "pod not found to
-terminate", which is success here.
+* ``balance_usd``: GraphQL ``myself { clientBalance }`` (runpodctl internal/api/gpu.go ``GetUser``);
+  v2 has billing *history* (``GET /v2/billing``) but no balance.
 
-GraphQL input type names are the ones the official clients send: ``PodFindAndDeployOnDemandInput!``
-(runpod/runpodctl:api/pod.go ``createPod``), ``GpuLowestPriceInput!`` (api/cloud.go), and for one pod
-a ``$podId: String!`` variable inside an inline ``input: {podId: $podId}`` (api/pod.go ``stopPod``,
-``terminatePod``). ``PodRentInterruptableInput!`` is confirmed only by RunPod's schema page as cited
-by SkyPilot (sky/provision/runpod/api/pods.py); no official client sends it. Stop and terminate fall
-back to the REST API (``POST /pods/{id}/stop``, ``DELETE /pods/{id}``, runpod/runpodctl:
-internal/api/pods.go) when the GraphQL call is refused for any reason other than "gone" or the key.
+No v1 call is made anywhere. Answers prove success only when they say success (openapi.json):
+``DELETE /v2/pods/{id}`` -> 204, ``POST /v2/pods/{id}/action`` stop -> 200 with the pod, create -> 201
+with the pod, lists -> their wrapper object. A pod is gone only when ``GET /v2/pods/{id}`` answers the
+v2 404 problem body for that id; any other answer (a 404 without it, HTML, a 200 that is not JSON) is
+a failure the caller retries and reports.
 
-Spot: RunPod removed interruptible pods from its docs in 2026 (runpod/docs 8e5aebdb) but the schema
-kept ``podRentInterruptable``. When it refuses, gpucli says so in one line and never rents on-demand
-instead (:class:`SpotRefusedError`).
+Spot: RunPod removed interruptible pods in 2026 (runpod/docs 8e5aebdb dropped spot; a RunPod
+maintainer on runpodctl PR #267: "podRentInterruptable ... is being removed from the runpod api"); v2
+has no spot field. A spot launch is refused before anything is searched (:class:`SpotRefusedError`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gpucli.cloud.api import ApiProvider
@@ -35,263 +30,271 @@ from gpucli.cloud.base import (
     CreateAnswerLost,
     Instance,
     InstanceNotFound,
-    InstanceState,
     LaunchSpec,
     Offer,
     SpotRefusedError,
 )
-from gpucli.cloud.credentials import resolve_key, runpod_base_url, runpod_rest_url
-from gpucli.cloud.http import AuthError, HttpClient, NetworkError, RequestMaybeSent
+from gpucli.cloud.credentials import runpod_base_url
+from gpucli.cloud.http import HttpResponse, RequestMaybeSent
 from gpucli.cloud.query import Query, as_number, sort_by_order
+from gpucli.cloud.runpod_v2 import (
+    CONTAINER_DISK_GB,
+    MIN_VOLUME_DISK_GB,
+    VOLUME_MAX_GB,
+    NetworkVolume,
+    best_data_center,
+    is_problem_404,
+    parse_gpu_type,
+    parse_pod,
+    parse_volume,
+    problem_detail,
+    storage_usd_per_hour,
+    volume_usd_per_month,
+)
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
 
 log = logging.getLogger(__name__)
 
+__all__ = ["VOLUME_MAX_GB", "NetworkVolume", "RunPodProvider", "SPOT_REFUSED", "same_key_in", "volume_usd_per_month"]
+
 SERVICE = "RunPod"
 DEFAULT_GPU_COUNTS = (1, 2, 4, 8)
+CLOUDS = ("SECURE", "COMMUNITY")  # openapi ``Cloud``; network volumes are Secure Cloud only
+#: The CUDA the default images are built for (runpod/pytorch:...-cuda12.4.1): hosts below it fail.
+DEFAULT_MIN_CUDA = "12.4"
 
-_POD_FIELDS = """id name desiredStatus costPerHr gpuCount imageName machineId
-      runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } }
-      machine { gpuDisplayName podHostId }"""
+SPOT_REFUSED = ("RunPod has no spot (interruptible) pods any more (removed in 2026; REST API v2 has no "
+                "bid): use vast.ai bids with --provider vast --spot, or drop --spot")
 
-GPU_TYPES_QUERY = """query GpuTypes($lowestPriceInput: GpuLowestPriceInput!) {
-  gpuTypes {
-    id displayName memoryInGb maxGpuCount securePrice communityPrice secureSpotPrice communitySpotPrice
-    lowestPrice(input: $lowestPriceInput) {
-      minimumBidPrice uninterruptablePrice minVcpu minMemory stockStatus maxUnreservedGpuCount
-      availableGpuCounts
-    }
-  }
-}"""
+#: V2 GAP: no balance in REST v2 (only billing history); GraphQL until it is retired in early 2027.
+BALANCE_QUERY = "query Myself {\n  myself { id clientBalance }\n}"
 
-CREATE_ON_DEMAND = """mutation Deploy($input: PodFindAndDeployOnDemandInput!) {
-  podFindAndDeployOnDemand(input: $input) { id imageName env machineId machine { podHostId } }
-}"""
-
-CREATE_SPOT = """mutation Rent($input: PodRentInterruptableInput!) {
-  podRentInterruptable(input: $input) { id imageName env machineId machine { podHostId } }
-}"""
-
-POD_QUERY = "query Pod($podId: String!) {\n  pod(input: {podId: $podId}) { " + _POD_FIELDS + " }\n}"
-
-PODS_QUERY = "query Pods {\n  myself { pods { " + _POD_FIELDS + " } }\n}"
-
-#: ``clientBalance`` as runpodctl reads it (internal/api/gpu.go ``GetUser``); ``pubKey`` as the SDK
-#: does (runpod/runpod-python:runpod/api/queries/user.py): newline-separated account keys.
-USER_QUERY = "query Myself {\n  myself { id pubKey clientBalance }\n}"
-
-STOP_MUTATION = """mutation stopPod($podId: String!) {
-  podStop(input: {podId: $podId}) { id desiredStatus }
-}"""
-
-# runpod-python's own user query (runpod/api/queries/user.py) reads the volumes from ``myself``.
-VOLUMES_QUERY = """query Volumes {
-  myself { networkVolumes { id name size dataCenterId } }
-}"""
-
-# runpodctl's data-centre listing (internal/api/gpu.go ``ListDataCenters``): which GPU types each data
-# centre has in stock; a new network volume goes where the chosen GPU is.
-DATA_CENTERS_QUERY = """query DataCenters {
-  dataCenters { id name location gpuAvailability { gpuTypeId stockStatus } }
-}"""
-
-#: RunPod's published network-volume price: "$0.07 per GB per month for the first 1TB, and $0.05 per GB
-#: per month for additional storage beyond that" (docs.runpod.io/serverless/storage/network-volumes;
-#: the pods page, runpod/docs pods/storage/create-network-volumes.mdx, gives the same $0.07/GB/month).
-VOLUME_USD_PER_GB_MONTH = 0.07
-VOLUME_USD_PER_GB_MONTH_OVER_1TB = 0.05
-#: What ``POST /networkvolumes`` accepts as ``size`` (runpodctl ``network-volume create --size``: 1-4000 GB).
-VOLUME_MAX_GB = 4000
-
-TERMINATE_MUTATION = """mutation terminatePod($podId: String!) {
-  podTerminate(input: {podId: $podId})
-}"""
-
+#: What RunPod says when nothing can be placed: the GraphQL-era wording, the wording live
+#: ``podRentInterruptable`` attempts returned in runpodctl PR #267 (2026-04-08), and v2's 400 whose
+#: ``detail`` is the only sign of capacity exhaustion (openapi.json ``createPod``).
 _NO_CAPACITY_PHRASES = (
     "no longer any instances available",
+    "no instances available with the request",
     "not enough free gpus",
     "no instances currently available",
+    "could not be placed",
+    "no capacity",
 )
-_GONE_PHRASES = ("pod not found", "not found to terminate", "pod does not exist")
-_BID_PHRASES = ("bid",)
-_UNAVAILABLE_STOCK = (None, "", "None")
-_STOCK_RANK = {"High": 0, "Medium": 1, "Low": 2}  # gpuhunt drops null; the API may also say the string "None"
 
 
 class RunPodProvider(ApiProvider):
-    """RunPod pods. Offers are GPU types at their lowest current price, one per GPU count."""
+    """RunPod pods over REST v2. Offers are GPU types per cloud and GPU count, pinned to a data centre."""
 
     name = "runpod"
     service = SERVICE
+    #: Every call gpucli makes to RunPod and the API it goes through (``gpucli doctor`` prints it).
+    API_CALLS = (
+        ("offers", "REST v2 GET /v2/catalog/gpus"), ("create", "REST v2 POST /v2/pods"),
+        ("status", "REST v2 GET /v2/pods/{id}"), ("list", "REST v2 GET /v2/pods"),
+        ("stop/start", "REST v2 POST /v2/pods/{id}/action"), ("terminate", "REST v2 DELETE /v2/pods/{id}"),
+        ("volumes", "REST v2 /v2/network-volumes"), ("SSH keys", "REST v2 GET /v2/account/ssh-keys"),
+        ("balance", "GraphQL myself.clientBalance (no v2 equivalent; GraphQL retires early 2027)"),
+        ("pod watchdog", "REST v2 POST /v2/pods/{id}/action, GraphQL podStop/podTerminate as fallback"),
+    )
 
-    def __init__(self, *, gpu_counts: tuple[int, ...] = DEFAULT_GPU_COUNTS, rest_url: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, gpu_counts: tuple[int, ...] = DEFAULT_GPU_COUNTS, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.gpu_counts = gpu_counts
-        self._rest_url = rest_url
-        self._rest_client: HttpClient | None = None
 
     def default_base_url(self) -> str:
         return runpod_base_url()
 
-    @property
-    def rest(self) -> HttpClient:
-        """The REST API client (same key), used only as the stop/terminate fallback."""
-        if self._rest_client is None:
-            key = self._api_key or resolve_key(self.name).value
-            kwargs: dict[str, Any] = {"policy": self._policy, "read_timeout_s": self._read_timeout_s}
-            if self._sleep is not None:
-                kwargs["sleep"] = self._sleep
-            self._rest_client = HttpClient(self._rest_url or runpod_rest_url(), api_key=key,
-                                           service=SERVICE, **kwargs)
-        return self._rest_client
+    # -- plumbing ----------------------------------------------------------------------------------
+    def _v2(self, method: str, path: str, *, what: str, json_body: Any = None, params: Mapping[str, Any] | None = None,
+            idempotent: bool | None = None) -> HttpResponse:
+        kwargs: dict[str, Any] = {"what": what}
+        if json_body is not None:
+            kwargs["json_body"] = json_body
+        if params:
+            kwargs["params"] = dict(params)
+        if idempotent is not None:
+            kwargs["idempotent"] = idempotent
+        return self.http.request(method, "/v2" + path, **kwargs)
 
-    def _graphql(self, document: str, variables: Mapping[str, Any] | None, *, what: str,
-                 idempotent: bool = True) -> dict[str, Any]:
-        resp = self.http.request("POST", "/graphql", json_body={"query": document, "variables": variables or {}},
-                                 idempotent=idempotent, what=what)
-        body = resp.body
-        if isinstance(body, Mapping) and body.get("errors"):
-            raise graphql_error(body["errors"], what=what)
-        if not resp.ok:
-            raise ProviderError(f"RunPod {what}: HTTP {resp.status}", hint="try again later")
-        if not isinstance(body, Mapping):
-            raise ProviderError(f"RunPod {what}: the answer was not JSON")
-        data = body.get("data")
-        return dict(data) if isinstance(data, Mapping) else {}
+    def _expect(self, resp: HttpResponse, status: int, *, what: str) -> Any:
+        """The body of an answer with the documented ``status``; anything else is a ProviderError."""
+        if resp.status != status:
+            raise ProviderError(f"RunPod {what}: HTTP {resp.status} {problem_detail(resp.body, resp.text)}")
+        if status != 204 and not isinstance(resp.body, Mapping):
+            raise ProviderError(f"RunPod {what}: HTTP {resp.status} but the answer was not the documented JSON")
+        return resp.body
 
     # -- offers ------------------------------------------------------------------------------------
+    def catalog(self, count: int, cloud: str, *, min_cuda: str | None = DEFAULT_MIN_CUDA) -> list[Mapping[str, Any]]:
+        """``GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&count=N&cloud=C[&minCudaVersion=V]``."""
+        params: dict[str, Any] = {"include": "AVAILABILITY", "product": "POD", "count": count, "cloud": cloud}
+        if min_cuda:
+            params["minCudaVersion"] = min_cuda
+        body = self._expect(self._v2("GET", "/catalog/gpus", params=params, what="list GPU types"), 200,
+                            what="list GPU types")
+        gpus = body.get("gpus")
+        if not isinstance(gpus, list):
+            raise ProviderError("RunPod list GPU types: no 'gpus' list in the answer")
+        return [g for g in gpus if isinstance(g, Mapping)]
+
     def search_offers(self, query: Query | None = None, *, spot: bool = False, limit: int = 50,
                       order: str = "dph_total", disk_gb: float | None = None) -> list[Offer]:
-        # disk_gb: RunPod's GPU price does not include the container disk, so it changes nothing here.
-        counts = _counts_for(query, self.gpu_counts)
+        """One offer per GPU type, count and cloud, with the data centre that has that count in stock.
+        The quote is the GPU rate plus the container disk and the volume disk (``disk_gb``, where the
+        run folder lives) at their running rates (pods/pricing.mdx L46-47)."""
+        if spot:
+            raise SpotRefusedError(SPOT_REFUSED)
+        volume_gb = max(MIN_VOLUME_DISK_GB, int(disk_gb or MIN_VOLUME_DISK_GB))
+        storage = storage_usd_per_hour(CONTAINER_DISK_GB, volume_gb)
         offers: list[Offer] = []
-        for count in counts:
-            data = self._graphql(GPU_TYPES_QUERY, {"lowestPriceInput": {"gpuCount": count}}, what="gpuTypes")
-            for item in data.get("gpuTypes") or []:
-                offer = parse_gpu_type(item, count)
-                if offer is None or (spot and offer.spot_price_per_hour_usd is None):
-                    continue
-                if query is not None and not query.matches(offer.query_record()):
-                    continue
-                offers.append(offer)
-        return sort_offers(offers, order)[: max(0, limit)]
+        for count in _counts_for(query, self.gpu_counts):
+            for cloud in CLOUDS:
+                for item in self.catalog(count, cloud):
+                    offer = parse_gpu_type(item, count, cloud, storage_per_hour=storage)
+                    if offer is None or (query is not None and not query.matches(offer.query_record())):
+                        continue
+                    offers.append(offer)
+        return sort_by_order(offers, order)[: max(0, limit)]
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def create(self, spec: LaunchSpec) -> Instance:
-        pub = spec.ssh_public_key.strip()
-        env = [{"key": k, "value": str(v)} for k, v in spec.env.items() if k not in ("PUBLIC_KEY", "SSH_PUBLIC_KEY")]
-        # PUBLIC_KEY is what official images' /start.sh writes to authorized_keys (runpod/docs:
-        # pods/references/environment-variables.mdx); SSH_PUBLIC_KEY is the documented per-pod
-        # override (pods/configuration/use-ssh.mdx). Both, so either kind of image takes the key.
-        env.append({"key": "PUBLIC_KEY", "value": pub})
-        env.append({"key": "SSH_PUBLIC_KEY", "value": pub})
-        payload: dict[str, Any] = {
-            "name": spec.label,
-            "imageName": spec.image,
-            "cloudType": spec.cloud_type,
-            "gpuTypeId": spec.gpu_name,
-            "gpuCount": spec.gpu_count,
-            "volumeInGb": 0,
-            "containerDiskInGb": spec.disk_gb,
-            "minVcpuCount": 1,
-            "minMemoryInGb": 1,
-            "startSsh": True,
-            "supportPublicIp": True,
-            "ports": ",".join(p.replace(" ", "") for p in spec.ports),
-            "env": env,
-        }
-        if spec.network_volume_id:  # field names as runpod-python's pod deployment mutation sends them
-            payload["networkVolumeId"] = spec.network_volume_id
-            payload["dataCenterId"] = spec.data_center_id
+        """``POST /v2/pods`` pinned to the offer's cloud and data centre, with the run folder's disk
+        mounted at ``spec.mount_path`` (a network volume's path has "no default - must be specified",
+        openapi ``NetworkMount``) and the lowest CUDA version the image needs."""
         if spec.spot:
-            payload["bidPerGpu"] = spec.bid_per_gpu_usd
-            document, root = CREATE_SPOT, "podRentInterruptable"
+            raise SpotRefusedError(SPOT_REFUSED)
+        pub = spec.ssh_public_key.strip()
+        env = {k: str(v) for k, v in spec.env.items() if k not in ("PUBLIC_KEY", "SSH_PUBLIC_KEY")}
+        # startSsh injects PUBLIC_KEY only "unless the request already sets one" (openapi CreatePodRequest);
+        # gpucli's own key, so no account key is needed. SSH_PUBLIC_KEY: the per-pod override
+        # (pods/configuration/use-ssh.mdx).
+        env["PUBLIC_KEY"] = pub
+        env["SSH_PUBLIC_KEY"] = pub
+        gpu: dict[str, Any] = {"id": spec.gpu_name, "count": spec.gpu_count}
+        if spec.min_cuda:
+            gpu["minCudaVersion"] = spec.min_cuda
+        body: dict[str, Any] = {
+            "name": spec.label, "image": spec.image, "gpu": gpu, "disk": CONTAINER_DISK_GB,
+            "ports": [p.replace(" ", "") for p in spec.ports], "env": env, "startSsh": True,
+        }
+        cloud, dc = _pinned(spec)
+        if spec.network_volume_id:
+            # Network volumes are Secure Cloud only (storage/network-volumes.mdx L98), in their data centre.
+            body["cloud"] = "SECURE"
+            body["mounts"] = {"network": [{"volumeId": spec.network_volume_id, "path": spec.mount_path}]}
+            if spec.data_center_id:
+                body["dataCenterIds"] = [spec.data_center_id]
         else:
-            document, root = CREATE_ON_DEMAND, "podFindAndDeployOnDemand"
+            if cloud:
+                body["cloud"] = cloud
+            if dc:
+                body["dataCenterIds"] = [dc]
+            size = max(MIN_VOLUME_DISK_GB, spec.volume_gb or spec.disk_gb)
+            body["mounts"] = {"persistent": {"size": size, "path": spec.mount_path}}
         try:
-            data = self._graphql(document, {"input": payload}, what=root, idempotent=False)
+            resp = self._v2("POST", "/pods", json_body=body, what="create pod", idempotent=False)
         except RequestMaybeSent as exc:
-            raise CreateAnswerLost(f"RunPod {root}: {exc.message}", label=spec.label) from None
-        except (NoCapacityError, AuthError, NetworkError):
-            raise
-        except ProviderError as exc:
-            if spec.spot and not any(p in exc.message.lower() for p in _BID_PHRASES):
-                raise SpotRefusedError(
-                    f"RunPod refused the spot (interruptible) pod: {exc.message}",
-                    hint="launch on-demand (drop --spot) or use vast.ai bids (--provider vast --spot)") from None
-            raise
-        pod = data.get(root)
-        if not isinstance(pod, Mapping) or not pod.get("id"):
-            raise ProviderError(f"RunPod {root} returned no pod id")
-        return Instance(provider=self.name, instance_id=str(pod["id"]), label=spec.label,
-                        state=InstanceState.PENDING, ssh_host=None, ssh_port=None, ssh_user=self.ssh_user,
-                        price_per_hour_usd=None, gpu_name=spec.gpu_name, gpu_count=spec.gpu_count,
-                        raw_status="created")
-
-    def get(self, instance_id: str) -> Instance:
-        data = self._graphql(POD_QUERY, {"podId": instance_id}, what="pod")
-        pod = data.get("pod")
-        if not isinstance(pod, Mapping):
-            raise InstanceNotFound(f"RunPod has no pod {instance_id}")
+            raise CreateAnswerLost(f"RunPod create pod: {exc.message}", label=spec.label) from None
+        if resp.status in (400, 404) and _no_capacity(resp):
+            raise NoCapacityError(f"RunPod has no capacity for this request: {problem_detail(resp.body, resp.text)}",
+                                  hint="try another GPU type, count or data centre")
+        if resp.status == 402:
+            raise ProviderError(f"RunPod: insufficient balance ({problem_detail(resp.body, resp.text)})",
+                                hint="add credit in the RunPod console")
+        pod = self._expect(resp, 201, what="create pod")
+        if not pod.get("id"):
+            raise ProviderError("RunPod create pod returned no pod id")
         return parse_pod(pod, ssh_user=self.ssh_user)
 
+    def get(self, instance_id: str) -> Instance:
+        """``GET /v2/pods/{id}``; :class:`InstanceNotFound` only on v2's own 404 for that id."""
+        resp = self._v2("GET", f"/pods/{_safe_pod_id(instance_id)}", what="get pod")
+        if resp.status == 404 and is_problem_404(resp.body):
+            raise InstanceNotFound(f"RunPod has no pod {instance_id}")
+        return parse_pod(self._expect(resp, 200, what="get pod"), ssh_user=self.ssh_user)
+
     def list_instances(self) -> list[Instance]:
-        data = self._graphql(PODS_QUERY, None, what="myself.pods")
-        me = data.get("myself") or {}
-        pods = me.get("pods") if isinstance(me, Mapping) else None
-        out = [parse_pod(p, ssh_user=self.ssh_user) for p in pods or [] if isinstance(p, Mapping)]
+        """``GET /v2/pods`` -> ``{"pods": [...]}``; any other answer is an error, never "no pods"."""
+        body = self._expect(self._v2("GET", "/pods", what="list pods"), 200, what="list pods")
+        pods = body.get("pods")
+        if not isinstance(pods, list):
+            raise ProviderError("RunPod list pods: no 'pods' list in the answer")
+        out = [parse_pod(p, ssh_user=self.ssh_user) for p in pods if isinstance(p, Mapping)]
         return [i for i in out if i.label and i.label.startswith(LABEL_PREFIX)]
 
     def terminate(self, instance_id: str) -> None:
-        try:
-            self._graphql(TERMINATE_MUTATION, {"podId": instance_id}, what="podTerminate")
-        except InstanceNotFound:
-            log.info("RunPod pod %s already gone", instance_id)
-        except (AuthError, NetworkError):
-            raise
-        except ProviderError as exc:
-            log.warning("RunPod podTerminate failed (%s); trying the REST API", exc.message)
-            self._rest_call("DELETE", f"/pods/{_safe_pod_id(instance_id)}", what="delete pod", gone_ok=True)
+        """``DELETE /v2/pods/{id}`` (204). A 404 counts only when ``GET`` then answers v2's 404 for the
+        id; everything else raises, so the caller keeps the pod as "terminate pending" and retries."""
+        pod_id = _safe_pod_id(instance_id)
+        resp = self._v2("DELETE", f"/pods/{pod_id}", what="terminate pod")
+        if resp.status == 204:
+            return
+        if resp.status == 404 and is_problem_404(resp.body):
+            try:
+                self.get(pod_id)
+            except InstanceNotFound:
+                log.info("RunPod pod %s already gone", pod_id)
+                return
+            raise ProviderError(f"RunPod terminate pod {pod_id}: DELETE said 404 but the pod is still listed")
+        raise ProviderError(f"RunPod terminate pod {pod_id}: HTTP {resp.status} "
+                            f"{problem_detail(resp.body, resp.text)}")
 
     def stop(self, instance_id: str) -> None:
-        try:
-            self._graphql(STOP_MUTATION, {"podId": instance_id}, what="podStop")
-        except (InstanceNotFound, AuthError, NetworkError):
-            raise
-        except ProviderError as exc:
-            log.warning("RunPod podStop failed (%s); trying the REST API", exc.message)
-            self._rest_call("POST", f"/pods/{_safe_pod_id(instance_id)}/stop", what="stop pod", gone_ok=False)
+        """``POST /v2/pods/{id}/action {"action": "stop"}`` -> 200 with the pod (EXITED)."""
+        pod_id = _safe_pod_id(instance_id)
+        resp = self._v2("POST", f"/pods/{pod_id}/action", json_body={"action": "stop"}, what="stop pod",
+                        idempotent=True)
+        if resp.status == 404 and is_problem_404(resp.body):
+            raise InstanceNotFound(f"RunPod has no pod {pod_id}")
+        if resp.status == 409 and self.get(pod_id).state.value in ("exited", "stopped"):
+            return  # already stopped: "Action not valid for current pod status"
+        pod = self._expect(resp, 200, what="stop pod")
+        if str(pod.get("status")) not in ("EXITED", "STOPPING", "TERMINATED"):
+            raise ProviderError(f"RunPod stop pod {pod_id}: the pod says {pod.get('status')!r}, not stopped")
 
-    def _rest_call(self, method: str, path: str, *, what: str, gone_ok: bool) -> None:
-        resp = self.rest.request(method, path, idempotent=True, what=what)
-        if resp.status == 404:
-            if gone_ok:
-                return
-            raise InstanceNotFound(f"RunPod REST {what}: no such pod")
-        if not resp.ok:
-            raise ProviderError(f"RunPod REST {what} failed: HTTP {resp.status} {_short(resp.text)}")
+    def start(self, instance_id: str) -> Instance:
+        """``POST /v2/pods/{id}/action {"action": "start"}`` -> 200 with the pod."""
+        pod_id = _safe_pod_id(instance_id)
+        resp = self._v2("POST", f"/pods/{pod_id}/action", json_body={"action": "start"}, what="start pod",
+                        idempotent=True)
+        return parse_pod(self._expect(resp, 200, what="start pod"), ssh_user=self.ssh_user)
 
-    # -- account (read-only) -----------------------------------------------------------------------
-    def _myself(self) -> Mapping[str, Any]:
-        me = self._graphql(USER_QUERY, None, what="myself").get("myself")
-        return me if isinstance(me, Mapping) else {}
+    # -- account -----------------------------------------------------------------------------------
+    def verify_key(self) -> str:
+        """The key checked against REST v2 (``GET /v2/pods``, read-only); returns what accepted it."""
+        self.list_instances()
+        return "REST v2 (GET /v2/pods)"
 
     def balance_usd(self) -> float | None:
-        return as_number(self._myself().get("clientBalance"))
+        # V2 GAP: REST v2 has no balance; GraphQL ``myself.clientBalance`` until GraphQL is retired.
+        resp = self.http.request("POST", "/graphql", json_body={"query": BALANCE_QUERY, "variables": {}},
+                                 idempotent=True, what="myself (GraphQL: no v2 balance)")
+        body = resp.body
+        if not resp.ok or not isinstance(body, Mapping) or body.get("errors"):
+            raise ProviderError(f"RunPod balance (GraphQL): HTTP {resp.status} {problem_detail(body, resp.text)}")
+        me = (body.get("data") or {}).get("myself") if isinstance(body.get("data"), Mapping) else None
+        return as_number(me.get("clientBalance")) if isinstance(me, Mapping) else None
+
+    def account_ssh_keys(self) -> list[str]:
+        """``GET /v2/account/ssh-keys`` -> ``{"keys": [...]}``."""
+        body = self._expect(self._v2("GET", "/account/ssh-keys", what="list SSH keys"), 200, what="list SSH keys")
+        keys = body.get("keys")
+        if not isinstance(keys, list):
+            raise ProviderError("RunPod list SSH keys: no 'keys' list in the answer")
+        return [str(k) for k in keys]
 
     def account_has_ssh_key(self, public_key: str) -> bool | None:
-        keys = self._myself().get("pubKey")
-        if not isinstance(keys, str):
-            return None
-        return same_key_in(public_key, keys.splitlines())
+        return same_key_in(public_key, self.account_ssh_keys())
 
+    # -- network volumes ---------------------------------------------------------------------------
     def network_volumes(self) -> list[NetworkVolume]:
-        """The account's network volumes (``myself.networkVolumes``)."""
-        data = self._graphql(VOLUMES_QUERY, None, what="myself.networkVolumes")
-        me = data.get("myself") or {}
-        items = me.get("networkVolumes") if isinstance(me, Mapping) else None
-        return [v for v in (parse_volume(i) for i in items or [] if isinstance(i, Mapping)) if v is not None]
+        """``GET /v2/network-volumes`` -> ``{"networkVolumes": [...]}``."""
+        body = self._expect(self._v2("GET", "/network-volumes", what="list network volumes"), 200,
+                            what="list network volumes")
+        items = body.get("networkVolumes")
+        if not isinstance(items, list):
+            raise ProviderError("RunPod list network volumes: no 'networkVolumes' list in the answer")
+        return [v for v in (parse_volume(i) for i in items if isinstance(i, Mapping)) if v is not None]
 
     def find_volume(self, name_or_id: str) -> NetworkVolume:
         """A volume by id or name; a UsageError naming the account's volumes when there is none."""
@@ -304,47 +307,58 @@ class RunPodProvider(ApiProvider):
                          hint="add --volume-size GB to create it, or create one in the RunPod console "
                               "(Storage > Network Volumes) in a data centre with the GPU you want")
 
-    def data_center_for(self, gpu_type_id: str) -> str:
-        """The data centre with the most of ``gpu_type_id`` in stock (High, then Medium, then Low; ties
-        by id): where a new volume must be for a pod of that GPU to mount it."""
-        data = self._graphql(DATA_CENTERS_QUERY, None, what="dataCenters")
-        best: tuple[int, str] | None = None
-        for dc in data.get("dataCenters") or []:
-            if not isinstance(dc, Mapping) or not dc.get("id"):
-                continue
-            for avail in dc.get("gpuAvailability") or []:
-                if not isinstance(avail, Mapping) or str(avail.get("gpuTypeId")) != gpu_type_id:
-                    continue
-                rank = _STOCK_RANK.get(str(avail.get("stockStatus")))
-                if rank is not None and (best is None or (rank, str(dc["id"])) < best):
-                    best = (rank, str(dc["id"]))
-        if best is None:
-            raise NoCapacityError(f"no RunPod data centre has {gpu_type_id} in stock for a new network volume",
-                                  hint="try another GPU type, or create the volume in the console and pass its name")
-        return best[1]
+    def data_center_for(self, gpu_type_id: str, count: int = 1) -> str:
+        """The Secure Cloud data centre with the most of ``count`` x ``gpu_type_id`` free (catalog
+        ``dataCenters`` are scoped by ``count`` and ``cloud``, openapi ``GpuType``): where a new volume
+        must be for a pod of that size to mount it."""
+        for item in self.catalog(count, "SECURE"):
+            if str(item.get("id")) == gpu_type_id:
+                dc = best_data_center(item)
+                if dc is not None:
+                    return dc
+        raise NoCapacityError(f"no RunPod Secure Cloud data centre has {count}x {gpu_type_id} free for a new "
+                              "network volume", hint="try another GPU type or count, or create the volume in "
+                                                     "the console and pass its name")
 
     def create_volume(self, name: str, size_gb: int, data_center_id: str) -> NetworkVolume:
-        """``POST /networkvolumes`` with ``name``, ``size`` (GB) and ``dataCenterId``, the body runpodctl
-        sends (internal/api/volumes.go ``CreateNetworkVolume``; docs.runpod.io api-reference
-        network-volumes POST). A create whose answer was lost is looked up by name before giving up."""
-        body = {"name": name, "size": int(size_gb), "dataCenterId": data_center_id}
+        """``POST /v2/network-volumes {name, size, dataCenter}`` -> 201 (migrate-from-v1.mdx: v1's
+        ``dataCenterId`` is ``dataCenter`` in v2). A lost answer is looked up by name before giving up."""
+        body = {"name": name, "size": int(size_gb), "dataCenter": data_center_id}
         try:
-            resp = self.rest.request("POST", "/networkvolumes", json_body=body, idempotent=False,
-                                     what="create network volume")
+            resp = self._v2("POST", "/network-volumes", json_body=body, idempotent=False, what="create network volume")
         except RequestMaybeSent as exc:
             for v in self.network_volumes():
                 if v.name == name and v.data_center_id == data_center_id:
                     return v
             raise ProviderError(f"RunPod create network volume: {exc.message}; no volume {name} was found after it",
                                 hint="check the RunPod console (Storage) before launching again") from None
-        if not resp.ok:
-            detail = resp.body.get("error") if isinstance(resp.body, Mapping) else None
+        if resp.status != 201:
             raise ProviderError(f"RunPod refused to create network volume {name} ({size_gb} GB in "
-                                f"{data_center_id}): HTTP {resp.status} {_short(str(detail or resp.text))}")
+                                f"{data_center_id}): HTTP {resp.status} {problem_detail(resp.body, resp.text)}")
         volume = parse_volume(resp.body) if isinstance(resp.body, Mapping) else None
         if volume is None:
             raise ProviderError("RunPod create network volume returned no volume id")
         return volume
+
+    def delete_volume(self, volume_id: str) -> None:
+        """``DELETE /v2/network-volumes/{id}`` -> 204."""
+        self._expect(self._v2("DELETE", f"/network-volumes/{_safe_pod_id(volume_id)}", what="delete network volume"),
+                     204, what="delete network volume")
+
+
+def _pinned(spec: LaunchSpec) -> tuple[str | None, str | None]:
+    """The cloud and data centre the offer was quoted for: from the spec, else from the offer id."""
+    cloud, dc = spec.cloud_type, spec.data_center_id
+    parts = (spec.offer_id or "").split("|")
+    if len(parts) == 4:
+        cloud = cloud or parts[2] or None
+        dc = dc or parts[3] or None
+    return cloud, dc
+
+
+def _no_capacity(resp: HttpResponse) -> bool:
+    low = problem_detail(resp.body, resp.text).lower()
+    return any(p in low for p in _NO_CAPACITY_PHRASES)
 
 
 def same_key_in(public_key: str, lines: list[str]) -> bool:
@@ -355,143 +369,13 @@ def same_key_in(public_key: str, lines: list[str]) -> bool:
 
 def _safe_pod_id(value: str) -> str:
     text = str(value)
-    if not text or not all(c.isalnum() for c in text):
-        raise ProviderError(f"'{text}' is not a RunPod pod id")
+    if not text or not all(c.isalnum() or c == "_" for c in text):
+        raise ProviderError(f"'{text}' is not a RunPod id")
     return text
 
 
-def _short(text: str, limit: int = 120) -> str:
-    return " ".join((text or "").split())[:limit]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Parsing: the only place RunPod's raw dicts are read.
-
-def graphql_error(errors: Any, *, what: str) -> ProviderError:
-    """The gpucli error for a GraphQL ``errors`` list (capacity, gone, or a plain provider error)."""
-    first = errors[0] if isinstance(errors, list) and errors else {}
-    message = str(first.get("message") if isinstance(first, Mapping) else first) or "unknown error"
-    ext = first.get("extensions") if isinstance(first, Mapping) else None
-    code = ext.get("code") if isinstance(ext, Mapping) else None
-    low = message.lower()
-    if code == "SUPPLY_CONSTRAINT" or any(p in low for p in _NO_CAPACITY_PHRASES):
-        return NoCapacityError(f"RunPod has no capacity for this request: {message}",
-                               hint="try another GPU type, count or cloud type")
-    if any(p in low for p in _GONE_PHRASES):
-        return InstanceNotFound(f"RunPod {what}: {message}")
-    if code in ("FORBIDDEN", "UNAUTHENTICATED", "UNAUTHORIZED"):
-        # A key that may not do this (e.g. a pod-scoped key on another pod): never retried elsewhere.
-        return AuthError(f"RunPod refused the key for {what}: {message}")
-    suffix = f" [{code}]" if code else ""
-    return ProviderError(f"RunPod {what} failed: {message}{suffix}")
-
-
-@dataclass(frozen=True)
-class NetworkVolume:
-    """A RunPod network volume: mounted at /workspace of a pod created with it, in its data centre."""
-
-    volume_id: str
-    name: str
-    size_gb: int | None
-    data_center_id: str | None
-    created: bool = False  # created by this launch (it stays after the run: it holds the data)
-
-    @property
-    def usd_per_month(self) -> float | None:
-        return None if self.size_gb is None else volume_usd_per_month(self.size_gb)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.volume_id, "name": self.name, "size_gb": self.size_gb,
-                "data_center_id": self.data_center_id, "created": self.created}
-
-
-def volume_usd_per_month(size_gb: float) -> float:
-    """RunPod's monthly price of a network volume of ``size_gb`` (see VOLUME_USD_PER_GB_MONTH)."""
-    first = min(size_gb, 1000.0)
-    return first * VOLUME_USD_PER_GB_MONTH + max(0.0, size_gb - 1000.0) * VOLUME_USD_PER_GB_MONTH_OVER_1TB
-
-
-def parse_volume(item: Mapping[str, Any]) -> NetworkVolume | None:
-    if not item.get("id"):
-        return None
-    size = item.get("size")
-    return NetworkVolume(volume_id=str(item["id"]), name=str(item.get("name") or item["id"]),
-                         size_gb=size if isinstance(size, int) else None,
-                         data_center_id=str(item["dataCenterId"]) if item.get("dataCenterId") else None)
-
-
-def parse_gpu_type(item: Mapping[str, Any], count: int) -> Offer | None:
-    """One ``gpuTypes`` entry at ``count`` GPUs -> an Offer, or None when it cannot be rented now."""
-    lowest = item.get("lowestPrice")
-    if not isinstance(lowest, Mapping):
-        return None
-    per_gpu = as_number(lowest.get("uninterruptablePrice"))
-    if per_gpu is None or per_gpu <= 0 or not item.get("id"):
-        return None
-    # gpuhunt drops offers with a null stockStatus: RunPod lists a price but has nothing to rent. The
-    # API can also answer the string "None" (providers.md §5); that is the same "nothing to rent".
-    if "stockStatus" in lowest and lowest.get("stockStatus") in _UNAVAILABLE_STOCK:
-        return None
-    available = lowest.get("availableGpuCounts")
-    if isinstance(available, list) and available and count not in available:
-        return None
-    max_count = item.get("maxGpuCount")
-    if isinstance(max_count, int) and count > max_count:
-        return None
-    bid = as_number(lowest.get("minimumBidPrice"))
-    gpu_id = str(item["id"])
-    return Offer(
-        provider="runpod", offer_id=f"{gpu_id}|{count}", gpu_name=gpu_id, gpu_count=count,
-        vram_gb_per_gpu=float(as_number(item.get("memoryInGb")) or 0.0),
-        price_per_hour_usd=per_gpu * count, price_per_gpu_hour_usd=per_gpu,
-        spot_price_per_hour_usd=None if bid is None else bid * count,
-        gpu_display_name=str(item.get("displayName") or gpu_id),
-        stock=lowest.get("stockStatus") if isinstance(lowest.get("stockStatus"), str) else None,
-    )
-
-
-_STATES = {
-    "CREATED": InstanceState.PENDING,
-    "RESTARTING": InstanceState.PENDING,
-    "EXITED": InstanceState.EXITED,
-    "PAUSED": InstanceState.STOPPED,
-    "TERMINATED": InstanceState.TERMINATED,
-    "DEAD": InstanceState.FAILED,
-}
-
-
-def parse_pod(pod: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
-    """A ``pod``/``myself.pods`` entry -> Instance. ``runtime: null`` means not up yet (PENDING)."""
-    desired = pod.get("desiredStatus")
-    runtime = pod.get("runtime")
-    host: str | None = None
-    port: int | None = None
-    if isinstance(runtime, Mapping):
-        for entry in runtime.get("ports") or []:
-            if not isinstance(entry, Mapping):
-                continue
-            if entry.get("privatePort") == 22 and entry.get("isIpPublic") is True and \
-                    str(entry.get("type", "tcp")).lower() == "tcp" and entry.get("ip") and entry.get("publicPort"):
-                host, port = str(entry["ip"]), int(entry["publicPort"])
-                break
-    if desired == "RUNNING" or (desired is None and isinstance(runtime, Mapping)):
-        state = InstanceState.RUNNING if isinstance(runtime, Mapping) else InstanceState.PENDING
-    else:
-        state = _STATES.get(str(desired), InstanceState.UNKNOWN)
-    machine = pod.get("machine")
-    gpu_display = machine.get("gpuDisplayName") if isinstance(machine, Mapping) else None
-    runtime_word = "null" if runtime is None else ("up, no public ssh port" if host is None else "up")
-    count = pod.get("gpuCount")
-    return Instance(
-        provider="runpod", instance_id=str(pod.get("id")), label=pod.get("name"), state=state,
-        ssh_host=host, ssh_port=port, ssh_user=ssh_user, price_per_hour_usd=as_number(pod.get("costPerHr")),
-        gpu_name=gpu_display, gpu_count=count if isinstance(count, int) else None,
-        raw_status=f"desiredStatus={desired} runtime={runtime_word}",
-    )
-
-
 def _counts_for(query: Query | None, default: tuple[int, ...]) -> tuple[int, ...]:
-    """GPU counts worth asking about: an exact ``num_gpus=N`` narrows it to one request."""
+    """GPU counts worth asking about: an exact ``num_gpus=N`` narrows it to one request per cloud."""
     if query is not None:
         for field, ops in query.filters:
             if field == "num_gpus":
@@ -499,8 +383,3 @@ def _counts_for(query: Query | None, default: tuple[int, ...]) -> tuple[int, ...
                     if op == "eq" and isinstance(value, str) and value.isdigit():
                         return (int(value),)
     return default
-
-
-def sort_offers(offers: list[Offer], order: str) -> list[Offer]:
-    """Sort by vastai-style order text over the offers' query records; unknown values sort last."""
-    return sort_by_order(offers, order)

@@ -77,6 +77,16 @@ class VastProvider(ApiProvider):
 
     name = "vast"
     service = SERVICE
+    #: Every call gpucli makes to vast.ai and the API it goes through (``gpucli doctor`` prints it).
+    API_CALLS = (
+        ("offers", "REST v0 POST /api/v0/bundles/"), ("create", "REST v0 PUT /api/v0/asks/{id}/"),
+        ("status", "REST v0 GET /api/v0/instances/{id}/"), ("list", "REST v1 GET /api/v1/instances/"),
+        ("stop", "REST v0 PUT /api/v0/instances/{id}/ {state: stopped}"),
+        ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
+        ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
+        ("balance", "REST v0 GET /api/v0/users/current"),
+        ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
+    )
 
     def __init__(self, *, direct_ssh: bool = True, runtype: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -106,12 +116,14 @@ class VastProvider(ApiProvider):
         offers = resp.body.get("offers") if isinstance(resp.body, Mapping) else None
         if isinstance(offers, Mapping):  # the docs' YAML example shows an object; real answers a list
             offers = list(offers.values())
-        parsed = [parse_offer(o) for o in offers or [] if isinstance(o, Mapping)]
+        parsed = [parse_offer({**o, "allocated_storage": storage}) for o in offers or [] if isinstance(o, Mapping)]
         return [o for o in parsed if o is not None][: max(0, limit)]
 
     # -- account SSH keys --------------------------------------------------------------------------
     def _account_keys(self) -> list[str]:
         resp = self.http.request("GET", "/api/v0/ssh/", what="show ssh keys")
+        if resp.status == 404 and "no ssh keys" in _error_text(resp).lower():
+            return []  # documented: 404 "No SSH keys found" on an account with none (show_ssh_keys.yaml L54)
         _raise_for_error(resp, what="show ssh keys")
         return parse_account_keys(resp.body)
 
@@ -237,8 +249,12 @@ class VastProvider(ApiProvider):
                 params["after_token"] = token
             resp = self.http.request("GET", "/api/v1/instances/", params=params, what="show instances")
             _raise_for_error(resp, what="show instances")
-            body = resp.body if isinstance(resp.body, Mapping) else {}
-            for item in body.get("instances") or []:
+            body = resp.body
+            if not resp.ok or not isinstance(body, Mapping) or not isinstance(body.get("instances"), list):
+                # Never "no instances" from an answer that is not the documented list.
+                raise ProviderError(f"vast.ai show instances: HTTP {resp.status} without the documented "
+                                    f"instances list ({_error_text(resp)})")
+            for item in body["instances"]:
                 if isinstance(item, Mapping):
                     inst = parse_instance(item, ssh_user=self.ssh_user)
                     if inst.label and inst.label.startswith(LABEL_PREFIX):
@@ -251,17 +267,20 @@ class VastProvider(ApiProvider):
     def terminate(self, instance_id: str) -> None:
         resp = self.http.request("DELETE", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  what="destroy instance")
-        if resp.status == 404 or _error_code(resp) == "no_such_instance":
+        # Gone only on vast's own words for it (``no_such_instance``): a bare 404 (a wrong URL, a proxy)
+        # proves nothing. Done only on ``{"success": true}`` (vast-cli destroy_instance reads it): a 200
+        # that is not JSON is a failure, retried and reported, never "terminated".
+        if _error_code(resp) == "no_such_instance":
             log.info("vast.ai instance %s already gone", instance_id)
             return
-        _raise_for_error(resp, what="destroy instance")
+        _raise_unless_success(resp, what="destroy instance")
 
     def stop(self, instance_id: str) -> None:
         resp = self.http.request("PUT", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  json_body={"state": "stopped"}, idempotent=True, what="stop instance")
-        if resp.status == 404 or _error_code(resp) == "no_such_instance":
+        if _error_code(resp) == "no_such_instance":
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
-        _raise_for_error(resp, what="stop instance")
+        _raise_unless_success(resp, what="stop instance")
 
     def _best_effort_terminate(self, instance_id: str) -> None:
         try:
@@ -298,6 +317,17 @@ def _raise_for_error(resp: HttpResponse, *, what: str) -> None:
     body = resp.body
     if resp.ok and not (isinstance(body, Mapping) and body.get("success") is False):
         return
+    raise ProviderError(f"vast.ai {what} failed: {_error_text(resp)} (HTTP {resp.status})")
+
+
+def _raise_unless_success(resp: HttpResponse, *, what: str) -> None:
+    """A 2xx whose JSON says ``"success": true``; anything else (HTML, empty, false) is a failure."""
+    body = resp.body
+    if resp.ok and isinstance(body, Mapping) and body.get("success") is True:
+        return
+    if resp.ok:
+        raise ProviderError(f"vast.ai {what}: HTTP {resp.status} without the documented success answer "
+                            f"({_error_text(resp)})", hint="the instance may still bill: gpucli retries it")
     raise ProviderError(f"vast.ai {what} failed: {_error_text(resp)} (HTTP {resp.status})")
 
 
@@ -356,7 +386,20 @@ def parse_offer(item: Mapping[str, Any]) -> Offer | None:
         cuda_max=as_number(item.get("cuda_max_good")), disk_gb=as_number(item.get("disk_space")),
         gpu_display_name=_opt_str(item.get("gpu_name")), machine_id=_opt_str(item.get("machine_id")),
         host_id=_opt_str(item.get("host_id")), verified=verified,
+        # $/GB for data reaching the host (our uploads) and leaving it (checkpoints home): "Charges apply
+        # per byte ... can significantly impact total costs" (vast-ai/docs guides/instances/pricing.mdx
+        # L70; fields inet_up_cost/inet_down_cost in search_offers.yaml L144-148).
+        inet_up_usd_per_gb=as_number(item.get("inet_up_cost")),
+        inet_down_usd_per_gb=as_number(item.get("inet_down_cost")),
+        # On a bid the hourly storage is billed on top of it (gpuhunt vastai.py: min_bid + disk x
+        # storage_cost / 720): kept here so the spot quote adds it.
+        storage_usd_per_hour=_storage_per_hour(item),
     )
+
+
+def _storage_per_hour(item: Mapping[str, Any]) -> float:
+    cost, disk = as_number(item.get("storage_cost")), as_number(item.get("allocated_storage"))
+    return 0.0 if cost is None or disk is None else cost * disk / 720.0
 
 
 def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
@@ -394,5 +437,13 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
         provider="vast", instance_id=str(inst.get("id")), label=_opt_str(inst.get("label")), state=state,
         ssh_host=host, ssh_port=port, ssh_user=ssh_user, price_per_hour_usd=as_number(inst.get("dph_total")),
         gpu_name=_opt_str(inst.get("gpu_name")), gpu_count=count if isinstance(count, int) else None,
-        raw_status=raw,
+        raw_status=raw, stopped_usd_per_month=_stopped_storage(inst),
     )
+
+
+def _stopped_storage(inst: Mapping[str, Any]) -> float | None:
+    """What a stopped instance keeps billing per month: its disk at ``storage_cost`` $/GB/month (vast
+    bills storage on stopped instances, "typically higher for stopped": guides/instances/pricing.mdx
+    L62-65; the stopped premium is not in the API, so this is a floor)."""
+    cost, disk = as_number(inst.get("storage_cost")), as_number(inst.get("disk_space"))
+    return None if cost is None or disk is None else cost * disk

@@ -20,7 +20,7 @@ Each poll it looks at the trainer's process group and files:
   the watchdog sends ``PUT /api/v0/instances/{CONTAINER_ID}/ {"state": "stopped"}`` (or DELETE).
 Every request carries ``User-Agent: gpucli/<version>``. The version and the API endpoints come from
 the 0600 env file the launch writes next to this script (``watchdog.env``: GPUCLI_VERSION,
-GPUCLI_RUNPOD_API_BASE_URL, GPUCLI_RUNPOD_API_URL, GPUCLI_VAST_URL), sourced into this process's
+GPUCLI_RUNPOD_API_BASE_URL, GPUCLI_VAST_URL), sourced into this process's
 environment; without it the providers' public endpoints are used.
 These variables live in the container's PID 1 environment (SSH sessions do not inherit them), so
 they are read from ``/proc/1/environ`` (``GPUCLI_POD_ENVIRON`` names another file, for emulators).
@@ -107,9 +107,10 @@ def pod_environ() -> dict[str, str]:
     return env
 
 
-#: Where the APIs are when the launch's env file does not say (the providers' public endpoints).
-RUNPOD_GRAPHQL_BASE = "https://api.runpod.io"
-RUNPOD_REST_BASE = "https://rest.runpod.io/v1"  # runpod/runpodctl: internal/api/client.go DefaultBaseURL
+#: Where the APIs are when the launch's env file does not say (the providers' public endpoints). RunPod:
+#: REST v2 under /v2 and GraphQL under /graphql on one host (runpod/docs api-reference-v2/openapi.json);
+#: REST v1 was retired on 2026-11-15 (release-notes.mdx) and is never called.
+RUNPOD_API_BASE = "https://api.runpod.io"
 VAST_BASE = "https://console.vast.ai"
 #: How long the watchdog keeps trying to end the pod (GPUCLI_WATCHDOG_END_CAP_S in its env file).
 END_CAP_S = 900.0
@@ -159,6 +160,20 @@ def _gone(text: str) -> bool:
                                   "pod does not exist"))
 
 
+def runpod_v2_ok(status: int, text: str) -> str | None:
+    """RunPod REST v2 ``POST /v2/pods/{id}/action``: stop answers 200 with the pod, terminate 204
+    (openapi.json ``podAction``); a 404 counts only with v2's problem body (``status: 404``), never a
+    bare 404 (a wrong URL, a proxy, the retired v1)."""
+    if status == 204:
+        return "ended"
+    body = _json(text)
+    if status == 404:
+        return "gone" if isinstance(body, dict) and body.get("status") == 404 and "title" in body else None
+    if status == 200 and isinstance(body, dict) and body.get("status") in ("EXITED", "TERMINATED"):
+        return "ended"
+    return None
+
+
 def runpod_graphql_ok(status: int, text: str) -> str | None:
     """"ended" / "gone" for a GraphQL answer that did it, None otherwise. RunPod answers errors with
     HTTP 200 and an ``errors`` list (providers.md 1.6), so the status alone proves nothing."""
@@ -175,16 +190,15 @@ def runpod_graphql_ok(status: int, text: str) -> str | None:
 
 
 def rest_ok(status: int, text: str) -> str | None:
-    """RunPod REST and vast.ai: 2xx did it, except a vast ``{"success": false}`` body (HTTP 200 that
-    did nothing); 404 is a pod that no longer exists."""
-    if status == 404:  # only the provider's own "no such pod" words: a wrong URL is a 404 too
+    """vast.ai: only a 2xx whose JSON body says ``"success": true`` did it (vast-cli reads
+    ``r.json()["success"]``); a 200 that is not JSON, or ``{"success": false}``, did nothing. 404 counts
+    only with the provider's own "no such instance" words: a wrong URL is a 404 too."""
+    if status == 404:
         return "gone" if _gone(text) else None
     if not 200 <= status < 300:
         return None
     body = _json(text)
-    if isinstance(body, dict) and body.get("success") is False:
-        return None
-    return "ended"
+    return "ended" if isinstance(body, dict) and body.get("success") is True else None
 
 
 def pod_calls(provider: str, on_end: str, env: dict[str, str]) -> tuple[list[tuple], str | None, str | None]:
@@ -195,14 +209,13 @@ def pod_calls(provider: str, on_end: str, env: dict[str, str]) -> tuple[list[tup
         pod, key = env.get("RUNPOD_POD_ID"), env.get("RUNPOD_API_KEY")
         if not pod or not key:
             return [], None, "RUNPOD_POD_ID / RUNPOD_API_KEY not in the pod environment: cannot stop the pod"
-        graphql = _endpoint("GPUCLI_RUNPOD_API_BASE_URL", RUNPOD_GRAPHQL_BASE) + "/graphql"
-        rest = _endpoint("GPUCLI_RUNPOD_API_URL", RUNPOD_REST_BASE)
+        base = _endpoint("GPUCLI_RUNPOD_API_BASE_URL", RUNPOD_API_BASE)
+        action = {"action": "terminate" if terminate else "stop"}
         body = {"query": TERMINATE_MUTATION if terminate else STOP_MUTATION, "variables": {"podId": pod}}
-        # REST as the fallback, as runpodctl now stops pods (internal/api/pods.go: POST /pods/{id}/stop,
-        # DELETE /pods/{id}). Whether RunPod's REST API takes a pod-scoped key is not documented.
-        rest_call = ("REST", "DELETE", f"{rest}/pods/{pod}", None, rest_ok) if terminate else \
-            ("REST", "POST", f"{rest}/pods/{pod}/stop", None, rest_ok)
-        return [("GraphQL", "POST", graphql, body, runpod_graphql_ok), rest_call], key, None
+        # REST v2 first (POST /v2/pods/{id}/action, migrate-from-v1.mdx); GraphQL as the fallback while
+        # it lives (retired early 2027). Whether v2 takes a pod-scoped key is not documented.
+        return [("REST v2", "POST", f"{base}/v2/pods/{pod}/action", action, runpod_v2_ok),
+                ("GraphQL", "POST", f"{base}/graphql", body, runpod_graphql_ok)], key, None
     if provider == "vast":
         cid, key = env.get("CONTAINER_ID"), env.get("CONTAINER_API_KEY")
         if not cid or not key:

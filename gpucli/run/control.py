@@ -7,6 +7,7 @@ Like the rest of the core, nothing here prints: results are returned, progress g
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
 from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
 from gpucli.run import procs
 from gpucli.run import records as runs
@@ -42,9 +44,26 @@ def _finite(value: object) -> float | None:
 
 
 def recorded_status(record: RunRecord) -> RunStatus:
-    """What the record alone says (no host asked)."""
+    """What the record alone says (no host asked), with what an ended cloud run keeps billing."""
+    kept = kept_storage(record)
     return RunStatus(state=record.status, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
-                     step=record.step, loss=record.loss, max_steps=record.limits.max_steps)
+                     step=record.step, loss=record.loss, max_steps=record.limits.max_steps,
+                     kept_usd_per_month=kept[0] if kept else None, kept_note=kept[1] if kept else None)
+
+
+def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str] | None:
+    """A stopped pod's disk or a kept volume of an ended cloud run, per month (None: nothing kept).
+    ``ended``: the run is over though its record still says active (its pod was seen stopped)."""
+    if record.active and not ended:
+        return None
+    target = get_target(record.provider)
+    ask = getattr(target, "kept_storage", None)
+    if ask is None or not (record.instance_id or (record.launch or {}).get("volume")):
+        return None
+    try:
+        return ask(record)
+    except GpucliError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -135,7 +154,19 @@ def with_prepare(st: RunStatus, prepare: PrepareStatus | None) -> LiveStatus:
 
 def live_status(record: RunRecord) -> RunStatus:
     """The run's state as its host shows it now, with its data preparation. A run seen finished or
-    failed is recorded so, with the cost metered on the pod (elapsed x price)."""
+    failed is recorded so, with the cost metered on the pod (elapsed x price). A run no longer running
+    also says what its stopped pod or kept volume bills per month."""
+    st = _live_status(record)
+    if st.kept_usd_per_month is None and st.state not in ("running", "starting", "provisioning"):
+        kept = kept_storage(record, ended=True)
+        if kept is not None:
+            st = dataclasses.replace(st, kept_usd_per_month=kept[0], kept_note=kept[1])
+    return st
+
+
+def _live_status(record: RunRecord) -> RunStatus:
+    if record.status == TERMINATE_PENDING:
+        return recorded_status(retry_pending_terminate(record))
     try:
         host = open_host(record, connect_timeout_s=10)
     except GpucliError as exc:
@@ -166,7 +197,22 @@ def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None
     """Every run with its status: live for active runs (every run with ``check_all``). A record that
     cannot be read is skipped and named to ``on_bad``."""
     return [(r, live_status(r) if (r.active or check_all) else recorded_status(r))
-            for r in runs.list_runs(on_bad)]
+            for r in (retry_pending_terminate(r) for r in runs.list_runs(on_bad))]
+
+
+def retry_pending_terminate(record: RunRecord) -> RunRecord:
+    """A run whose pod's terminate was not confirmed: try it again; saved as stopped once the provider
+    says the pod is gone, else returned unchanged (its status keeps saying "terminate pending")."""
+    if record.status != TERMINATE_PENDING:
+        return record
+    try:
+        get_target(record.provider).terminate(record)
+    except GpucliError as exc:
+        saved = record.with_(message=str(exc)[:500])
+    else:
+        saved = record.with_(status="stopped", message=None)
+    runs.save(saved)
+    return saved
 
 
 @dataclass(frozen=True)
@@ -194,9 +240,20 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
                                   loss=_finite(last.loss) if last.loss is not None else record.loss)
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))
-    ended_pod = False if keep_pod else get_target(record.provider).terminate(record)
+
+    try:
+        ended_pod = False if keep_pod else get_target(record.provider).terminate(record)
+    except TerminatePending as exc:
+        # Never "stopped" on an answer that does not say the pod is gone: the record keeps saying so,
+        # `ls` and `status` show it, and the next `down` tries again.
+        cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
+        runs.save(record.with_(status=TERMINATE_PENDING, ended_at=record.ended_at or runs.now_iso(),
+                               end_reason=record.end_reason or ("down" if was_running else None), cost_usd=cost,
+                               message=exc.message[:500]))
+        raise
     cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
-    saved = record.with_(status="stopped" if record.active else record.status,
+    was_pending = record.status == TERMINATE_PENDING
+    saved = record.with_(status="stopped" if (record.active or was_pending) else record.status,
                          ended_at=record.ended_at or runs.now_iso(),
                          end_reason=record.end_reason or ("down" if was_running else None), cost_usd=cost)
     runs.save(saved)

@@ -17,7 +17,6 @@ before training, under the run's watchdog, so its time counts against ``--hours`
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -78,12 +77,6 @@ class DataSource:
         if self.kind == "url":
             return f"{len(self.downloads)} URL(s), downloaded on the pod"
         return f"Hugging Face dataset {self.repo}" + (f" ({self.pattern})" if self.pattern else "")
-
-
-def volume_mount() -> str:
-    """Where a RunPod network volume is mounted in the pod (RunPod's ``volumeMountPath`` default);
-    ``GPUCLI_VOLUME_MOUNT`` names another place (the emulator's volume store in tests)."""
-    return (os.environ.get("GPUCLI_VOLUME_MOUNT") or "/workspace").rstrip("/") or "/"
 
 
 def _download(url: str, sha: str | None, where: str) -> Download:

@@ -24,11 +24,12 @@ from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfi
 from gpucli.plan.disk import DiskNeed, checkpoint_disk, disk_need
 from gpucli.plan.estimate import Fit, choose_micro_batch, train_flops_per_token
 from gpucli.plan.planner import PlanRequest, PriceQuote, Setup, choose_price, estimate_train
-from gpucli.run.datasources import DataSource, parse_data, pod_plan, volume_mount
+from gpucli.run.datasources import DataSource, parse_data, pod_plan
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
 from gpucli.run.records import PlannedSpeed
 from gpucli.run.targets import get_target
+from gpucli.settings import volume_mount
 from trainer.spec.config import DEMO_MAX_BYTES, JOB_STARTED_ENV, ConfigError
 from trainer.spec.load import apply_override, parse_override, validated_config
 from trainer.spec.modelspec import spec_problem, unsupported_message

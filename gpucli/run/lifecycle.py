@@ -195,6 +195,13 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
                 save(record)
 
             ssh = provision(on_created=on_created, on_event=on_event)
+            billed = getattr(provision, "billed_usd_per_hour", None)
+            if billed:  # the price is what is billed: budget, watchdog cap and cost records use it
+                request = (inputs or {}).get("request") or {}
+                stated = (request.get("limits") or {}).get("price_per_hour_usd")  # --price: kept if higher
+                price = max(float(billed), float(stated)) if stated else float(billed)
+                resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(price_per_hour_usd=price))
+                record = record.with_(limits=resolved.limits)
         record = record.with_(ssh=ssh, status="starting")
         save(record)
         with get_target(record.provider).open(record) as host:

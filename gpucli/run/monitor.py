@@ -71,6 +71,8 @@ class RunStatus:
     process_alive: bool | None = None
     last_event: str | None = None
     log_tail: tuple[str, ...] = field(default_factory=tuple)
+    kept_usd_per_month: float | None = None  # a stopped pod's disk or a kept volume, billing monthly
+    kept_note: str | None = None  # what is kept and how to end it
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,

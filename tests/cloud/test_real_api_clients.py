@@ -11,7 +11,6 @@ from gpucli.cloud import get_provider
 from gpucli.cloud.base import LaunchSpec, SpotRefusedError
 from gpucli.cloud.http import USER_AGENT, HttpClient, RetryPolicy
 from gpucli.cloud.query import parse_query
-from gpucli.cloud.runpod import CREATE_ON_DEMAND
 from gpucli.errors import NoCapacityError, ProviderError
 from tests.providers.test_clients import provision, spec_for, ssh_ok
 
@@ -152,62 +151,92 @@ def test_vast_gone_offer_shapes_are_no_capacity(vast_emulator, client_key, statu
         vp.create(spec_for(offer, client_key[1]))
 
 
-# --- item 4: RunPod --------------------------------------------------------------------------------
+# --- item 4: RunPod (REST v2) ----------------------------------------------------------------------
 def test_runpod_sends_public_key_and_ssh_public_key(runpod_emulator, client_key):
     rp = get_provider("runpod", policy=FAST)
     offer = rp.search_offers(parse_query("num_gpus=1"))[0]
     result = provision(rp, spec_for(offer, client_key[1]), [offer])
-    create = next(v for root, v in runpod_emulator.calls if root == "podFindAndDeployOnDemand")
-    env = {e["key"]: e["value"] for e in create["input"]["env"]}
-    assert env["PUBLIC_KEY"] == env["SSH_PUBLIC_KEY"] == client_key[1].strip()
+    create = next(b for op, b in runpod_emulator.calls if op == "createPod")
+    assert create["env"]["PUBLIC_KEY"] == create["env"]["SSH_PUBLIC_KEY"] == client_key[1].strip()
     assert ssh_ok(result.instance, client_key[0])
     rp.terminate(result.instance.instance_id)
 
 
-def test_runpod_stock_status_none_string_is_unavailable(runpod_emulator):
+def test_runpod_count_out_of_stock_in_every_data_centre_is_no_offer(runpod_emulator):
     rp = get_provider("runpod", policy=FAST)
-    assert any(o.gpu_name == "NVIDIA GeForce RTX 4090" for o in rp.search_offers(parse_query("num_gpus=1")))
-    runpod_emulator.gpu_types[0]["stock"] = "None"
-    assert all(o.gpu_name != "NVIDIA GeForce RTX 4090" for o in rp.search_offers(parse_query("num_gpus=1")))
+    assert any(o.gpu_name == "NVIDIA H100 80GB HBM3" for o in rp.search_offers(parse_query("num_gpus=1")))
+    # EU-SE-1 has one H100 free, US-KS-2 eight: 8 H100s only in US-KS-2, and that is where the offer goes
+    eight = [o for o in rp.search_offers(parse_query("num_gpus=8")) if o.gpu_name == "NVIDIA H100 80GB HBM3"]
+    assert [(o.cloud_type, o.data_center_id) for o in eight] == [("SECURE", "US-KS-2")]
+    for dc in runpod_emulator.data_centers:
+        dc["stock"]["SECURE"].pop("NVIDIA H100 80GB HBM3", None)
+    assert all(o.gpu_name != "NVIDIA H100 80GB HBM3" for o in rp.search_offers(parse_query("num_gpus=1")))
+
+
+def test_runpod_v1_and_interruptible_are_gone(runpod_emulator):
+    rp = get_provider("runpod", policy=FAST)
+    assert rp.http.request("POST", "/v1/pods/abc/stop").status == 410  # retired 2026-11-15
+    resp = rp.http.request("POST", "/graphql", json_body={"query": "mutation R($input: String!) { "
+                                                                  "podRentInterruptable(input: $input) { id } }",
+                                                         "variables": {"input": "x"}})
+    assert "Cannot query field" in str(resp.body)
+    assert runpod_emulator.ledger.created() == []
 
 
 def test_runpod_refused_spot_is_one_line_and_never_on_demand(runpod_emulator, client_key):
-    runpod_emulator.spot_refused = True
     rp = get_provider("runpod", policy=FAST)
-    offer = rp.search_offers(parse_query("num_gpus=1"), spot=True)[0]
+    offer = rp.search_offers(parse_query("num_gpus=1"))[0]
     spec = spec_for(offer, client_key[1], spot=True, bid_per_gpu_usd=1.0)
     with pytest.raises(SpotRefusedError) as err:
         provision(rp, spec, [offer, offer])
-    assert "\n" not in str(err.value) and "on-demand" in str(err.value) and "vast" in str(err.value)
+    assert "\n" not in str(err.value) and "vast" in str(err.value)
     assert runpod_emulator.ledger.created() == []
-    assert [root for root, _ in runpod_emulator.calls].count("podRentInterruptable") == 1
-    assert "podFindAndDeployOnDemand" not in [root for root, _ in runpod_emulator.calls]
+    assert "createPod" not in [op for op, _ in runpod_emulator.calls]
 
 
-def test_runpod_unknown_input_types_and_keys_are_http_400(runpod_emulator):
+def test_runpod_unknown_create_fields_are_422(runpod_emulator):
     rp = get_provider("runpod", policy=FAST)
-    with pytest.raises(ProviderError, match='Unknown type "PodStopInput"'):
-        rp._graphql("mutation S($input: PodStopInput!) { podStop(input: $input) { id } }",
-                    {"input": {"podId": "x"}}, what="podStop")
-    with pytest.raises(ProviderError, match='Field "bogus" is not defined'):
-        rp._graphql(CREATE_ON_DEMAND, {"input": {"name": "gpucli-x", "bogus": 1}}, what="create", idempotent=False)
-    with pytest.raises(ProviderError, match="variables, not literals"):
-        rp._graphql('query P { pod(input: {podId: "abc"}) { id } }', None, what="pod")
+    resp = rp.http.request("POST", "/v2/pods", json_body={"name": "gpucli-x", "image": "i", "gpu": {"id": "x"},
+                                                          "cloudType": "ALL"}, idempotent=False)
+    assert resp.status == 422 and "cloudType" in str(resp.body)
     assert runpod_emulator.ledger.created() == []
 
 
 @pytest.mark.parametrize("action", ["stop", "terminate"])
-def test_runpod_stop_and_terminate_fall_back_to_rest(runpod_emulator, client_key, action):
+def test_runpod_stop_and_terminate_go_through_v2(runpod_emulator, client_key, action):
     rp = get_provider("runpod", policy=FAST)
     offer = rp.search_offers(parse_query("num_gpus=1"))[0]
     inst = rp.create(spec_for(offer, client_key[1]))
-    runpod_emulator.faults.add("server_error", action, times=FAST.max_attempts)  # GraphQL keeps failing
     getattr(rp, action)(inst.instance_id)
-    rest = [r for r in runpod_emulator.requests if r[1].startswith("/v1/pods/")]
-    assert rest and rest[-1][1].startswith(f"/v1/pods/{inst.instance_id}")
+    ends = [r for r in runpod_emulator.requests if inst.instance_id in r[1] and r[0] in ("POST", "DELETE")]
+    assert ends[0][:2] == (("POST", f"/v2/pods/{inst.instance_id}/action") if action == "stop"
+                           else ("DELETE", f"/v2/pods/{inst.instance_id}"))
+    assert not any(r[1].startswith(("/v1/", "/graphql")) for r in runpod_emulator.requests)
     events = [e.event for e in runpod_emulator.ledger.ended(inst.instance_id)]
     assert events == ["stopped" if action == "stop" else "terminated"]
     rp.terminate(inst.instance_id)
+
+
+@pytest.mark.parametrize("fault", ["server_error", "not_json"])
+def test_runpod_terminate_that_is_not_the_documented_answer_fails(runpod_emulator, client_key, fault):
+    """A 5xx (after retries) or a 200 that is not the documented 204 never says "terminated"."""
+    rp = get_provider("runpod", policy=FAST)
+    offer = rp.search_offers(parse_query("num_gpus=1"))[0]
+    inst = rp.create(spec_for(offer, client_key[1]))
+    runpod_emulator.faults.add(fault, "terminate", times=FAST.max_attempts if fault == "server_error" else 1)
+    with pytest.raises(ProviderError):
+        rp.terminate(inst.instance_id)
+    assert inst.instance_id in runpod_emulator.ledger.alive()
+    rp.terminate(inst.instance_id)
+    assert runpod_emulator.ledger.alive() == set()
+
+
+def test_runpod_a_bare_404_is_not_gone(runpod_emulator, client_key):
+    """Only v2's own 404 for the id proves a pod gone; a 404 without the problem body (a wrong URL, a
+    proxy, the retired v1) is a failure."""
+    rp = get_provider("runpod", policy=FAST, base_url=runpod_emulator.url + "/nowhere")
+    with pytest.raises(ProviderError):
+        rp.terminate("abc123")
 
 
 # --- item 7: the pod-side switches ------------------------------------------------------------------

@@ -32,10 +32,15 @@ def test_doctor_against_both_emulators_spends_nothing(runpod_emulator, vast_emul
     assert rp["balance"]["detail"] == "$25.00" and vast["balance"]["detail"] == "$42.50"
     assert "also on the account" in rp["SSH key"]["detail"]
     assert "first launch registers it" in vast["SSH key"]["detail"]
+    # the key is checked against RunPod's REST v2, and every call names the API it goes through
+    assert rp["API"]["detail"].endswith("by REST v2 (GET /v2/pods)")
+    assert "terminate: REST v2 DELETE /v2/pods/{id}" in rp["calls"]["detail"]
+    assert "balance: GraphQL" in rp["calls"]["detail"] and "v1" not in rp["calls"]["detail"]
     assert reports["notifications"]["Telegram"]["status"] == "info"
     for emu in (runpod_emulator, vast_emulator):  # read-only: no create, no key registered, no writes
         assert emu.ledger.created() == []
         assert all(m == "GET" or (m == "POST" and p == "/graphql") for m, p, _ in emu.requests)
+    assert ("GET", "/v2/pods") in [(m, p) for m, p, _ in runpod_emulator.requests]
     assert runpod_emulator.api_key not in out and vast_emulator.api_key not in out
     code, out, _ = doctor(capsys, "--provider", "vast")
     assert code == 0 and "vast" in out and "runpod" not in out and "$42.50" in out

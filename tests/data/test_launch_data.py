@@ -116,10 +116,11 @@ def test_a_network_volume_keeps_prepared_data_and_checkpoints_for_the_next_run(c
     assert (cache / "meta.json").stat().st_mtime_ns == stamp
     assert "reusing prepared data" in (second / "console.log").read_text()
     # Both pods were created with the volume, in its data centre.
-    creates = [v["input"] for root, v in emu.calls if root == "podFindAndDeployOnDemand"]
+    creates = [b for op, b in emu.calls if op == "createPod"]
     assert len(creates) == 2
-    assert all(c["networkVolumeId"] == volume_id and c["dataCenterId"] == "EU-RO-1" for c in creates)
-    assert set(emu.pod_volumes.values()) == {volume_id}
+    assert all(c["mounts"]["network"] == [{"volumeId": volume_id, "path": "/workspace"}]
+               and c["dataCenterIds"] == ["EU-RO-1"] for c in creates)
+    assert set(emu.pod_volumes().values()) == {volume_id}
     assert emu.ledger.alive() == set()
 
 

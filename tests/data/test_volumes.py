@@ -42,9 +42,10 @@ def test_a_volume_created_by_the_first_launch_is_reused_by_the_second(capsys, tm
     # Created in the data centre with the most RTX 4090s in stock (the emulator's US-KS-2), at RunPod's
     # published $0.07/GB/month, before the pod; the pod was created with it, and the record holds its id.
     assert "created network volume fresh (fresh00001, 20 GB in US-KS-2)" in err and "$1.40/month" in err
-    assert emu.volumes["fresh00001"] == {"id": "fresh00001", "name": "fresh", "size": 20, "dataCenterId": "US-KS-2"}
-    calls = [root for root, _ in emu.calls]
-    assert calls.index("dataCenters") < calls.index("podFindAndDeployOnDemand")
+    assert emu.volumes["fresh00001"] == {"id": "fresh00001", "name": "fresh", "size": 20, "dataCenter": "US-KS-2",
+                                         "type": "STANDARD"}
+    calls = [op for op, _ in emu.calls]
+    assert calls.index("createNetworkVolume") < calls.index("createPod")
     first = runs.load("made1")
     assert first.launch is not None and first.launch["volume"]["id"] == "fresh00001"
     assert first.launch["volume"]["created"] is True
@@ -56,7 +57,10 @@ def test_a_volume_created_by_the_first_launch_is_reused_by_the_second(capsys, tm
     assert code == 0, err
     prep = json.loads(out)["prepare"]
     assert prep["phase"] == "done" and prep["tokens"] > 100_000 and prep["bytes_read"] == prep["bytes_total"] > 0
-    assert prep["elapsed_s"] >= 0 and prep["cost_usd"] == pytest.approx(prep["elapsed_s"] / 3600 * 0.34, rel=1e-6)
+    # at the billed price: Secure Cloud (network volumes are Secure only), read back after create
+    price = runs.load("made1").price_per_hour_usd
+    assert price == pytest.approx(0.69 + 20 * 0.10 / 730, abs=1e-4)
+    assert prep["elapsed_s"] >= 0 and prep["cost_usd"] == pytest.approx(prep["elapsed_s"] / 3600 * price, rel=1e-6)
     code, out, err = cli(capsys, "status", "made1")
     assert code == 0 and "data prep" in out and "tokens written" in out
 
@@ -75,8 +79,10 @@ def test_a_volume_created_by_the_first_launch_is_reused_by_the_second(capsys, tm
     trained(capsys, "made2")
     down(capsys, "made2")
     assert "reusing prepared data" in (Path(second.workdir) / "console.log").read_text()
-    creates = [v["input"] for root, v in emu.calls if root == "podFindAndDeployOnDemand"]
-    assert [(c["networkVolumeId"], c["dataCenterId"]) for c in creates] == [("fresh00001", "US-KS-2")] * 2
+    creates = [b for op, b in emu.calls if op == "createPod"]
+    assert [(c["mounts"]["network"][0]["volumeId"], c["dataCenterIds"], c["cloud"]) for c in creates] == \
+        [("fresh00001", ["US-KS-2"], "SECURE")] * 2
+    assert all(c["mounts"]["network"][0]["path"] == "/workspace" for c in creates)  # explicit mount path
     assert emu.ledger.alive() == set()
 
 
@@ -91,7 +97,7 @@ def test_volume_creation_mistakes_are_one_line_and_create_nothing(capsys, runpod
     code, _, err = cli(capsys, *base, "--volume", "huge", "--volume-size", "5000")
     assert code != 0 and "RunPod refused to create network volume huge" in err and "1 to 4000" in err
     assert "Traceback" not in err and emu.volumes == {} and emu.ledger.alive() == set()
-    assert not any(root == "podFindAndDeployOnDemand" for root, _ in emu.calls)
+    assert not any(op == "createPod" for op, _ in emu.calls)
 
     from gpucli.cloud import get_provider
 
@@ -196,7 +202,9 @@ def test_status_shows_a_download_under_way(capsys, tmp_path, runpod_emulator):
 
         p = wait_for(under_way, 120, "the download under way in status", interval=0.3)
         assert 0 < p["bytes_read"] < len(body) and p["elapsed_s"] >= 0
-        assert p["cost_usd"] == pytest.approx(p["elapsed_s"] / 3600 * 0.34, rel=1e-6)
+        price = runs.load("slowdata").price_per_hour_usd  # the billed price, read back after create
+        assert price == pytest.approx(0.34 + (20 + 50) * 0.10 / 730, abs=1e-4)
+        assert p["cost_usd"] == pytest.approx(p["elapsed_s"] / 3600 * price, rel=1e-6)
         code, out, _ = cli(capsys, "status", "slowdata")
         assert code == 0 and "data prep" in out and "so far" in out
         code, _, err = cli(capsys, "down", "slowdata")
@@ -214,8 +222,7 @@ def test_resume_trains_on_from_the_volume_when_the_mirror_is_behind(capsys, tmp_
     monkeypatch.setenv("GPUCLI_VOLUME_MOUNT", str(store))
     data = corpus(tmp_path / "laptop" / "corpus")
     name = "volspot"
-    code, _, err = cli(capsys, *volume_launch(tmp_path, "--volume", "ckpts", "--data", str(data), "--name", name,
-                                              "--spot"))
+    code, _, err = cli(capsys, *volume_launch(tmp_path, "--volume", "ckpts", "--data", str(data), "--name", name))
     assert code == 0, err
     first = runs.load(name)
 
@@ -234,7 +241,7 @@ def test_resume_trains_on_from_the_volume_when_the_mirror_is_behind(capsys, tmp_
         return max(steps) if steps and max(steps) >= mirror_step + 10 else None
 
     ahead = wait_for(volume_ahead, 180, "a checkpoint on the volume past the mirror's")
-    emu.preempt(first.instance_id)  # the pod goes; the volume (and the run folder on it) stays
+    emu.preempt(first.instance_id)  # RunPod stops the pod; the volume (and the run folder on it) stays
     code, out, err = cli(capsys, "status", name, "--json")
     assert code == 0 and json.loads(out)["state"].startswith("preempted")
     held = max(json.loads((d / "meta.json").read_text())["step"] for d in (workdir / "checkpoints").glob("step_*")

@@ -239,9 +239,9 @@ def test_watchdog_ends_its_own_pod_with_the_pod_key(provider, on_end, request, c
     from gpucli import __version__
 
     assert emu.user_agents[-1] == f"gpucli/{__version__}"
-    if provider == "runpod":  # the official input types: a $podId String! variable (runpodctl api/pod.go)
-        root, variables = emu.calls[-1]
-        assert root == ("podStop" if on_end == "stop" else "podTerminate") and variables == {"podId": pod.pod_id}
+    if provider == "runpod":  # REST v2 first: POST /v2/pods/{id}/action (runpod/docs migrate-from-v1.mdx)
+        op, body = emu.calls[-1]
+        assert (op, body) == ("podAction", {"id": pod.pod_id, "action": on_end})
     assert pod.scoped_key not in log + proc.stdout + proc.stderr and emu.api_key not in log
 
 
@@ -250,7 +250,7 @@ def test_watchdog_retries_a_403_until_the_pod_stops(provider, request, client_ke
     """A proxy in front of the API answering 403 is not the end of it: the watchdog logs each failure
     loudly and retries with backoff (it used to give up at the first 401/403)."""
     emu, pod = pod_for_watchdog(request, provider, client_key)
-    # RunPod: GraphQL and the REST fallback both refused on the first round, GraphQL on the second.
+    # RunPod: REST v2 and the GraphQL fallback both refused on the first round, v2 on the second.
     emu.faults.add("server_error", "any", times=3 if provider == "runpod" else 2, status=403)
     proc, log = run_pod_watchdog(emu, provider, pod, tmp_path)
     assert proc.returncode == 0, log
@@ -272,19 +272,28 @@ def test_watchdog_takes_a_vast_success_false_as_a_failure(request, client_key, t
 
 
 @pytest.mark.parametrize("on_end", ["stop", "terminate"])
-def test_runpod_watchdog_falls_back_to_rest(on_end, request, client_key, tmp_path):
-    """GraphQL refusing the mutation (here: an unknown-type 400, as a schema change would give) leaves
-    the REST API runpodctl uses."""
+def test_runpod_watchdog_falls_back_to_graphql(on_end, request, client_key, tmp_path):
+    """REST v2 refusing the action (a 400) leaves GraphQL podStop/podTerminate while GraphQL lives
+    (retired early 2027, runpod/docs release-notes.mdx); REST v1 is never called (retired 2026-11-15)."""
     emu, pod = pod_for_watchdog(request, "runpod", client_key)
-    emu.faults.add("server_error", on_end, times=1, status=400)
+    emu.faults.add("server_error", "action", times=1, status=400)
     proc, log = run_pod_watchdog(emu, "runpod", pod, tmp_path, on_end)
     assert proc.returncode == 0, log
     (ended,) = emu.ledger.ended(pod.pod_id)
     assert (ended.event, ended.by) == ("stopped" if on_end == "stop" else "terminated", "pod-key")
-    method, path, _ = emu.requests[-1]
-    assert (method, path) == (("POST", f"/v1/pods/{pod.pod_id}/stop") if on_end == "stop"
-                              else ("DELETE", f"/v1/pods/{pod.pod_id}"))
-    assert "GraphQL, attempt 1): HTTP 400" in log and "(REST): HTTP 2" in log
+    assert emu.requests[-1][:2] == ("POST", "/graphql")
+    assert emu.calls[-1] == ("podStop" if on_end == "stop" else "podTerminate", {"podId": pod.pod_id})
+    assert "REST v2, attempt 1): HTTP 400" in log and "(GraphQL): HTTP 200" in log
+    assert not any(r[1].startswith("/v1/") for r in emu.requests)
+
+
+def test_runpod_watchdog_with_graphql_retired(request, client_key, tmp_path):
+    """GraphQL switched off (2027): the v2 action alone ends the pod."""
+    emu, pod = pod_for_watchdog(request, "runpod", client_key)
+    emu.graphql_enabled = False
+    proc, log = run_pod_watchdog(emu, "runpod", pod, tmp_path, "terminate")
+    assert proc.returncode == 0, log
+    assert [(e.event, e.by) for e in emu.ledger.ended(pod.pod_id)] == [("terminated", "pod-key")]
 
 
 def test_watchdog_endpoint_comes_from_its_env_file_only(request, client_key, tmp_path):
@@ -292,12 +301,11 @@ def test_watchdog_endpoint_comes_from_its_env_file_only(request, client_key, tmp
     RUNPOD_API_BASE_URL it might find elsewhere; and it says that it could not end the pod."""
     emu, pod = pod_for_watchdog(request, "runpod", client_key)
     proc, log = run_pod_watchdog(emu, "runpod", pod, tmp_path, env_file={
-        "GPUCLI_VERSION": "0", "GPUCLI_RUNPOD_API_BASE_URL": "http://127.0.0.1:9",
-        "GPUCLI_RUNPOD_API_URL": "http://127.0.0.1:9/v1", "GPUCLI_WATCHDOG_END_CAP_S": "1",
+        "GPUCLI_VERSION": "0", "GPUCLI_RUNPOD_API_BASE_URL": "http://127.0.0.1:9", "GPUCLI_WATCHDOG_END_CAP_S": "1",
         "RUNPOD_API_BASE_URL": emu.url})
     assert proc.returncode == 1
     assert emu.ledger.ended(pod.pod_id) == []
-    assert "FAILED to stop the pod (runpod GraphQL" in log and "FAILED to stop the pod (runpod REST" in log
+    assert "FAILED to stop the pod (runpod REST v2" in log and "FAILED to stop the pod (runpod GraphQL" in log
     assert "COULD NOT END THE POD" in log
     emu.end_pod(pod.pod_id, "terminated", "account-key")
 

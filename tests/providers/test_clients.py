@@ -9,7 +9,7 @@ import pytest
 
 from gpucli import settings
 from gpucli.cloud import get_provider
-from gpucli.cloud.base import CreateAnswerLost, InstanceNotFound, InstanceState, LaunchSpec
+from gpucli.cloud.base import CreateAnswerLost, InstanceNotFound, InstanceState, LaunchSpec, SpotRefusedError
 from gpucli.cloud.credentials import ApiKey, MissingKeyError, resolve_key
 from gpucli.cloud.http import RetryPolicy
 from gpucli.cloud.provision import ProvisionFailed, provision_with_retries
@@ -83,14 +83,19 @@ def test_runpod_offers_are_filtered_client_side_and_sorted(runpod_emulator):
     assert [o.price_per_hour_usd for o in offers] == sorted(o.price_per_hour_usd for o in offers)
     assert not any(o.gpu_name == "NVIDIA RTX A4000" for o in offers)  # no stock
     exact = rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=4"))
-    assert [(o.gpu_name, o.gpu_count) for o in exact] == [("NVIDIA GeForce RTX 4090", 4)]
-    # every request used variables, never literals (the emulator rejects literals with HTTP 400)
-    assert all(isinstance(v, dict) for _, v in runpod_emulator.calls)
+    # one offer per cloud: Secure and Community are priced (and billed) differently
+    assert sorted((o.gpu_name, o.gpu_count, o.cloud_type) for o in exact) == [
+        ("NVIDIA GeForce RTX 4090", 4, "COMMUNITY"), ("NVIDIA GeForce RTX 4090", 4, "SECURE")]
+    # every offer is pinned to a cloud and to a data centre that has that many GPUs free
+    assert all(o.cloud_type in ("SECURE", "COMMUNITY") and o.data_center_id for o in offers)
+    # the catalog was read through REST v2 only (no GraphQL, no v1)
+    assert {op for op, _ in runpod_emulator.calls} == {"listGpuTypes"}
 
 
 def test_runpod_round_trip_with_real_ssh(runpod_emulator, client_key):
     rp = get_provider("runpod", policy=FAST)
-    offer = rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=1"))[0]
+    offer = rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=1"), disk_gb=20)[0]
+    assert offer.cloud_type == "COMMUNITY"  # the cheaper cloud, quoted at its own price
     runpod_emulator.behaviours.append(PodBehaviour(pending_polls=3))
     seen = []
     result = provision(rp, spec_for(offer, client_key[1], env={"HF_HOME": "/workspace/hf"}),
@@ -99,40 +104,35 @@ def test_runpod_round_trip_with_real_ssh(runpod_emulator, client_key):
     assert seen and seen[0].instance_id == inst.instance_id
     assert inst.state is InstanceState.RUNNING and inst.label == "gpucli-run1"
     assert ssh_ok(inst, client_key[0])
-    root, variables = next(c for c in runpod_emulator.calls if c[0] == "podFindAndDeployOnDemand")
-    env = {e["key"]: e["value"] for e in variables["input"]["env"]}
-    assert env["PUBLIC_KEY"] == client_key[1] and env["HF_HOME"] == "/workspace/hf"
-    assert variables["input"]["name"] == "gpucli-run1" and variables["input"]["ports"] == "22/tcp"
+    body = next(b for op, b in runpod_emulator.calls if op == "createPod")
+    assert body["env"]["PUBLIC_KEY"] == client_key[1] and body["env"]["HF_HOME"] == "/workspace/hf"
+    assert body["name"] == "gpucli-run1" and body["ports"] == ["22/tcp"]
+    # pinned to the offer's cloud and data centre; the run folder's disk mounted at an explicit path
+    _, _, cloud, dc = offer.offer_id.split("|")
+    assert body["cloud"] == cloud and body["dataCenterIds"] == [dc]
+    assert body["mounts"]["persistent"] == {"size": 20, "path": "/workspace"}
+    assert result.billed_usd_per_hour == pytest.approx(offer.price_per_hour_usd, abs=1e-5)
     assert [i.instance_id for i in rp.list_instances()] == [inst.instance_id]
     assert rp.find_by_label("gpucli-run1").instance_id == inst.instance_id
     rp.terminate(inst.instance_id)
-    rp.terminate(inst.instance_id)  # idempotent: "pod not found to terminate" is success
+    rp.terminate(inst.instance_id)  # idempotent: v2 GET answers 404 for the id, so it is gone
     with pytest.raises(InstanceNotFound):
         rp.get(inst.instance_id)
     assert runpod_emulator.ledger.alive() == set()
     assert runpod_emulator.running_sshd_count() == 0
 
 
-def test_runpod_spot_sends_the_bid_and_preemption_shows(runpod_emulator, client_key):
+def test_runpod_spot_is_refused_in_one_line_naming_vast_bids(runpod_emulator, client_key):
+    """RunPod removed interruptible pods in 2026 (runpodctl PR #267; runpod/docs 8e5aebdb)."""
     rp = get_provider("runpod", policy=FAST)
-    offer = rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=2"), spot=True)[0]
-    spec = spec_for(offer, client_key[1], name="spot1", spot=True, bid_per_gpu_usd=0.25)
-    inst = provision(rp, spec).instance
-    root, variables = next(c for c in runpod_emulator.calls if c[0] in ("podRentInterruptable",
-                                                                         "podFindAndDeployOnDemand"))
-    assert root == "podRentInterruptable" and variables["input"]["bidPerGpu"] == 0.25
-    assert runpod_emulator.ledger.created()[0].spot is True
-    runpod_emulator.preempt(inst.instance_id)
-    assert rp.get(inst.instance_id).state is InstanceState.EXITED
-    rp.terminate(inst.instance_id)
-    assert runpod_emulator.ledger.alive() == set()
+    with pytest.raises(SpotRefusedError, match=r"--provider vast --spot"):
+        rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=2"), spot=True)
+    assert runpod_emulator.calls == [] and runpod_emulator.ledger.created() == []
 
 
-def test_runpod_low_bid_and_no_capacity(runpod_emulator, client_key):
+def test_runpod_no_capacity(runpod_emulator, client_key):
     rp = get_provider("runpod", policy=FAST)
     offer = rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=1"))[0]
-    with pytest.raises(ProviderError, match="bid"):
-        rp.create(spec_for(offer, client_key[1], spot=True, bid_per_gpu_usd=0.01))
     runpod_emulator.faults.add("no_capacity", "create")
     with pytest.raises(NoCapacityError):
         rp.create(spec_for(offer, client_key[1]))

@@ -1,27 +1,27 @@
-"""The recorded sample responses in providers.md parse into the typed dataclasses unchanged."""
+"""Sample responses (RunPod REST v2 openapi examples, vast docs) parse into the typed dataclasses."""
 
 from __future__ import annotations
 
 import json
 
-from gpucli.cloud.base import InstanceNotFound, InstanceState
-from gpucli.cloud.runpod import graphql_error, parse_gpu_type, parse_pod
+from gpucli.cloud.base import InstanceState
+from gpucli.cloud.runpod_v2 import is_problem_404, parse_gpu_type, parse_pod, problem_detail
 from gpucli.cloud.vast import parse_instance, parse_offer
-from gpucli.errors import NoCapacityError, ProviderError
 
-# Sample 1 (verbatim)
-RUNPOD_GPU_TYPE = json.loads("""{"data": {"gpuTypes": [{"lowestPrice": {"minimumBidPrice": 0.2,
- "uninterruptablePrice": 0.35, "minVcpu": 2, "minMemory": 8, "stockStatus": "High", "compliance": null,
- "maxUnreservedGpuCount": 5, "availableGpuCounts": [1, 2, 4], "__typename": "GpuTypeLowestPrice"},
- "id": "NVIDIA RTX A4000", "displayName": "RTX A4000", "memoryInGb": 16, "securePrice": 0.35,
- "communityPrice": 0.2, "oneMonthPrice": 200, "oneWeekPrice": 60, "threeMonthPrice": 500,
- "sixMonthPrice": 900, "secureSpotPrice": 0.18, "__typename": "GpuType"}]}}""")
+# REST v2 shapes, with the example values of runpod/docs api-reference-v2/openapi.json (GpuType, Pod).
+RUNPOD_GPU_TYPE = {"id": "NVIDIA RTX A4000", "name": "RTX A4000", "pool": None, "manufacturer": "NVIDIA",
+                   "memory": 16, "secure": True, "community": True, "price": {"secure": 0.44, "community": 0.31},
+                   "maxCount": {"secure": 8, "community": 4}, "availability": "HIGH",
+                   "dataCenters": [{"id": "US-TX-3", "name": "US-TX-3", "availability": "LOW"},
+                                   {"id": "EU-RO-1", "name": "EU-RO-1", "availability": "HIGH"}],
+                   "cudaVersions": [{"version": "12.8", "available": True}, {"version": "12.6", "available": False}]}
 
-# Sample 3 (verbatim)
-RUNPOD_POD = json.loads("""{"data": {"pod": {"id": "ldl1dxirsim64n", "name": "Runpod Pytorch", "runtime": {
- "uptimeInSeconds": 11, "ports": [{"ip": "100.65.0.101", "isIpPublic": false, "privatePort": 8888,
- "publicPort": 60141, "type": "http"}], "gpus": [{"id": "GPU-e0488b7e-6932-795b-a125-4472c16ea72c",
- "gpuUtilPercent": 0, "memoryUtilPercent": 0}], "container": {"cpuPercent": 0, "memoryPercent": 0}}}}}""")
+RUNPOD_POD = {"id": "pod_abc123", "name": "my-training-pod", "status": "RUNNING", "image": "runpod/pytorch",
+              "gpu": {"id": "NVIDIA RTX A4000", "count": 1}, "cloud": "SECURE", "dataCenterId": "US-TX-3",
+              "cudaVersion": "12.8", "cost": 0.35, "mounts": {"persistent": {"size": 20, "path": "/workspace"}},
+              "ssh": {"proxy": None, "direct": None},
+              "runtime": {"uptime": 11, "ports": [{"private": 8888, "public": 60141, "type": "http",
+                                                    "ip": "100.65.0.101"}]}}
 
 # Sample 6 (transcribed from the vast docs' YAML, values unchanged)
 VAST_OFFER = json.loads("""{"id": 12345678, "ask_contract_id": 12345678, "bundle_id": 987654321,
@@ -40,44 +40,41 @@ VAST_LOADING = json.loads('{"instances": {"actual_status": "loading", "ssh_host"
 
 
 def test_runpod_gpu_type_sample():
-    item = RUNPOD_GPU_TYPE["data"]["gpuTypes"][0]
-    offer = parse_gpu_type(item, 2)
+    offer = parse_gpu_type(RUNPOD_GPU_TYPE, 2, "COMMUNITY", storage_per_hour=0.01)
     assert offer is not None
     assert (offer.gpu_name, offer.gpu_display_name, offer.gpu_count) == ("NVIDIA RTX A4000", "RTX A4000", 2)
     assert offer.vram_gb_per_gpu == 16.0
-    assert offer.price_per_gpu_hour_usd == 0.35
-    assert offer.price_per_hour_usd == 0.70
-    assert offer.spot_price_per_hour_usd == 0.4
-    assert offer.stock == "High"
-    assert parse_gpu_type(item, 8) is None  # 8 is not in availableGpuCounts
+    assert offer.price_per_gpu_hour_usd == 0.31
+    assert offer.price_per_hour_usd == 0.62 + 0.01  # the GPUs plus the disks
+    assert offer.spot_price_per_hour_usd is None  # no spot on RunPod any more
+    assert (offer.cloud_type, offer.data_center_id, offer.cuda_max) == ("COMMUNITY", "EU-RO-1", 12.8)
+    assert parse_gpu_type(RUNPOD_GPU_TYPE, 8, "COMMUNITY", storage_per_hour=0) is None  # maxCount.community 4
+    assert parse_gpu_type({**RUNPOD_GPU_TYPE, "availability": "NONE"}, 1, "SECURE", storage_per_hour=0) is None
 
 
-def test_runpod_create_sample_id_and_error_shapes():
-    err = graphql_error([{"message": "Error Message"}], what="pod")  # Sample 4
-    assert type(err) is ProviderError and "Error Message" in str(err)
-    cap = graphql_error([{"message": "There are no longer any instances available with the requested "
-                                     "specifications. Please refresh and try again."}], what="create")
-    assert isinstance(cap, NoCapacityError)
-    gone = graphql_error([{"message": "pod not found to terminate"}], what="podTerminate")
-    assert isinstance(gone, InstanceNotFound)
+def test_runpod_v2_errors_and_gone():
+    assert problem_detail({"title": "Bad Request", "status": 400, "detail": "no", "errors": ["a"]}, "") == "no; a"
+    assert is_problem_404({"title": "Not Found", "status": 404, "detail": "The requested Pod does not exist."})
+    assert not is_problem_404(None) and not is_problem_404({"message": "Pod not found"})  # v1's shape
 
 
 def test_runpod_pod_sample_http_port_is_not_ssh():
-    inst = parse_pod(RUNPOD_POD["data"]["pod"])
-    assert inst.instance_id == "ldl1dxirsim64n"
-    assert inst.label == "Runpod Pytorch" and not inst.is_ours
-    assert inst.state is InstanceState.RUNNING
+    inst = parse_pod(RUNPOD_POD)
+    assert inst.instance_id == "pod_abc123"
+    assert inst.label == "my-training-pod" and not inst.is_ours
+    assert inst.state is InstanceState.RUNNING and inst.price_per_hour_usd == 0.35
     assert inst.ssh_host is None and inst.ssh_port is None and not inst.ssh_ready
+    assert inst.stopped_usd_per_month == 20 * 0.20  # the volume disk at its stopped rate
 
 
-def test_runpod_runtime_null_is_pending_and_public_22_is_the_endpoint():
-    pending = parse_pod({"id": "p", "name": "gpucli-x", "desiredStatus": "RUNNING", "runtime": None})
+def test_runpod_runtime_null_is_pending_and_ssh_direct_is_the_endpoint():
+    pending = parse_pod({"id": "p", "name": "gpucli-x", "status": "STARTING", "runtime": None})
     assert pending.state is InstanceState.PENDING and "runtime=null" in pending.raw_status
-    up = parse_pod({"id": "p", "name": "gpucli-x", "desiredStatus": "RUNNING", "runtime": {"ports": [
-        {"ip": "10.0.0.1", "isIpPublic": False, "privatePort": 22, "publicPort": 1, "type": "tcp"},
-        {"ip": "203.0.113.9", "isIpPublic": True, "privatePort": 22, "publicPort": 40022, "type": "tcp"}]}})
+    up = parse_pod({"id": "p", "name": "gpucli-x", "status": "RUNNING", "runtime": {"ports": []},
+                    "ssh": {"direct": {"host": "203.0.113.9", "port": 40022, "username": "root", "command": "x"}}})
     assert (up.ssh_host, up.ssh_port, up.ssh_ready) == ("203.0.113.9", 40022, True)
-    assert parse_pod({"id": "p", "desiredStatus": "EXITED", "runtime": None}).state is InstanceState.EXITED
+    assert parse_pod({"id": "p", "status": "EXITED", "runtime": None}).state is InstanceState.EXITED
+    assert parse_pod({"id": "p", "status": "TERMINATED"}).state is InstanceState.TERMINATED
 
 
 def test_vast_offer_sample():

@@ -17,14 +17,15 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucli.cloud import get_provider
-from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, LaunchSpec
+from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, LaunchSpec, TerminatePending
 from gpucli.cloud.provision import provision_with_retries
-from gpucli.errors import NoCapacityError, ProviderError, UsageError
+from gpucli.cloud.runpod_v2 import volume_usd_per_month
+from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run.targets.base import PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.ssh import open_remote, ssh_shell_argv
@@ -65,6 +66,16 @@ def ssh_keypair() -> tuple[Path, str]:
     return key, pub.read_text().strip()
 
 
+def run_cost(offer: Offer, *, spot: bool, hours: float | None = None,
+             transfer_gb: tuple[float, float] = (0.0, 0.0)) -> float:
+    """What a run of ``hours`` moving ``transfer_gb`` (up, down) costs on ``offer``: the ranking key."""
+    if spot and offer.spot_price_per_hour_usd is not None:
+        hourly = offer.spot_price_per_hour_usd + offer.storage_usd_per_hour
+    else:
+        hourly = offer.price_per_hour_usd if offer.price_per_hour_usd is not None else float("inf")
+    return hourly * (hours or 1.0) + offer.transfer_usd(*transfer_gb)
+
+
 @dataclass(frozen=True)
 class CloudPlan:
     """What a cloud launch will try, decided before anything is created."""
@@ -90,15 +101,37 @@ class CloudProvisioner:
     disk_gb: int
     ready_timeout_s: float
     volume: NetworkVolume | None = None  # RunPod network volume, mounted at /workspace
+    force: bool = False  # --force: keep a pod billed more than 5 % above its quote
+    billed: list[float] = field(default_factory=list)  # the billed $/h read back after create (filled by __call__)
 
     @property
     def max_price_per_hour_usd(self) -> float:
         return self.plan.max_price_per_hour_usd
 
+    @property
+    def billed_usd_per_hour(self) -> float | None:
+        """What the created pod bills per hour, as the provider said right after create (None before)."""
+        return self.billed[-1] if self.billed else None
+
     def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None]) -> SshTarget:
-        return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
-                                     ready_timeout_s=self.ready_timeout_s, on_created=on_created, on_event=on_event,
-                                     volume=self.volume)
+        try:
+            return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
+                                         ready_timeout_s=self.ready_timeout_s, on_created=on_created,
+                                         on_event=on_event, volume=self.volume, force=self.force, billed=self.billed)
+        except GpucliError as exc:
+            if self.volume is not None and self.volume.created:
+                exc.message = f"{exc.message}; {created_volume_note(self.volume)}"
+            raise
+
+
+def created_volume_note(volume: NetworkVolume) -> str:
+    """One sentence for a failed launch that created a network volume: it is kept (it may hold data
+    already), what it costs per month, and the command that deletes it (REST v2 ``DELETE
+    /v2/network-volumes/{id}``, runpod/docs api-reference-v2/openapi.json)."""
+    monthly = f"${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else "billed monthly"
+    return (f"network volume {volume.name} ({volume.volume_id}, {volume.data_center_id}) created by this launch "
+            f"is kept and bills {monthly}; delete it with: curl -X DELETE "
+            f"https://api.runpod.io/v2/network-volumes/{volume.volume_id} -H \"Authorization: Bearer $RUNPOD_API_KEY\"")
 
 
 class CloudTarget:
@@ -141,9 +174,12 @@ class CloudTarget:
         return open_remote(record, connect_timeout_s=connect_timeout_s, known_hosts=pod_known_hosts(record))
 
     def choose_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool, limit: int = 5,
-                      client: Provider | None = None, disk_gb: int | None = None) -> list[Offer]:
-        """Live offers of exactly ``n_gpus`` of the profile's GPU, cheapest first (spot: by floor),
-        priced with the launch's disk."""
+                      client: Provider | None = None, disk_gb: int | None = None, hours: float | None = None,
+                      transfer_gb: tuple[float, float] = (0.0, 0.0)) -> list[Offer]:
+        """Live offers of exactly ``n_gpus`` of the profile's GPU, ranked on what the run would cost on
+        each: the hourly quote (disks included; spot: the floor plus the storage billed on top of a
+        bid) for ``hours`` (1 when not known), plus the planned transfer ``(up GB, down GB)`` at the
+        offer's $/GB (vast bills bandwidth)."""
         client = client or self.client()
         gpu = catalog.gpus[gpu_id]
         offers = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb)
@@ -151,13 +187,7 @@ class CloudTarget:
         if not offers:
             raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else ""),
                                   hint="see `gpucli offers` for what is available")
-
-        def price(o: Offer) -> float:
-            if spot and o.spot_price_per_hour_usd is not None:
-                return o.spot_price_per_hour_usd
-            return o.price_per_hour_usd if o.price_per_hour_usd is not None else float("inf")
-
-        return sorted(offers, key=price)[:limit]
+        return sorted(offers, key=lambda o: run_cost(o, spot=spot, hours=hours, transfer_gb=transfer_gb))[:limit]
 
     def plan_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, client: Provider | None = None,
@@ -180,7 +210,8 @@ class CloudTarget:
                                  f"{n_gpus}x {catalog.gpus[gpu_id].name} (lowest ${lowest:.4f}/GPU/h)",
                                  hint=f"bid at least {lowest:.4f}, or drop --spot")
             offers = usable
-            max_price = bid_per_gpu_usd * n_gpus
+            # the bid plus the storage billed on top of it (vast pricing.mdx; gpuhunt vastai.py)
+            max_price = bid_per_gpu_usd * n_gpus + max(o.storage_usd_per_hour for o in offers[:MAX_OFFERS])
         else:
             max_price = max(o.price_per_hour_usd or 0.0 for o in offers[:MAX_OFFERS])
         return CloudPlan(provider=self.name, gpu_id=gpu_id, n_gpus=n_gpus, offers=tuple(offers[:MAX_OFFERS]),
@@ -196,7 +227,8 @@ class CloudTarget:
 
     def provision(self, run: str, plan: CloudPlan, *, image: str | None, disk_gb: int, ready_timeout_s: float,
                   on_created: Callable[[str], None], on_event: Callable[[str], None],
-                  client: Provider | None = None, volume: NetworkVolume | None = None) -> SshTarget:
+                  client: Provider | None = None, volume: NetworkVolume | None = None, force: bool = False,
+                  billed: list[float] | None = None) -> SshTarget:
         """Create a pod for the run from ``plan`` and wait (``ready_timeout_s`` per offer) for SSH.
 
         ``on_created`` gets every new pod id before any wait. Whatever a failed attempt created is
@@ -210,7 +242,9 @@ class CloudTarget:
                           image=image or self.default_image, disk_gb=disk_gb, ssh_public_key=pub, spot=plan.spot,
                           bid_per_gpu_usd=plan.bid_per_gpu_usd, offer_id=first.offer_id,
                           network_volume_id=volume.volume_id if volume else None,
-                          data_center_id=volume.data_center_id if volume else None)
+                          data_center_id=volume.data_center_id if volume else None,
+                          cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
+                          min_cuda=getattr(self, "min_cuda", None) if not image else None)
         if volume is not None:
             on_event(f"with network volume {volume.name} ({volume.volume_id}, {volume.data_center_id}) at /workspace")
         if plan.bid_note:
@@ -222,8 +256,10 @@ class CloudTarget:
         result = provision_with_retries(client, spec, plan.offers,
                                         on_created=lambda inst: on_created(inst.instance_id), on_event=on_event,
                                         ready_timeout_s=ready_timeout_s, poll_interval_s=poll_s,
-                                        max_offers=MAX_OFFERS)
+                                        max_offers=MAX_OFFERS, keep_overpriced=force)
         inst = result.instance
+        if billed is not None and result.billed_usd_per_hour:
+            billed.append(result.billed_usd_per_hour)
         return SshTarget(host=inst.ssh_host or "", port=int(inst.ssh_port or 22),
                          user=pod_ssh_user() or inst.ssh_user or "root", identity_file=str(key))
 
@@ -242,12 +278,24 @@ class CloudTarget:
         return ids
 
     def terminate(self, record: RunRecord) -> bool:
+        """End every pod of the run. A pod counts as ended only when the provider's answer says so
+        (gpucli.cloud: the documented success, or its own "no such pod" for that id); any other
+        answer leaves it pending and raises :class:`TerminatePending` naming it, after every other
+        pod of the run was tried."""
         if not (record.instance_id or record.label):
             return False
         client = self.client()
         ids = self._run_pod_ids(client, record)
+        pending: list[tuple[str, str]] = []
         for pod_id in ids:
-            client.terminate(pod_id)
+            try:
+                client.terminate(pod_id)
+            except ProviderError as exc:
+                pending.append((pod_id, exc.message))
+        if pending:
+            names = ", ".join(p for p, _ in pending)
+            raise TerminatePending(f"terminate pending for {self.name} pod {names}: {pending[0][1]}",
+                                   instance_ids=tuple(p for p, _ in pending))
         forget_pod_keys(record)  # its host:port will be another pod's
         return bool(ids)
 
@@ -285,6 +333,32 @@ class CloudTarget:
         except InstanceNotFound:
             return PodState("gone", f"{self.name} has no pod {record.instance_id}")
         return PodState(self._word(inst.state), inst.raw_status)
+
+    def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
+        """What the run's ended pod keeps billing per month, and what: a stopped pod's disk (RunPod:
+        volume disk at $0.20/GB/month; vast: its disk at the host's storage rate) plus a kept network
+        volume. None when nothing is kept (a terminated pod, no volume)."""
+        total, parts = 0.0, []
+        if record.instance_id:
+            try:
+                inst = self.client().get(record.instance_id)
+            except InstanceNotFound:
+                inst = None
+            except ProviderError as exc:
+                log.info("could not read pod %s: %s", record.instance_id, exc)
+                inst = None
+            if inst is not None and inst.state in (InstanceState.STOPPED, InstanceState.EXITED) \
+                    and inst.stopped_usd_per_month:
+                total += inst.stopped_usd_per_month
+                parts.append(f"stopped pod {inst.instance_id} keeps its disk: ${inst.stopped_usd_per_month:.2f}/month "
+                             f"until `gpucli down {record.name}`")
+        volume = (record.launch or {}).get("volume")
+        if isinstance(volume, dict) and isinstance(volume.get("size_gb"), int | float):
+            monthly = volume_usd_per_month(float(volume["size_gb"]))
+            total += monthly
+            parts.append(f"network volume {volume.get('name')} ({volume.get('id')}): ${monthly:.2f}/month until "
+                         "deleted")
+        return (round(total, 2), "; ".join(parts)) if parts else None
 
     def strays(self, owned: set[str]) -> list[Stray]:
         return [Stray(self.name, i.instance_id, i.label, i.state.value, i.price_per_hour_usd)

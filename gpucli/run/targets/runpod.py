@@ -1,62 +1,96 @@
-"""``--provider runpod``: a RunPod pod, rented for the run."""
+"""``--provider runpod``: a RunPod pod, rented for the run (REST API v2, see gpucli/cloud/runpod.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING
 
-from gpucli.cloud.credentials import runpod_base_url, runpod_rest_url
+from gpucli.cloud.credentials import runpod_base_url
 from gpucli.cloud.query import parse_query
-from gpucli.cloud.runpod import RunPodProvider
-from gpucli.errors import UsageError
-from gpucli.run.targets.cloud import CloudProvisioner, CloudTarget
+from gpucli.cloud.runpod import SPOT_REFUSED, RunPodProvider
+from gpucli.errors import NoCapacityError, UsageError
+from gpucli.run.targets.cloud import MAX_OFFERS, CloudPlan, CloudProvisioner, CloudTarget
+from gpucli.settings import volume_mount
 
 if TYPE_CHECKING:
     from gpucli.cloud.base import Offer, Provider
-    from gpucli.plan.catalog import Gpu
+    from gpucli.plan.catalog import Catalog, Gpu
 
 
 class RunPodTarget(CloudTarget):
     name = "runpod"
     describe = "a RunPod pod"
     default_image = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
-    # RunPod reports a spot pod it took back as EXITED (podStop leaves the same state).
+    min_cuda = "12.4"  # the default image's CUDA: sent as gpu.minCudaVersion on create
+    # A pod stopped by RunPod (a host gone, a $0 balance: pods/pricing.mdx L59) reports EXITED (openapi
+    # PodStatus), as podStop leaves it: the pod no longer runs the run.
     exited_means = "preempted"
     network_volumes = True  # --volume: a network volume at /workspace (vast.ai has none)
+    #: The run folder is on the pod's volume disk (mounts.persistent at /workspace), which a stop keeps
+    #: ("Volume disk ... Persistent; retained until Pod deleted", pods/pricing.mdx L47): --on-end stop
+    #: keeps the checkpoints, at $0.20/GB/month while stopped.
+    stop_keeps_disk = True
 
     def default_workdir(self, run: str) -> str:
-        return f"/workspace/gpucli-runs/{run}"  # /workspace is the pod's persistent volume
+        return f"{volume_mount()}/gpucli-runs/{run}"  # the volume disk (or network volume) mount
 
     def pod_api_env(self) -> dict[str, str]:
-        return {"GPUCLI_RUNPOD_API_BASE_URL": runpod_base_url(), "GPUCLI_RUNPOD_API_URL": runpod_rest_url()}
+        return {"GPUCLI_RUNPOD_API_BASE_URL": runpod_base_url()}
+
+    def plan_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool,
+                    bid_per_gpu_usd: float | None, client: Provider | None = None,
+                    disk_gb: int | None = None, **kwargs: object) -> CloudPlan:
+        if spot:  # refused before anything is searched or rented
+            raise UsageError(SPOT_REFUSED)
+        return super().plan_offers(catalog, gpu_id, n_gpus, spot=spot, bid_per_gpu_usd=bid_per_gpu_usd,
+                                   client=client, disk_gb=disk_gb, **kwargs)
 
     def with_volume(self, provision: CloudProvisioner, name_or_id: str, *, size_gb: int | None = None,
                     volume_id: str | None = None) -> CloudProvisioner:
         """The provisioner creating its pod with the named network volume (looked up before the pod is
-        created; the pod goes to the volume's data centre). With ``size_gb``, a volume of that name is
-        created when the account has none: in the data centre with the most of the chosen offer's GPU
-        in stock. A created volume is never deleted by gpucli (it holds the data and checkpoints).
+        created; the pod goes to the volume's data centre, Secure Cloud). With ``size_gb``, a volume of
+        that name is created when the account has none: in the Secure Cloud data centre with the most
+        free GPUs of the chosen offer's type at the run's GPU count. A volume this launch created is
+        marked ``created``: a failed launch names it, its monthly cost and how to delete it.
         ``volume_id``: the volume an earlier launch of the run used (a resume), taken while it exists."""
         client = self.client()
         assert isinstance(client, RunPodProvider)
         if volume_id is not None:
             known = next((v for v in client.network_volumes() if v.volume_id == volume_id), None)
             if known is not None:
-                return dataclasses.replace(provision, volume=known)
+                return dataclasses.replace(provision, volume=known, plan=secure_plan(client, provision))
         try:
             volume = client.find_volume(name_or_id)
         except UsageError:
             if size_gb is None:
                 raise
-            gpu = provision.plan.offers[0].gpu_name
-            dc = client.data_center_for(gpu)
+            first = provision.plan.offers[0]
+            dc = client.data_center_for(first.gpu_name, provision.plan.n_gpus)
             volume = dataclasses.replace(client.create_volume(name_or_id, size_gb, dc), created=True)
-        return dataclasses.replace(provision, volume=volume)
+        return dataclasses.replace(provision, volume=volume, plan=secure_plan(client, provision))
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
                disk_gb: int | None = None) -> list[Offer]:
-        # RunPod prices each GPU count separately: ask for this count only (one request).
+        # One catalog read per cloud for this count; offers come pinned to cloud and data centre.
         ids = {i.lower() for i in gpu.runpod_ids}
         return [o for o in client.search_offers(parse_query(f"num_gpus={n_gpus}"), spot=spot, limit=200,
                                                      disk_gb=disk_gb)
                 if (o.gpu_name or "").lower() in ids]
+
+
+def secure_plan(client: Provider, provision: CloudProvisioner) -> CloudPlan:
+    """The plan with Secure Cloud offers only: network volumes are Secure Cloud only
+    (storage/network-volumes.mdx L98), and a Community quote would not be what such a pod bills."""
+    plan = provision.plan
+    names = {o.gpu_name for o in plan.offers}
+    offers = [o for o in plan.offers if o.cloud_type == "SECURE"]
+    if len(offers) < MAX_OFFERS:
+        more = [o for o in client.search_offers(parse_query(f"num_gpus={plan.n_gpus}"), limit=200,
+                                                disk_gb=provision.disk_gb)
+                if o.gpu_name in names and o.cloud_type == "SECURE" and o not in offers]
+        offers = (offers + sorted(more, key=lambda o: o.price_per_hour_usd))[:MAX_OFFERS]
+    if not offers:
+        raise NoCapacityError(f"no RunPod Secure Cloud offer for {plan.n_gpus}x {', '.join(sorted(names))}: "
+                              "network volumes are Secure Cloud only", hint="drop --volume, or try another GPU")
+    return dataclasses.replace(plan, offers=tuple(offers),
+                               max_price_per_hour_usd=round(max(o.price_per_hour_usd for o in offers), 6))

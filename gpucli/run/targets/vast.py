@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from gpucli.cloud.credentials import vast_base_url
@@ -13,10 +14,18 @@ if TYPE_CHECKING:
     from gpucli.plan.catalog import Gpu
 
 
+#: Offer filters every launch adds unless its query names the field (dstack vastai/compute.py L59-70
+#: filters cuda_max_good, reliability2 and inet_down the same way; vast-cli's launch adds disk_space).
+#: The numbers are gpucli's: hosts below them fail or crawl after being billed.
+MIN_RELIABILITY = 0.95
+MIN_INET_DOWN_MBPS = 100
+
+
 class VastTarget(CloudTarget):
     name = "vast"
     describe = "a vast.ai instance"
     default_image = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel"
+    min_cuda = "12.4"  # the default image's CUDA: hosts whose driver is older cannot run it
 
     def pod_api_env(self) -> dict[str, str]:
         return {"GPUCLI_VAST_URL": vast_base_url()}
@@ -25,7 +34,22 @@ class VastTarget(CloudTarget):
                disk_gb: int | None = None) -> list[Offer]:
         offers: list[Offer] = []
         for vname in gpu.vast_names or (gpu.name,):
-            q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={n_gpus}")
+            q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={n_gpus} "
+                            + launch_filters(disk_gb, self.min_cuda, os.environ.get("GPUCLI_OFFER_QUERY")))
             # allocated_storage = the launch's --disk: vast's dph_total then includes that storage.
             offers += client.search_offers(q, spot=spot, limit=limit * 4, disk_gb=disk_gb)
         return offers
+
+
+def launch_filters(disk_gb: float | None, min_cuda: str | None, override: str | None = None) -> str:
+    """The launch's own offer filters in vast query words: disk >= the launch disk, a driver that runs
+    the image's CUDA, reliability and download speed; a field ``override`` (a vast query, e.g.
+    ``GPUCLI_OFFER_QUERY="reliability>=0.9"``) names replaces gpucli's default for it."""
+    defaults = {"reliability": f"reliability>={MIN_RELIABILITY}", "inet_down": f"inet_down>={MIN_INET_DOWN_MBPS}"}
+    if disk_gb:
+        defaults["disk_space"] = f"disk_space>={float(disk_gb):g}"
+    if min_cuda:
+        defaults["cuda_max_good"] = f"cuda_max_good>={min_cuda}"
+    named = {field for field, _ in parse_query(override).filters} if override else set()
+    words = [w for field, w in defaults.items() if field not in named]
+    return " ".join(words + ([override] if override else []))

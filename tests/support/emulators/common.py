@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -152,6 +153,7 @@ class EmuPod:
     marker: str = field(default_factory=lambda: secrets.token_hex(8))  # GPUCLI_EMU_POD's value
     environ_path: Path | None = None
     proxy: TcpForwarder | None = None  # vast's proxy route to this pod's sshd, when it has one
+    disk_gb: float = 0.0  # the disk it was created with (vast bills it while stopped)
 
     def ensure_sshd(self, root: Path, environment: dict[str, str]) -> SshServer:
         """Boot the pod: write its PID-1-style environment file and start its sshd."""
@@ -285,6 +287,31 @@ def refused_user_agent(agent: str | None) -> bool:
 
 
 # --- HTTP server ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RouteCall:
+    """One request as a route handler sees it: ``groups`` are the path pattern's named groups."""
+
+    method: str
+    path: str
+    groups: dict[str, str]
+    query: dict[str, str]
+    body: Any
+    by: str  # account-key | pod-key
+    no_capacity: bool
+
+
+@dataclass(frozen=True)
+class Route:
+    """``METHOD`` + a full-match path pattern -> a handler; ``endpoint`` names it for faults and the
+    pod-key rule. A separate module extends an emulator with ``emulator.add_route(...)``."""
+
+    method: str
+    pattern: re.Pattern[str]
+    endpoint: str
+    handler: Callable[[RouteCall], Reply]
+    pod_key_ok: Callable[[str, RouteCall], bool] | None = None  # (pod id, call) -> may that pod's key call it
+
+
 @dataclass
 class Reply:
     status: int
@@ -344,6 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._serve("DELETE")
 
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._serve("PATCH")
+
 
 class EmulatorBase:
     """Server lifecycle, auth, fault injection and pod bookkeeping shared by both emulators."""
@@ -372,6 +402,19 @@ class EmulatorBase:
         self.pod_env_has_base_url = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.routes: list[Route] = []  # tried before classify/handle, in order
+
+    def add_route(self, method: str, pattern: str, endpoint: str, handler: Callable[[RouteCall], Reply], *,
+                  pod_key_ok: Callable[[str, RouteCall], bool] | None = None) -> None:
+        """Serve ``METHOD pattern`` (a regex matched against the whole path) with ``handler``."""
+        self.routes.append(Route(method.upper(), re.compile(pattern), endpoint, handler, pod_key_ok))
+
+    def match_route(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        for route in self.routes:
+            m = route.pattern.fullmatch(path)
+            if m is not None and route.method == method:
+                return route, {k: v for k, v in m.groupdict().items() if v is not None}
+        return None
 
     # lifecycle
     def start(self) -> EmulatorBase:
@@ -448,10 +491,17 @@ class EmulatorBase:
         if self.strict_user_agent and (own_pod is None or self.strict_pod_calls) and \
                 refused_user_agent(headers.get("User-Agent")):
             return Reply(403, text="error code: 1010")
-        endpoint = self.classify(method, path, body)
+        routed = self.match_route(method, path)
+        endpoint = routed[0].endpoint if routed is not None else self.classify(method, path, body)
         if own_pod is not None:
             # A pod's own key: good for ending that pod and nothing else.
-            if not self.pod_key_allows(own_pod, method, path, body, endpoint):
+            if routed is not None:
+                route, groups = routed
+                call = RouteCall(method, path, groups, query, body, "pod-key", False)
+                allowed = route.pod_key_ok is not None and route.pod_key_ok(own_pod, call)
+            else:
+                allowed = self.pod_key_allows(own_pod, method, path, body, endpoint)
+            if not allowed:
                 return self.forbidden(endpoint)
             by = "pod-key"
         elif auth == f"Bearer {self.api_key}":
@@ -481,7 +531,12 @@ class EmulatorBase:
                 time.sleep(fault.seconds)
             lose_answer = fault.kind == "lose_answer"
             no_capacity = fault.kind == "no_capacity"
-        reply = self.handle(method, path, query, body, endpoint, no_capacity=no_capacity, by=by)
+        if fault is not None and fault.kind == "not_json":  # HTTP 200 whose body is not the documented JSON
+            return Reply(200, text="<html><body>OK</body></html>")
+        if routed is not None:
+            reply = routed[0].handler(RouteCall(method, path, routed[1], query, body, by, no_capacity))
+        else:
+            reply = self.handle(method, path, query, body, endpoint, no_capacity=no_capacity, by=by)
         if lose_answer:
             return Reply(0, drop=True)
         return reply

@@ -26,7 +26,6 @@ def runpod_emulator(tmp_path_factory, monkeypatch):
     emu = RunPodEmulator(tmp_path_factory.mktemp("runpod_emu"))
     emu.start()
     monkeypatch.setenv("RUNPOD_API_BASE_URL", emu.url)
-    monkeypatch.setenv("RUNPOD_API_URL", emu.url + "/v1")  # the REST API (runpodctl's variable)
     monkeypatch.setenv("RUNPOD_API_KEY", emu.api_key)
     _common_env(monkeypatch)
     try:

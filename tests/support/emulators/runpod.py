@@ -1,121 +1,97 @@
-"""A RunPod GraphQL emulator: the subset gpucli uses, with RunPod's shapes and quirks.
+"""A RunPod emulator: REST API v2 (what gpucli uses), the GraphQL left for the v2 gaps, v1 retired.
 
-Faithful to providers.md §1: ``POST /graphql`` with Bearer auth (401 otherwise); errors are HTTP 200
-with an ``errors`` list and ``data.<root>: null``; ``gpuTypes`` with ``lowestPrice``; create via
-``podFindAndDeployOnDemand`` / ``podRentInterruptable`` (``bidPerGpu``); ``pod(input:{podId})`` with
-``runtime: null`` until the image is up; ``myself { pods }``; ``podStop`` -> ``EXITED``;
-``podTerminate`` with no selection and "pod not found to terminate" for a gone pod.
+Every rule cites its source (runpod/docs snapshot 2026-08-20 unless said otherwise); where no source
+settles a point, the choice is this emulator's and says so.
 
-Strictness (each switchable): an inline ``input: {...}`` may hold only ``$variables`` (no literal
-values: how the tests prove gpucli never string-builds GraphQL); variable types must be the names the
-official clients send (``KNOWN_TYPES``; anything else is HTTP 400 ``GRAPHQL_VALIDATION_FAILED`` as a
-GraphQL server answers an unknown type), and a create input with an unknown field is HTTP 400 too;
-a missing or Python-default User-Agent is 403 "error code: 1010" (common.py). ``spot_refused`` makes
-``podRentInterruptable`` answer an error (the message is this emulator's). The REST API runpodctl uses
-(``POST /v1/pods/{id}/stop``, ``DELETE /v1/pods/{id}``) is served on the same port under ``/v1``.
-``myself`` answers ``pubKey`` (account keys, newline-separated) and ``clientBalance``. What ``pod`` returns for an unknown id is not recorded anywhere; this emulator answers
-``{"pod": null}``. The bid-too-low message is invented.
-
-Pods: each pod's environment carries ``RUNPOD_POD_ID``, a pod-scoped ``RUNPOD_API_KEY`` (a fresh
-random key; RunPod documents both as set in every pod); ``RUNPOD_API_BASE_URL`` only with the
-``pod_env_has_base_url`` switch (off: real pods leave it unset, the watchdog reads its endpoint from
-its own env file). That key may run ``podStop`` and ``podTerminate`` (and the REST stop/delete) for its
-own pod only; anything else gets a GraphQL ``FORBIDDEN`` error at HTTP 200 (RunPod's error convention;
-the exact message is this emulator's). Whether real RunPod's REST API takes a pod-scoped key is not
-documented.
-
-Network volumes (``create_volume``): listed by ``myself { networkVolumes { id name size dataCenterId } }``
-(runpod-python's user query); a create with ``networkVolumeId`` must name one and its ``dataCenterId``
-(the messages are this emulator's). Each volume's store is a folder that stands for the /workspace of
-every pod created with it. ``POST /v1/networkvolumes`` with ``name``, ``size`` and ``dataCenterId`` creates
-one (runpodctl internal/api/volumes.go sends that body); as strict as RunPod documents it: a name of
-1-255 characters, a whole size of 1-4000 GB (runpodctl ``network-volume create --size``), a data centre
-that ``dataCenters`` lists, no other field; anything else is HTTP 400 ``{"error": ...}`` (the messages and
-the 400 are this emulator's). ``query { dataCenters { id name location gpuAvailability { gpuTypeId
-stockStatus } } }`` (runpodctl internal/api/gpu.go) says which data centre has which GPU in stock.
+* Base ``https://api.runpod.io`` with paths under ``/v2`` (api-reference-v2/openapi.json ``servers``);
+  Bearer auth, 401 otherwise; errors in RFC 9457 shape ``{title, status, detail, errors?}``
+  (migrate-from-v1.mdx "RFC 9457 error objects").
+* ``/v1/...`` answers 410: "REST API v1 ... retired on November 15, 2026" (release-notes.mdx 2026-08-18).
+  The 410 and its words are this emulator's.
+* GraphQL (``POST /graphql``) serves only ``myself { clientBalance pubKey }``, ``podStop`` and
+  ``podTerminate``; ``graphql_enabled = False`` answers 404, standing for its retirement in early 2027
+  (release-notes.mdx). ``podRentInterruptable`` and ``podFindAndDeployOnDemand`` are unknown fields:
+  interruptible pods were removed (runpodctl PR #267 maintainer, 2026-04-13; runpod/docs 8e5aebdb).
+* Catalog: ``GET /v2/catalog/gpus`` lists ``price {secure, community}`` per GPU and ``maxCount``; with
+  ``include=AVAILABILITY`` it needs ``product`` (400 otherwise) and adds ``availability``,
+  ``dataCenters`` and ``cudaVersions`` scoped by ``count``, ``cloud`` (default SECURE) and
+  ``minCudaVersion`` (openapi ``listGpuTypes`` parameters). Stock is kept per data centre, cloud and
+  GPU type as a number of free GPUs, so a count is in stock only where that many are free (the numbers
+  are invented).
+* Create ``POST /v2/pods`` (openapi ``CreatePodRequest``): ``name`` required, exactly one of ``gpu`` /
+  ``cpu``, unknown fields 422, ``cloud`` default SECURE, ``dataCenterIds`` honoured,
+  ``minCudaVersion`` and a non-empty ``allowedCudaVersions`` together 400, ``mounts.persistent`` needs
+  ``size`` >= 10 and ``path``, a network mount needs ``path`` ("No default - must be specified
+  explicitly") and a volume in the pod's data centre; network volumes only on SECURE
+  (storage/network-volumes.mdx L98). No capacity: 400 whose ``detail`` is the wording runpodctl PR
+  #267 recorded. Answer 201 with the pod, ``cost`` = the GPU rate of the pod's cloud in its data
+  centre (times ``billed_markup`` of that data centre, a test control) plus its disks' running rate.
+* Pods: ``GET /v2/pods/{id}`` 404 (problem body) once terminated; ``GET /v2/pods`` -> ``{"pods": [...]}``
+  without terminated pods ("no longer appears in listPods", openapi ``deletePod``); ``POST
+  /v2/pods/{id}/action`` start/stop/restart/terminate with 409 for an action the status does not allow;
+  stop -> EXITED, ``cost`` 0.0; ``DELETE`` -> 204. A stop wipes the container disk ("erased when Pod
+  stops", pods/pricing.mdx L46): the emulator empties the pod's ``container_dir``; the volume disk
+  (``volume_dir``) is kept and bills $0.20/GB/month while stopped (L47).
+* ``GET/PUT /v2/account/ssh-keys`` ``{keys}``; ``GET/POST /v2/network-volumes`` (``{name, size,
+  dataCenter}``, 201), ``DELETE /v2/network-volumes/{id}`` 204.
+* Pod-scoped key (``RUNPOD_API_KEY`` in the pod): may stop/terminate its own pod (v2 action/DELETE and
+  GraphQL); anything else 403. Whether real v2 accepts a pod key is not documented: the emulator says yes.
 """
 
 from __future__ import annotations
 
 import random
-import re
+import shutil
 import string
 from pathlib import Path
 from typing import Any
 
-from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+from tests.support.emulators.common import EmulatorBase, EmuPod, Reply, RouteCall
+from tests.support.emulators.runpod_graphql import install_graphql
 
-NO_CAPACITY_MESSAGE = ("There are no longer any instances available with the requested specifications. "
-                       "Please refresh and try again.")
+NO_CAPACITY_DETAIL = "There are no instances available with the request specifications. Please try again later."
 
 GPU_TYPES: list[dict[str, Any]] = [
-    {"id": "NVIDIA GeForce RTX 4090", "displayName": "RTX 4090", "memoryInGb": 24, "maxGpuCount": 8,
-     "securePrice": 0.69, "communityPrice": 0.34, "secureSpotPrice": 0.35, "communitySpotPrice": 0.2,
-     "price": 0.34, "bid": 0.2, "stock": "High", "counts": [1, 2, 4, 8]},
-    {"id": "NVIDIA A100 80GB PCIe", "displayName": "A100 PCIe", "memoryInGb": 80, "maxGpuCount": 8,
-     "securePrice": 1.64, "communityPrice": 1.19, "secureSpotPrice": 0.82, "communitySpotPrice": 0.6,
-     "price": 1.19, "bid": 0.6, "stock": "Low", "counts": [1, 2, 4]},
-    {"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb": 80, "maxGpuCount": 8,
-     "securePrice": 2.99, "communityPrice": 2.69, "secureSpotPrice": 1.75, "communitySpotPrice": 1.5,
-     "price": 2.69, "bid": 1.5, "stock": "Medium", "counts": [1, 2, 4, 8]},
-    {"id": "NVIDIA RTX A4000", "displayName": "RTX A4000", "memoryInGb": 16, "maxGpuCount": 4,
-     "securePrice": 0.35, "communityPrice": 0.2, "secureSpotPrice": 0.18, "communitySpotPrice": 0.1,
-     "price": 0.35, "bid": 0.2, "stock": None, "counts": []},  # listed, nothing in stock
+    {"id": "NVIDIA GeForce RTX 4090", "name": "RTX 4090", "memory": 24, "price": {"secure": 0.69, "community": 0.34},
+     "maxCount": {"secure": 8, "community": 8}},
+    {"id": "NVIDIA A100 80GB PCIe", "name": "A100 PCIe", "memory": 80, "price": {"secure": 1.64, "community": 1.19},
+     "maxCount": {"secure": 8, "community": 4}},
+    {"id": "NVIDIA H100 80GB HBM3", "name": "H100 SXM", "memory": 80, "price": {"secure": 2.99, "community": 2.69},
+     "maxCount": {"secure": 8, "community": 8}},
+    {"id": "NVIDIA RTX A4000", "name": "RTX A4000", "memory": 16, "price": {"secure": 0.35, "community": 0.2},
+     "maxCount": {"secure": 4, "community": 4}},  # listed, nothing free anywhere
 ]
 
-_ROOT = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)")
-_INLINE_INPUT = re.compile(r"\(\s*input\s*:\s*\{([^}]*)\}")
-_VAR_DECL = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([A-Za-z_\[\]!]+)")
-_REST_POD = re.compile(r"^/v1/pods/([A-Za-z0-9]+)(/stop)?$")
-
-#: Data centres and the GPU types each has in stock (ids in RunPod's XX-XX-N form; the stock is invented).
+#: (data centre, cloud) -> {GPU id: free GPUs}, and each data centre's host CUDA version.
 DATA_CENTERS: list[dict[str, Any]] = [
-    {"id": "EU-RO-1", "name": "EU-RO-1", "location": "Romania",
-     "gpuAvailability": [{"gpuTypeId": "NVIDIA GeForce RTX 4090", "stockStatus": "Medium"},
-                         {"gpuTypeId": "NVIDIA A100 80GB PCIe", "stockStatus": "Low"}]},
-    {"id": "US-KS-2", "name": "US-KS-2", "location": "United States",
-     "gpuAvailability": [{"gpuTypeId": "NVIDIA GeForce RTX 4090", "stockStatus": "High"},
-                         {"gpuTypeId": "NVIDIA H100 80GB HBM3", "stockStatus": "Medium"}]},
-    {"id": "EU-SE-1", "name": "EU-SE-1", "location": "Sweden",
-     "gpuAvailability": [{"gpuTypeId": "NVIDIA H100 80GB HBM3", "stockStatus": None}]},
+    {"id": "EU-RO-1", "cuda": "12.8", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 2, "NVIDIA A100 80GB PCIe": 2},
+                                                "COMMUNITY": {"NVIDIA GeForce RTX 4090": 8}}},
+    {"id": "US-KS-2", "cuda": "12.4", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 16, "NVIDIA H100 80GB HBM3": 8},
+                                                "COMMUNITY": {"NVIDIA A100 80GB PCIe": 4}}},
+    {"id": "EU-SE-1", "cuda": "12.2", "stock": {"SECURE": {"NVIDIA H100 80GB HBM3": 1}, "COMMUNITY": {}}},
 ]
-VOLUME_FIELDS = frozenset({"name", "size", "dataCenterId"})
-
-#: Variable types confirmed by official clients: runpod/runpodctl api/pod.go (PodFindAndDeployOnDemandInput!,
-#: String! podId), api/cloud.go (GpuLowestPriceInput!); PodRentInterruptableInput! by RunPod's schema
-#: page as cited in SkyPilot's sky/provision/runpod/api/pods.py (no official client sends it).
-KNOWN_TYPES = frozenset({"PodFindAndDeployOnDemandInput!", "PodRentInterruptableInput!", "GpuLowestPriceInput!",
-                         "GpuLowestPriceInput", "String!", "String"})
-
-#: Create inputs the official SDK sends (runpod/runpod-python:runpod/api/mutations/pods.py) plus dstack's
-#: minCudaVersion / containerRegistryAuthId and the spot bid.
-CREATE_FIELDS = frozenset({
-    "name", "imageName", "cloudType", "startSsh", "startJupyter", "gpuTypeId", "supportPublicIp", "gpuCount",
-    "volumeInGb", "minVcpuCount", "minMemoryInGb", "allowedCudaVersions", "dataCenterId", "countryCode",
-    "dockerArgs", "containerDiskInGb", "ports", "volumeMountPath", "env", "templateId", "networkVolumeId",
-    "minDownload", "minUpload", "minCudaVersion", "containerRegistryAuthId", "volumeKey", "instanceId",
-})
-SPOT_FIELDS = CREATE_FIELDS | {"bidPerGpu"}
+CREATE_FIELDS = frozenset({"name", "image", "args", "disk", "env", "ports", "registry", "cloud", "cpu",
+                           "dataCenterIds", "globalNetworking", "gpu", "mounts", "startJupyter", "startSsh",
+                           "templateId"})
+VOLUME_FIELDS = frozenset({"name", "size", "dataCenter", "type"})
+_ID = r"(?P<id>[A-Za-z0-9_]+)"
 
 
-def _bad_request(message: str) -> Reply:
-    return Reply(400, {"errors": [{"message": message, "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}]})
+def problem(status: int, title: str, detail: str, errors: list[str] | None = None) -> Reply:
+    body: dict[str, Any] = {"title": title, "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return Reply(status, body)
 
 
-def _pod_id(variables: dict[str, Any]) -> str:
-    """``$podId`` as runpodctl sends it, or ``$input.podId`` (older clients)."""
-    if "podId" in variables:
-        return str(variables["podId"])
-    return str((variables.get("input") or {}).get("podId"))
+def _level(free: int, count: int) -> str:
+    units = free // max(1, count)
+    return "HIGH" if units >= 4 else "MEDIUM" if units >= 2 else "LOW" if units >= 1 else "NONE"
 
 
-def _gql_error(message: str, root: str | None, code: str | None = None) -> Reply:
-    err: dict[str, Any] = {"message": message}
-    if root:
-        err["path"] = [root]
-    if code:
-        err["extensions"] = {"code": code}
-    return Reply(200, {"errors": [err], "data": {root: None} if root else None})
+def _cuda(v: str) -> tuple[int, int]:
+    major, _, minor = v.partition(".")
+    return int(major), int(minor or 0)
 
 
 class RunPodEmulator(EmulatorBase):
@@ -124,267 +100,342 @@ class RunPodEmulator(EmulatorBase):
     def __init__(self, root: Any, api_key: str = "rp-test-key") -> None:
         super().__init__(root, api_key)
         self.gpu_types = [dict(g) for g in GPU_TYPES]
-        self.calls: list[tuple[str, dict[str, Any]]] = []  # (root field, variables)
+        self.data_centers = [{**dc, "stock": {c: dict(s) for c, s in dc["stock"].items()}} for dc in DATA_CENTERS]
+        self.billed_markup: dict[str, float] = {}  # data centre -> factor on the GPU rate (a billed-price test)
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # (operation, body) of every v2 / GraphQL call
         self._rng = random.Random(5)
-        self.strict_graphql = True
-        self.spot_refused = False
-        self.account_keys: list[str] = []  # myself.pubKey lines
+        self.graphql_enabled = True
+        self.account_keys: list[str] = []
         self.balance_usd: float | None = 25.0
-        self.volumes: dict[str, dict[str, Any]] = {}  # network volumes: id -> {id, name, size, dataCenterId}
-        self.pod_volumes: dict[str, str] = {}  # pod id -> the network volume it was created with
-        self.data_centers = [dict(dc) for dc in DATA_CENTERS]
-        self.volume_ids: list[str] = []  # ids the next REST-created volumes get (a test knows its store up front)
+        self.volumes: dict[str, dict[str, Any]] = {}  # id -> {id, name, size, dataCenter, type}
+        self.volume_ids: list[str] = []  # ids the next created volumes get
+        self.volume_create_fails = 0  # the next N volume creates answer 500 (a test control)
+        self.pod_info: dict[str, dict[str, Any]] = {}  # id -> cloud, dc, disk, mounts, status
+        self._routes()
+        install_graphql(self)
+
+    # -- routes ------------------------------------------------------------------------------------
+    def _routes(self) -> None:
+        r = self.add_route
+        r("GET", "/v2/catalog/gpus", "search", self._catalog)
+        r("POST", "/v2/pods", "create", self._create)
+        r("GET", "/v2/pods", "list", self._list)
+        r("GET", f"/v2/pods/{_ID}", "get", self._get)
+        r("DELETE", f"/v2/pods/{_ID}", "terminate", self._delete, pod_key_ok=lambda pod, c: c.groups["id"] == pod)
+        r("POST", f"/v2/pods/{_ID}/action", "action", self._action,
+          pod_key_ok=lambda pod, c: c.groups["id"] == pod and isinstance(c.body, dict)
+          and c.body.get("action") in ("stop", "terminate"))
+        r("GET", "/v2/account/ssh-keys", "keys", lambda c: Reply(200, {"keys": list(self.account_keys)}))
+        r("PUT", "/v2/account/ssh-keys", "keys_put", self._put_keys)
+        r("GET", "/v2/network-volumes", "volumes", lambda c: Reply(200, {"networkVolumes": [
+            dict(v) for v in self.volumes.values()]}))
+        r("POST", "/v2/network-volumes", "volume_create", self._create_volume_rest)
+        r("DELETE", f"/v2/network-volumes/{_ID}", "volume_delete", self._delete_volume)
+        for method in ("GET", "POST", "DELETE", "PUT", "PATCH"):
+            r(method, "/v1/.*", "v1", lambda c: problem(410, "Gone", "REST API v1 was retired on 2026-11-15; use /v2"))
+
+    def classify(self, method: str, path: str, body: Any) -> str:
+        return "other"
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
+               no_capacity: bool, by: str) -> Reply:
+        return Reply(404, text="404 page not found")  # an unknown path: no v2 problem body (this emulator's)
 
     def unauthorized(self) -> Reply:
-        return Reply(401, text="Unauthorized")
+        return problem(401, "Unauthorized", "missing or invalid API key")
 
     def forbidden(self, endpoint: str) -> Reply:
-        if endpoint.startswith("rest_"):
-            return Reply(403, {"error": "this API key is scoped to one pod"})
-        return _gql_error("This API key is scoped to one pod: it can only stop or terminate that pod.",
-                          endpoint if endpoint not in ("other", "") else None, "FORBIDDEN")
+        return problem(403, "Forbidden", "this API key is scoped to one pod: it can only stop or terminate it")
+
+    def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
+        return False
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "RUNPOD_POD_ID": pod.pod_id, "RUNPOD_API_KEY": pod.scoped_key,
-                "RUNPOD_GPU_COUNT": str(pod.gpu_count), "RUNPOD_POD_HOSTNAME": f"{pod.pod_id}-64410065"}
+               "RUNPOD_POD_ID": pod.pod_id, "RUNPOD_API_KEY": pod.scoped_key,
+               "RUNPOD_GPU_COUNT": str(pod.gpu_count), "RUNPOD_POD_HOSTNAME": f"{pod.pod_id}-64410065"}
         if self.pod_env_has_base_url:
             env["RUNPOD_API_BASE_URL"] = self.url
         return env
 
-    def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
-        if endpoint in ("rest_stop", "rest_terminate"):
-            match = _REST_POD.match(path)
-            return match is not None and match.group(1) == pod_id
-        if endpoint not in ("stop", "terminate") or not isinstance(body, dict):
-            return False
-        variables = body.get("variables") or {}
-        return isinstance(variables, dict) and _pod_id(variables) == pod_id
-
-    def classify(self, method: str, path: str, body: Any) -> str:
-        rest = _REST_POD.match(path)
-        if rest is not None:
-            if rest.group(2) and method == "POST":
-                return "rest_stop"
-            return "rest_terminate" if method == "DELETE" and not rest.group(2) else "other"
-        if method != "POST" or path.rstrip("/") != "/graphql" or not isinstance(body, dict):
-            return "other"
-        match = _ROOT.search(str(body.get("query") or ""))
-        root = match.group(1) if match else ""
-        return {"podFindAndDeployOnDemand": "create", "podRentInterruptable": "create", "pod": "get",
-                "myself": "list", "podTerminate": "terminate", "podStop": "stop",
-                "gpuTypes": "search"}.get(root, root)
-
-    # -- dispatch --------------------------------------------------------------------------------
-    def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
-               no_capacity: bool, by: str) -> Reply:
-        if path.rstrip("/") == "/v1/networkvolumes":
-            return self._volumes_rest(method, body)
-        if path.startswith("/v1/"):
-            return self._rest(method, path, by)
-        if method != "POST" or path.rstrip("/") != "/graphql":
-            return Reply(404, text="Not Found")
-        if not isinstance(body, dict) or not isinstance(body.get("query"), str):
-            return Reply(400, {"errors": [{"message": "Must provide query string.",
-                                           "extensions": {"code": "BAD_REQUEST"}}]})
-        document = body["query"]
-        variables = body.get("variables") or {}
-        match = _ROOT.search(document)
-        root = match.group(1) if match else ""
+    def _log(self, op: str, body: Any) -> None:
         with self.lock:
-            self.calls.append((root, variables))
-        strict = self.strict_graphql and (by != "pod-key" or self.strict_pod_calls)
-        for inline in _INLINE_INPUT.finditer(document):
-            values = [v.split(":", 1)[-1].strip() for v in inline.group(1).split(",") if v.strip()]
-            if any(not v.startswith("$") for v in values):
-                return _bad_request("emulator: pass inputs as variables, not literals")
-        if strict:
-            for _name, type_name in _VAR_DECL.findall(document):
-                if type_name not in KNOWN_TYPES:
-                    return _bad_request(f'Unknown type "{type_name.strip("[]!")}".')
-            if root in ("podFindAndDeployOnDemand", "podRentInterruptable"):
-                allowed = SPOT_FIELDS if root == "podRentInterruptable" else CREATE_FIELDS
-                type_name = "PodRentInterruptableInput" if root == "podRentInterruptable" else \
-                    "PodFindAndDeployOnDemandInput"
-                for key in (variables.get("input") or {}):
-                    if key not in allowed:
-                        return _bad_request(f'Field "{key}" is not defined by type "{type_name}".')
-        if root == "gpuTypes":
-            return Reply(200, {"data": {"gpuTypes": self._gpu_types(variables)}})
-        if root == "dataCenters":
-            return Reply(200, {"data": {"dataCenters": [dict(dc) for dc in self.data_centers]}})
-        if root in ("podFindAndDeployOnDemand", "podRentInterruptable"):
-            return self._create(root, variables.get("input") or {}, no_capacity)
-        if root == "pod":
-            pod_id = _pod_id(variables)
-            with self.lock:
-                pod = self.pods.get(pod_id)
-                if pod is None:
-                    return Reply(200, {"data": {"pod": None}})
-                pod.polls += 1
-                return Reply(200, {"data": {"pod": self._render(pod, advance=True)}})
-        if root == "myself":
-            with self.lock:
-                pods = [self._render(p, advance=False) for p in self.pods.values()]
-                volumes = [dict(v) for v in self.volumes.values()]
-            return Reply(200, {"data": {"myself": {"id": "user_emu", "pods": pods,
-                                                   "pubKey": "\n".join(self.account_keys),
-                                                   "clientBalance": self.balance_usd,
-                                                   "networkVolumes": volumes}}})
-        if root == "podStop":
-            pod_id = _pod_id(variables)
-            if self.end_pod(pod_id, "stopped", by) is None:
-                return _gql_error("pod not found", root)
-            return Reply(200, {"data": {"podStop": {"id": pod_id, "desiredStatus": "EXITED"}}})
-        if root == "podTerminate":
-            pod_id = _pod_id(variables)
-            if self.end_pod(pod_id, "terminated", by) is None:
-                return _gql_error("pod not found to terminate", root)
-            return Reply(200, {"data": {"podTerminate": None}})
-        return _gql_error(f'Cannot query field "{root}" on type "Query".', None, "GRAPHQL_VALIDATION_FAILED")
+            self.calls.append((op, body if isinstance(body, dict) else {}))
 
-    def _rest(self, method: str, path: str, by: str) -> Reply:
-        match = _REST_POD.match(path)
-        if match is None:
-            return Reply(404, {"error": "not found"})
-        pod_id = match.group(1)
-        if method == "POST" and match.group(2):
-            if self.end_pod(pod_id, "stopped", by) is None:
-                return Reply(404, {"error": "pod not found"})
-            return Reply(200, {"id": pod_id, "desiredStatus": "EXITED"})
-        if method == "DELETE" and not match.group(2):
-            if self.end_pod(pod_id, "terminated", by) is None:
-                return Reply(404, {"error": "pod not found"})
-            return Reply(204, text="")
-        return Reply(405, {"error": "method not allowed"})
-
-    def _volumes_rest(self, method: str, body: Any) -> Reply:
-        if method == "GET":
-            with self.lock:
-                return Reply(200, [dict(v) for v in self.volumes.values()])
-        if method != "POST":
-            return Reply(405, {"error": "method not allowed"})
-        if not isinstance(body, dict):
-            return Reply(400, {"error": "request body must be a JSON object"})
-        unknown = sorted(set(body) - VOLUME_FIELDS)
-        if unknown:
-            return Reply(400, {"error": f"unknown field(s): {', '.join(unknown)}"})
-        name, size, dc = body.get("name"), body.get("size"), body.get("dataCenterId")
-        if not isinstance(name, str) or not 1 <= len(name) <= 255:
-            return Reply(400, {"error": "name: must be a string of 1 to 255 characters"})
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 4000:
-            return Reply(400, {"error": f"size: must be a whole number of GB from 1 to 4000, got {size!r}"})
-        if dc not in {d["id"] for d in self.data_centers}:
-            return Reply(400, {"error": f"dataCenterId: unknown data center {dc!r}"})
-        with self.lock:
-            volume_id = self.volume_ids.pop(0) if self.volume_ids else None
-        volume_id = self.create_volume(name, dc, size, volume_id=volume_id)
-        return Reply(200, dict(self.volumes[volume_id]))
-
-    # -- operations ------------------------------------------------------------------------------
-    def _gpu_types(self, variables: dict[str, Any]) -> list[dict[str, Any]]:
-        wanted = (variables.get("gpuTypesInput") or {}).get("id")
-        count = int((variables.get("lowestPriceInput") or {}).get("gpuCount") or 1)
+    # -- catalog -----------------------------------------------------------------------------------
+    def _catalog(self, c: RouteCall) -> Reply:
+        self._log("listGpuTypes", dict(c.query))
+        q = c.query
+        avail = q.get("include") == "AVAILABILITY"
+        if avail and not q.get("product"):
+            return problem(400, "Bad Request", "include=AVAILABILITY requires product")
+        if not avail and any(k in q for k in ("count", "cloud", "minCudaVersion", "product")):
+            return problem(400, "Bad Request", "count, cloud, product and minCudaVersion need include=AVAILABILITY")
+        count = int(q.get("count") or 1)
+        cloud = q.get("cloud") or "SECURE"
+        min_cuda = q.get("minCudaVersion")
         out = []
         for g in self.gpu_types:
-            if wanted and g["id"] != wanted:
-                continue
-            in_stock = g["stock"] is not None and count in g["counts"]
-            item = {k: g[k] for k in ("id", "displayName", "memoryInGb", "maxGpuCount", "securePrice",
-                                      "communityPrice", "secureSpotPrice", "communitySpotPrice")}
-            item["lowestPrice"] = {
-                "minimumBidPrice": g["bid"] if in_stock else None,
-                "uninterruptablePrice": g["price"] if in_stock else None,
-                "minVcpu": 2 * count, "minMemory": 8 * count,
-                "stockStatus": g["stock"] if in_stock else None,
-                "maxUnreservedGpuCount": max(g["counts"] or [0]),
-                "availableGpuCounts": list(g["counts"]),
-            }
+            item = {k: g[k] for k in ("id", "name", "memory", "price", "maxCount")}
+            item.update({"pool": None, "manufacturer": "NVIDIA", "secure": True, "community": True})
+            if avail:
+                dcs, cudas = [], {}
+                for dc in self.data_centers:
+                    if min_cuda and _cuda(dc["cuda"]) < _cuda(min_cuda):
+                        continue
+                    free = dc["stock"].get(cloud, {}).get(g["id"], 0)
+                    level = _level(free, count)
+                    cudas[dc["cuda"]] = cudas.get(dc["cuda"], False) or level != "NONE"
+                    if level != "NONE":
+                        dcs.append({"id": dc["id"], "name": dc["id"], "availability": level})
+                order = ["NONE", "LOW", "MEDIUM", "HIGH"]
+                item["availability"] = max((d["availability"] for d in dcs), key=order.index, default="NONE")
+                if dcs:
+                    item["dataCenters"] = dcs
+                item["cudaVersions"] = [{"version": v, "available": a} for v, a in sorted(cudas.items())]
             out.append(item)
-        return out
+        return Reply(200, {"gpus": out})
 
-    def _create(self, root: str, spec: dict[str, Any], no_capacity: bool) -> Reply:
-        gpu = next((g for g in self.gpu_types if g["id"] == spec.get("gpuTypeId")), None)
-        count = int(spec.get("gpuCount") or 1)
-        if gpu is None:
-            return _gql_error(f"GPU type {spec.get('gpuTypeId')!r} not found", root)
-        if no_capacity or gpu["stock"] in (None, "None") or count not in gpu["counts"]:
-            return _gql_error(NO_CAPACITY_MESSAGE, root)
-        volume_id = spec.get("networkVolumeId")
-        if volume_id is not None:
-            volume = self.volumes.get(str(volume_id))
+    # -- pods --------------------------------------------------------------------------------------
+    def _create(self, c: RouteCall) -> Reply:
+        spec = c.body
+        self._log("createPod", spec)
+        if not isinstance(spec, dict):
+            return problem(422, "Unprocessable Entity", "body must be a JSON object")
+        unknown = sorted(set(spec) - CREATE_FIELDS)
+        if unknown:
+            return problem(422, "Unprocessable Entity", "invalid request", [f"unknown field {k}" for k in unknown])
+        if not spec.get("name") or not spec.get("image"):
+            return problem(422, "Unprocessable Entity", "invalid request", ["name and image are required"])
+        gpu = spec.get("gpu")
+        if not isinstance(gpu, dict) or spec.get("cpu") is not None:
+            return problem(400, "Bad Request", "set exactly one of gpu or cpu")
+        if gpu.get("minCudaVersion") and gpu.get("allowedCudaVersions"):
+            return problem(400, "Bad Request", "minCudaVersion and allowedCudaVersions are mutually exclusive")
+        gtype = next((g for g in self.gpu_types if g["id"] == gpu.get("id")), None)
+        if gtype is None:
+            return problem(400, "Bad Request", f"unknown GPU type {gpu.get('id')!r}")
+        count = int(gpu.get("count") or 1)
+        cloud = spec.get("cloud") or "SECURE"
+        mounts = spec.get("mounts") or {}
+        persistent = mounts.get("persistent")
+        network = mounts.get("network") or []
+        if persistent is not None and (not isinstance(persistent.get("size"), int) or persistent["size"] < 10
+                                       or not persistent.get("path")):
+            return problem(422, "Unprocessable Entity", "invalid request", ["mounts.persistent needs size >= 10 and path"])
+        volume = None
+        if network:
+            if any(not m.get("path") for m in network):
+                return problem(422, "Unprocessable Entity", "invalid request", ["mounts.network[].path is required"])
+            volume = self.volumes.get(str(network[0].get("volumeId")))
             if volume is None:
-                return _gql_error(f"network volume {volume_id} not found", root)
-            if spec.get("dataCenterId") != volume["dataCenterId"]:  # a volume is reachable only in its DC
-                return _gql_error(f"network volume {volume_id} is in {volume['dataCenterId']}, "
-                                  f"not {spec.get('dataCenterId')}", root)
-        spot = root == "podRentInterruptable"
-        if spot and self.spot_refused:
-            return _gql_error("Interruptible pods are not available for this account.", root)
-        bid = spec.get("bidPerGpu")
-        if spot and (not isinstance(bid, int | float) or bid < gpu["bid"]):
-            return _gql_error(f"Your bid of {bid} is below the current minimum bid of {gpu['bid']}.", root)
+                return problem(404, "Not Found", f"network volume {network[0].get('volumeId')} does not exist")
+            if cloud != "SECURE":
+                return problem(400, "Bad Request", "network volumes are available on Secure Cloud only")
+        wanted = spec.get("dataCenterIds") or [dc["id"] for dc in self.data_centers]
+        min_cuda = gpu.get("minCudaVersion")
+        with self.lock:
+            dc = next((d for d in self.data_centers if d["id"] in wanted
+                       and d["stock"].get(cloud, {}).get(gtype["id"], 0) >= count
+                       and (volume is None or volume["dataCenter"] == d["id"])
+                       and (not min_cuda or _cuda(d["cuda"]) >= _cuda(min_cuda))), None)
+            if c.no_capacity or dc is None:
+                return problem(400, "Bad Request", NO_CAPACITY_DETAIL)
+            dc["stock"][cloud][gtype["id"]] -= count
+        disk = int(spec.get("disk") or 0)
+        volume_gb = int(persistent["size"]) if persistent else 0
+        rate = gtype["price"][cloud.lower()] * count * self.billed_markup.get(dc["id"], 1.0)
+        cost = round(rate + (disk * 0.10 + volume_gb * 0.10) / 730.0, 6)
         pod_id = "".join(self._rng.choice(string.ascii_lowercase + string.digits) for _ in range(14))
-        env = {e.get("key"): e.get("value") for e in spec.get("env") or [] if isinstance(e, dict)}
-        price = (bid if spot else gpu["price"]) * count
-        pod = EmuPod(pod_id=pod_id, label=spec.get("name"), gpu_name=gpu["displayName"], gpu_count=count,
-                     image=str(spec.get("imageName")), price_per_hour=price, spot=spot,
-                     bid=bid if spot else None, behaviour=self.next_behaviour())
+        env = spec.get("env") or {}
+        pod = EmuPod(pod_id=pod_id, label=spec["name"], gpu_name=gtype["id"], gpu_count=count,
+                     image=str(spec["image"]), price_per_hour=cost, spot=False, bid=None,
+                     behaviour=self.next_behaviour())
         for var in ("PUBLIC_KEY", "SSH_PUBLIC_KEY"):
             for line in str(env.get(var) or "").splitlines():
                 pod.add_key(line)
+        if spec.get("startSsh") and not env.get("PUBLIC_KEY"):
+            for line in self.account_keys:
+                pod.add_key(line)
+        self.pod_info[pod_id] = {"cloud": cloud, "dc": dc["id"], "disk": disk, "volume_gb": volume_gb,
+                                 "mounts": mounts, "cuda": dc["cuda"], "network_volume": volume["id"] if volume else None}
+        self.container_dir(pod_id).mkdir(parents=True, exist_ok=True)
+        self.volume_disk_dir(pod_id).mkdir(parents=True, exist_ok=True)
         self.add_pod(pod)
-        if volume_id is not None:
-            self.pod_volumes[pod_id] = str(volume_id)
-        self.ledger.record(pod_id, "created", label=pod.label, spot=spot, bid=bid if spot else None)
-        machine = "".join(self._rng.choice(string.ascii_lowercase) for _ in range(12))
-        return Reply(200, {"data": {root: {
-            "id": pod_id, "imageName": pod.image,
-            "env": [f"{k}={v}" for k, v in env.items()],
-            "machineId": machine, "machine": {"podHostId": f"{pod_id}-64410065"}}}})
+        self.ledger.record(pod_id, "created", label=pod.label)
+        return Reply(201, self._render(pod, advance=False))
+
+    def _get(self, c: RouteCall) -> Reply:
+        self._log("getPod", {"id": c.groups["id"]})
+        with self.lock:
+            pod = self.pods.get(c.groups["id"])
+            if pod is None:
+                return problem(404, "Not Found", "The requested Pod does not exist.")
+            pod.polls += 1
+            return Reply(200, self._render(pod, advance=True))
+
+    def _list(self, c: RouteCall) -> Reply:
+        self._log("listPods", {})
+        with self.lock:
+            return Reply(200, {"pods": [self._render(p, advance=False) for p in self.pods.values()]})
+
+    def _delete(self, c: RouteCall) -> Reply:
+        self._log("deletePod", {"id": c.groups["id"]})
+        if self.end_pod(c.groups["id"], "terminated", c.by) is None:
+            return problem(404, "Not Found", "The requested Pod does not exist.")
+        return Reply(204, text="")
+
+    def _action(self, c: RouteCall) -> Reply:
+        action = c.body.get("action") if isinstance(c.body, dict) else None
+        self._log("podAction", {"id": c.groups["id"], "action": action})
+        pod_id = c.groups["id"]
+        with self.lock:
+            pod = self.pods.get(pod_id)
+        if pod is None:
+            return problem(404, "Not Found", "The requested Pod does not exist.")
+        if action not in ("start", "stop", "restart", "terminate"):
+            return problem(422, "Unprocessable Entity", "invalid request", ["action must be start|stop|restart|terminate"])
+        status = self._status(pod)
+        allowed = {"RUNNING": ("stop", "restart", "terminate"), "EXITED": ("start", "terminate"),
+                   "ERROR": ("start", "terminate")}.get(status, ("stop", "terminate"))
+        if action not in allowed:
+            return problem(409, "Conflict", f"action {action} is not valid for a pod that is {status}")
+        if action == "terminate":
+            self.end_pod(pod_id, "terminated", c.by)
+            return Reply(204, text="")
+        if action == "stop":
+            self.end_pod(pod_id, "stopped", c.by)
+        elif action == "start":
+            self.start_pod(pod_id)
+        with self.lock:
+            return Reply(200, self._render(pod, advance=False))
+
+    def end_pod(self, pod_id: str, event: str, by: str) -> EmuPod | None:
+        pod = super().end_pod(pod_id, event, by)
+        info = self.pod_info.get(pod_id)
+        if pod is not None and info is not None:
+            if event in ("stopped", "preempted"):  # "Container disk ... erased when Pod stops" (pricing.mdx L46)
+                shutil.rmtree(self.container_dir(pod_id), ignore_errors=True)
+                self.container_dir(pod_id).mkdir(parents=True, exist_ok=True)
+            if event in ("stopped", "preempted", "terminated") and not info.get("released"):
+                info["released"] = True  # a stopped pod's GPUs go back to the pool (it may not start again)
+                with self.lock:
+                    dc = next(d for d in self.data_centers if d["id"] == info["dc"])
+                    stock = dc["stock"].setdefault(info["cloud"], {})
+                    stock[pod.gpu_name] = stock.get(pod.gpu_name, 0) + pod.gpu_count
+        return pod
+
+    def start_pod(self, pod_id: str) -> None:
+        with self.lock:
+            pod = self.pods[pod_id]
+            info = self.pod_info[pod_id]
+            if info.get("released"):
+                dc = next(d for d in self.data_centers if d["id"] == info["dc"])
+                dc["stock"][info["cloud"]][pod.gpu_name] = dc["stock"][info["cloud"]].get(pod.gpu_name, 0) - pod.gpu_count
+                info["released"] = False
+            pod.stopped = pod.exited = False
+            pod.polls = 0
+        self.ledger.record(pod_id, "started", label=pod.label)
+
+    def _status(self, pod: EmuPod) -> str:
+        if pod.stopped or pod.exited:
+            return "EXITED"
+        return "RUNNING" if pod.sshd is not None else "STARTING"
 
     def _render(self, pod: EmuPod, *, advance: bool) -> dict[str, Any]:
         b = pod.behaviour
         if advance and b.exit_after_polls is not None and pod.polls > b.exit_after_polls:
             pod.exited = True
             pod.stop_sshd()
-        desired = "EXITED" if (pod.stopped or pod.exited) else "RUNNING"
+        info = self.pod_info.get(pod.pod_id, {})
         runtime = None
-        if desired == "RUNNING" and not b.stuck and pod.polls > b.pending_polls:
+        direct = None
+        if not (pod.stopped or pod.exited) and not b.stuck and pod.polls > b.pending_polls:
             sshd = self.boot(pod) if advance or pod.sshd else None
             if sshd is not None:
-                runtime = {
-                    "uptimeInSeconds": int(max(0, pod.polls - b.pending_polls)),
-                    "ports": [
-                        {"ip": "127.0.0.1", "isIpPublic": True, "privatePort": 22,
-                         "publicPort": sshd.port, "type": "tcp"},
-                        {"ip": "100.65.0.101", "isIpPublic": False, "privatePort": 8888,
-                         "publicPort": 60141, "type": "http"},
-                    ],
-                    "gpus": [{"id": f"GPU-{pod.pod_id}-{i}", "gpuUtilPercent": 0, "memoryUtilPercent": 0}
-                             for i in range(pod.gpu_count)],
-                    "container": {"cpuPercent": 0, "memoryPercent": 0},
-                }
+                runtime = {"uptime": max(0, pod.polls - b.pending_polls), "ports": [
+                    {"private": 22, "public": sshd.port, "type": "tcp", "ip": "127.0.0.1"}]}
+                direct = {"host": "127.0.0.1", "port": sshd.port, "username": "root",
+                          "command": f"ssh root@127.0.0.1 -p {sshd.port}"}
+        status = "EXITED" if (pod.stopped or pod.exited) else ("RUNNING" if runtime else "PROVISIONING")
+        mounts = info.get("mounts") or {}
         return {
-            "id": pod.pod_id, "name": pod.label, "desiredStatus": desired, "costPerHr": pod.price_per_hour,
-            "gpuCount": pod.gpu_count, "imageName": pod.image, "machineId": "hpvdausak8xb",
-            "runtime": runtime, "machine": {"gpuDisplayName": pod.gpu_name, "podHostId": f"{pod.pod_id}-1"},
+            "id": pod.pod_id, "name": pod.label, "status": status, "image": pod.image,
+            "actions": {"RUNNING": ["stop", "restart", "terminate"], "EXITED": ["start", "terminate"]}.get(
+                status, ["stop", "terminate"]),
+            "gpu": {"id": pod.gpu_name, "count": pod.gpu_count}, "disk": info.get("disk", 0), "mounts": mounts,
+            "cloud": info.get("cloud"), "dataCenterId": info.get("dc"), "cudaVersion": info.get("cuda"),
+            "cost": 0.0 if status == "EXITED" else pod.price_per_hour, "runtime": runtime,
+            "ssh": {"proxy": None, "direct": direct}, "ports": ["22/tcp"], "env": {}, "locked": False,
         }
 
-    # -- test controls ---------------------------------------------------------------------------
+    # -- account and volumes -----------------------------------------------------------------------
+    def _put_keys(self, c: RouteCall) -> Reply:
+        keys = c.body.get("keys") if isinstance(c.body, dict) else None
+        if not isinstance(keys, list):
+            return problem(422, "Unprocessable Entity", "invalid request", ["keys is required"])
+        self.account_keys = [str(k) for k in keys]
+        return Reply(200, {"keys": list(self.account_keys)})
+
+    def _create_volume_rest(self, c: RouteCall) -> Reply:
+        body = c.body
+        self._log("createNetworkVolume", body)
+        if not isinstance(body, dict):
+            return problem(422, "Unprocessable Entity", "body must be a JSON object")
+        unknown = sorted(set(body) - VOLUME_FIELDS)
+        if unknown:
+            return problem(422, "Unprocessable Entity", "invalid request", [f"unknown field {k}" for k in unknown])
+        name, size, dc = body.get("name"), body.get("size"), body.get("dataCenter")
+        if not isinstance(name, str) or not 1 <= len(name) <= 255:
+            return problem(422, "Unprocessable Entity", "invalid request", ["name: 1 to 255 characters"])
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 4000:
+            return problem(422, "Unprocessable Entity", "invalid request", ["size: a whole number of GB, 1 to 4000"])
+        if dc not in {d["id"] for d in self.data_centers}:
+            return problem(400, "Bad Request", f"unknown data center {dc!r}")
+        if self.volume_create_fails > 0:
+            self.volume_create_fails -= 1
+            return problem(400, "Bad Request", f"could not allocate {size} GB in {dc}")
+        with self.lock:
+            volume_id = self.volume_ids.pop(0) if self.volume_ids else None
+        volume_id = self.create_volume(name, dc, size, volume_id=volume_id)
+        return Reply(201, dict(self.volumes[volume_id]))
+
+    def _delete_volume(self, c: RouteCall) -> Reply:
+        if self.volumes.pop(c.groups["id"], None) is None:
+            return problem(404, "Not Found", "The requested network volume does not exist.")
+        return Reply(204, text="")
+
+    # -- test controls -----------------------------------------------------------------------------
     def create_volume(self, name: str, data_center_id: str = "EU-RO-1", size_gb: int = 50, *,
                       volume_id: str | None = None) -> str:
-        """A network volume: its store is a folder of this emulator, what the volume's pods see at
-        /workspace (the pods are this machine, so gpucli is pointed at it with GPUCLI_VOLUME_MOUNT)."""
+        """A network volume; its store is a folder of this emulator (what its pods see at the mount)."""
         volume_id = volume_id or "".join(self._rng.choice(string.ascii_lowercase + string.digits) for _ in range(10))
-        self.volumes[volume_id] = {"id": volume_id, "name": name, "size": size_gb, "dataCenterId": data_center_id}
+        self.volumes[volume_id] = {"id": volume_id, "name": name, "size": size_gb, "dataCenter": data_center_id,
+                                   "type": "STANDARD"}
         self.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
         return volume_id
+
+    def preempt(self, pod_id: str) -> None:
+        """The pod stopped by RunPod, not by gpucli (its host went away, or the balance reached $0:
+        "Pods are automatically stopped when your account balance reaches $0", pods/pricing.mdx L59)."""
+        if self.end_pod(pod_id, "preempted", "preemption") is None:
+            raise KeyError(pod_id)
+
+    def pod_volumes(self) -> dict[str, str]:
+        """Pod id -> the network volume it was created with."""
+        return {p: i["network_volume"] for p, i in self.pod_info.items() if i.get("network_volume")}
 
     def volume_dir(self, volume_id: str) -> Path:
         return Path(self.root) / "volumes" / volume_id
 
-    def preempt(self, pod_id: str) -> None:
-        """A spot pod stopped without notice mid-run (RunPod's behaviour per providers.md §4)."""
-        if self.end_pod(pod_id, "preempted", "preemption") is None:
-            raise KeyError(pod_id)
+    def container_dir(self, pod_id: str) -> Path:
+        """The pod's container disk: emptied when the pod stops."""
+        return Path(self.root) / "container" / pod_id
+
+    def volume_disk_dir(self, pod_id: str) -> Path:
+        """The pod's volume disk (``mounts.persistent``): kept across stop/start until terminate."""
+        return Path(self.root) / "volume-disk" / pod_id
+
+    def stopped_usd_per_month(self, pod_id: str) -> float:
+        """What a stopped pod bills per month: its volume disk at $0.20/GB/month (pricing.mdx L47)."""
+        return self.pod_info[pod_id]["volume_gb"] * 0.20

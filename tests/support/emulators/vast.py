@@ -53,7 +53,9 @@ def _offer(oid: int, gpu: str, n: int, ram_mb: int, dph: float, min_bid: float, 
             "is_bid": False, "min_bid": min_bid, "num_gpus": n, "public_ipaddr": "127.0.0.1",
             "reliability": rel, "reliability2": rel, "rentable": True, "rented": False, "score": dlperf * rel,
             "static_ip": True, "storage_cost": 0.1, "verification": "verified" if verified else "unverified",
-            "verified": verified, "external": False}
+            "verified": verified, "external": False,
+            # $/GB in and out (search_offers.yaml L144-148); the values are invented, varying per host
+            "inet_up_cost": round(0.002 + (oid % 7) * 0.003, 4), "inet_down_cost": round(0.001 + (oid % 5) * 0.002, 4)}
 
 
 OFFERS: list[dict[str, Any]] = [
@@ -132,6 +134,8 @@ class VastEmulator(EmulatorBase):
         self.offers = [dict(o) for o in OFFERS]
         self.search_bodies: list[dict[str, Any]] = []
         self.create_bodies: list[tuple[str, dict[str, Any]]] = []
+        self.onstart: dict[str, str] = {}  # instance id -> its onstart script (run again at every resume)
+        self.run_onstart = False  # run it on resume (off: the emulator's pods are this machine's user)
         self._next_id = 20_000_000
         self.offers_rentable_again = True  # keep offers rentable after a rent (fault loops rent many)
         self.attach_requires_running = True
@@ -217,6 +221,8 @@ class VastEmulator(EmulatorBase):
     def _keys(self, method: str, body: Any) -> Reply:
         with self.lock:
             if method == "GET":
+                if not self.account_keys:  # vast-ai/docs show_ssh_keys.yaml L54: 404 "No SSH keys found"
+                    return Reply(404, {"success": False, "error": "not_found", "msg": "No SSH keys found"})
                 return Reply(200, list(self.account_keys))
             if method == "POST":
                 key = str((body or {}).get("ssh_key") or "").strip()
@@ -250,6 +256,7 @@ class VastEmulator(EmulatorBase):
     def _create(self, ask_id: str, body: dict[str, Any], no_capacity: bool) -> Reply:
         with self.lock:
             self.create_bodies.append((ask_id, body))
+            onstart = body.get("onstart") if isinstance(body, dict) else None
             offer = next((o for o in self.offers if str(o["id"]) == ask_id), None)
         if no_capacity or offer is None or not offer["rentable"]:
             if self.gone_ask_status == 410:
@@ -277,6 +284,9 @@ class VastEmulator(EmulatorBase):
                          spot=spot, bid=float(price) if isinstance(price, int | float) else None,
                          behaviour=self.next_behaviour())
             pod.stopped = bool(too_low)
+            pod.disk_gb = disk
+            if isinstance(onstart, str):
+                self.onstart[pod_id] = onstart
             for entry in self.account_keys:  # new instances take the account's keys
                 pod.add_key(str(entry["public_key"]))
             self.runtypes[pod_id] = runtype
@@ -303,6 +313,7 @@ class VastEmulator(EmulatorBase):
             "intended_status": "running", "cur_state": "running", "next_state": "running",
             "actual_status": None, "ssh_host": None, "ssh_port": None, "ports": {},
             "direct_port_start": -1, "direct_port_end": -1, "is_bid": pod.spot,
+            "storage_cost": 0.1, "disk_space": pod.disk_gb,
         }
         if pod.stopped:
             inst.update(actual_status="stopped", intended_status="stopped", cur_state="stopped",
@@ -368,3 +379,28 @@ class VastEmulator(EmulatorBase):
         """Outbid / interrupted: cur_state, intended_status and next_state all become "stopped"."""
         if self.end_pod(pod_id, "preempted", "preemption") is None:
             raise KeyError(pod_id)
+
+    def outbid(self, pod_id: str) -> None:
+        """An interruptible instance outbid: paused (stopped); its processes die with the container.
+        It still bills its storage ("Storage charges apply ... stopped", guides/instances/pricing.mdx)."""
+        if self.end_pod(pod_id, "preempted", "outbid") is None:
+            raise KeyError(pod_id)
+
+    def resume(self, pod_id: str) -> None:
+        """Priority returns: a paused interruptible instance "resume[s] automatically"
+        (guides/instances/choosing/instance-types.mdx L78, L93). The container starts again, so its
+        ``onstart`` runs again (with the instance's environment); nothing gpucli started over SSH does."""
+        import subprocess
+
+        with self.lock:
+            pod = self.pods[pod_id]
+            pod.stopped = pod.exited = False
+            pod.polls = max(pod.polls, pod.behaviour.pending_polls + 1)
+        sshd = self.boot(pod)
+        self.ledger.record(pod_id, "resumed", label=pod.label)
+        script = self.onstart.get(pod_id)
+        if script and self.run_onstart:
+            env = {**self.pod_environment(pod), "GPUCLI_EMU_POD": pod.marker,
+                   "GPUCLI_POD_ENVIRON": str(pod.environ_path), "HOME": str(sshd.root)}
+            subprocess.Popen(["/bin/sh", "-c", script], env=env, cwd=str(sshd.root), start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
