@@ -186,6 +186,12 @@ def watchdog_startup_minutes() -> float | None:
     return _seconds_from_env("GPUCLI_WATCHDOG_STARTUP_MIN", None, max_value=24 * 60)
 
 
+def watchdog_launch_minutes() -> float | None:
+    """Minutes without a sign of the launch (before the trainer starts) after which the early watchdog
+    ends the pod (``GPUCLI_WATCHDOG_LAUNCH_MIN``; None: the watchdog's own default, 60)."""
+    return _seconds_from_env("GPUCLI_WATCHDOG_LAUNCH_MIN", None, max_value=24 * 60)
+
+
 def debug_from_env() -> bool:
     """``GPUCLI_DEBUG=1``: tracebacks on errors, as ``--debug`` gives."""
     return os.environ.get("GPUCLI_DEBUG", "").strip() == "1"

@@ -7,9 +7,11 @@ loads inside the command that needs it, which keeps ``gpucli --help`` and ``gpuc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
+import signal
 import sys
 from typing import Any
 
@@ -132,8 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     set_catalog_override(None)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or debug_from_env()
+    from gpucli.run.owner import Terminated, signals_interrupt
+
     try:
-        result = _command().main(args=args, prog_name="gpucli", standalone_mode=False)
+        with signals_interrupt():  # SIGTERM and SIGHUP clean up as Ctrl-C does
+            result = _command().main(args=args, prog_name="gpucli", standalone_mode=False)
         # With standalone_mode=False, --help and typer.Exit come back as a return value.
         return int(result) if isinstance(result, int) else ExitCode.OK
     except GpucliError as err:
@@ -145,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(err.exit_code)
     except typer.Exit as exc:
         return int(exc.exit_code)
+    except Terminated as exc:
+        from gpucli.cli import render
+
+        with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot take the line
+            render.error(f"ended by {signal.Signals(exc.signum).name}; what this command had started was cleaned up")
+        return 128 + exc.signum
     except (KeyboardInterrupt, typer.Abort):
         from gpucli.cli import render
 

@@ -50,13 +50,24 @@ def own_mirror(run: str) -> Path | None:
 
 
 def verify(folder: Path) -> bool:
-    """Whether every file meta.json lists is there with its sha256."""
+    """Whether the folder is a complete checkpoint: its meta.json lists the required files (an empty
+    or partial list is not a checkpoint) and every file it lists is there, a regular file, with its sha256."""
+    from gpucli.errors import GpucliError
+    from gpucli.run import untrusted
+
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
+        with open(folder / "meta.json", "rb") as fh:
+            files = untrusted.checkpoint_manifest(untrusted.parse_json(fh.read(untrusted.MAX_JSON_BYTES + 1),
+                                                                       "meta.json"))
+    except (OSError, GpucliError):
         return False
-    files = meta.get("files") or {"model.pt": meta.get("sha256")}
-    return all((folder / name).exists() and sha256_of(folder / name) == want for name, want in files.items())
+    if files is None:
+        return False
+    try:
+        return all(untrusted.local_path(folder, name).is_file() and sha256_of(folder / name) == want
+                   for name, want in files.items())
+    except GpucliError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, TransferError
+from gpucli.run import untrusted
 from gpucli.run.records import RunRecord, parse_iso
 
 if TYPE_CHECKING:
@@ -184,17 +185,24 @@ def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
         if not rel.endswith("/meta.json"):
             continue
         folder = rel.rsplit("/", 1)[0]
-        if folder.startswith(".") or "/" in folder:
+        if folder.startswith(".") or "/" in folder or untrusted.name_problem(folder):
             continue
+        # The pod's meta.json is read bounded, and counts only when it describes a complete checkpoint:
+        # a file list of safe names with their sha256, the weights among them (gpucli/run/untrusted.py).
         try:
-            meta = json.loads(host.read_file(f"{root}/{rel}"))
-        except (json.JSONDecodeError, TransferError):
+            meta = untrusted.read_json(host, f"{root}/{rel}", f"{folder}/meta.json", size=files[rel].size)
+        except TransferError:
             continue
-        hashes = meta.get("files") or {"model.pt": meta.get("sha256")}
+        hashes = untrusted.checkpoint_manifest(meta)
+        if hashes is None:
+            continue
+        step = untrusted.whole_number(meta.get("step"))
+        if step is None:
+            continue
         out.append(CheckpointInfo(
-            name=folder, path=f"{root}/{folder}", step=int(meta.get("step", -1)), val_loss=meta.get("val_loss"),
-            train_loss=meta.get("train_loss"), kind=meta.get("kind"),
-            files={k: v for k, v in hashes.items() if v}, meta=meta))
+            name=folder, path=f"{root}/{folder}", step=step, val_loss=untrusted.finite_number(meta.get("val_loss")),
+            train_loss=untrusted.finite_number(meta.get("train_loss")),
+            kind=meta.get("kind") if isinstance(meta.get("kind"), str) else None, files=hashes, meta=meta))
     return sorted(out, key=lambda c: c.step)
 
 
@@ -226,10 +234,19 @@ def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_op
     is always a whole checkpoint (an older one it replaces stays until then). Returns the file names
     and the bytes downloaded."""
     tmp = partial_dir(target)
-    tmp.mkdir(parents=True, exist_ok=True)
     present = host.list_files(ck.path)
     names = [n for n in ck.files if with_optimizer or not n.startswith("optim_")]
     names += [n for n in EXTRA_FILES if n in present and n not in names]
+    # Only regular files the listing shows (never a FIFO, device or link the pod put in their place),
+    # each landing inside the partial folder; the meta.json read last is the one listed, bounded.
+    missing = [n for n in [*names, "meta.json"] if n not in present]
+    if missing:
+        raise TransferError(f"{ck.name}: {untrusted.shown(missing[0])} is not a regular file on the pod")
+    untrusted.local_path(target.parent, target.name)
+    untrusted.local_path(target.parent, tmp.name)
+    for n in [*names, *(more or {}), "meta.json"]:
+        untrusted.local_path(tmp, n)
+    tmp.mkdir(parents=True, exist_ok=True)
     # All together: over a long link the files (weights, optimizer shards) come on parallel channels.
     # The bar's size is known from the listing before the first byte.
     total_bytes = sum(present[n].size for n in names if n in present)
@@ -246,7 +263,9 @@ def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_op
     total = sum(s.bytes_total for s in got)
     for name, data in (more or {}).items():
         (tmp / name).write_bytes(data)
-    meta = host.read_file(posixpath.join(ck.path, "meta.json"))
+    meta, _ = host.read_from(posixpath.join(ck.path, "meta.json"), 0, untrusted.MAX_JSON_BYTES + 1)
+    if untrusted.checkpoint_manifest(untrusted.parse_json(meta, f"{ck.name}/meta.json")) != ck.files:
+        raise TransferError(f"{ck.name}/meta.json changed during the download")
     (tmp / "meta.json").write_bytes(meta)
     swap_into_place(tmp, target)
     return tuple(names + ["meta.json"]), total + len(meta)

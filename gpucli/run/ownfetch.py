@@ -61,16 +61,21 @@ def download_files(host: Host, root: str, hashes: Mapping[str, str], target: Pat
     place when all are verified. Files already in ``keep`` with the same hash are copied, not fetched."""
     from gpucli.run.mirror import sha256_of
     from gpucli.run.monitor import swap_into_place
+    from gpucli.run.untrusted import local_path
 
     tmp = partial_dir(target)
+    local_path(target.parent, target.name)
+    local_path(target.parent, tmp.name)
+    for rel in hashes:  # every name the pod listed lands inside the folder, before any byte is written
+        local_path(tmp, rel)
     tmp.mkdir(parents=True, exist_ok=True)
     total = 0
     for rel, digest in hashes.items():
-        dest = tmp / rel
+        dest = local_path(tmp, rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists() and sha256_of(dest) == digest:
             continue
-        if keep is not None and (keep / rel).is_file() and sha256_of(keep / rel) == digest:
+        if keep is not None and local_path(keep, rel).is_file() and sha256_of(keep / rel) == digest:
             shutil.copy2(keep / rel, dest)
             continue
         total += host.download(f"{root}/{rel}", dest, sha256=digest, progress=progress).bytes_total
@@ -96,7 +101,9 @@ def fetch_best_own(host: Host, record: RunRecord, dest: Path, *, progress: Any =
     if step is None:  # the overwritten file: the last step logged before it was written
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and r.get("time", 0) <= ck.mtime + 1]
         step = max(steps, default=-1)
-    target = dest / f"{record.name}-{ck.name}"
+    from gpucli.run.untrusted import local_path
+
+    target = local_path(dest, f"{record.name}-{ck.name}")
     size = download_files(host, root, hashes, target, progress=progress)
     info = CheckpointInfo(name=ck.name, path=root, step=step, val_loss=ck.val_loss, train_loss=None, kind="own",
                           files=dict(hashes), meta={"reason": choice.reason})
@@ -120,6 +127,9 @@ def mirror_own(host: Host, record: RunRecord, mirror_dir: Path, *, progress: Any
     if not files:
         return None, None
     stamp = {rel: (listing[rel].size, int(listing[rel].mtime)) for rel in files}
+    from gpucli.run.untrusted import check_names
+
+    check_names(files)  # before any local path is made of them
     if mirror_dir.is_dir() and all((mirror_dir / rel).is_file() and (mirror_dir / rel).stat().st_size == s
                                    and int((mirror_dir / rel).stat().st_mtime) == m for rel, (s, m) in stamp.items()):
         return None, None

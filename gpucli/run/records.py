@@ -75,6 +75,8 @@ class RunRecord:
     previous_instances: tuple[str, ...] = ()  # pods this run had before a resume
     step: int | None = None  # the last training step seen, kept when the run ends (for `ls`)
     loss: float | None = None  # the training loss at that step
+    # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
+    launcher: str | None = None
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -131,7 +133,7 @@ class BadRecord(UsageError):
 
 _STR = ("name", "provider", "created_at", "profile", "phase", "model", "workdir", "status", "python")
 _OPT_STR = ("gpu", "instance_id", "label", "started_at", "ended_at", "end_reason", "message", "pid_ident",
-            "watchdog_ident")
+            "watchdog_ident", "launcher")
 _OPT_POS_INT = ("pid", "watchdog_pid", "n_gpus")
 _OPT_NUMBER = ("cost_usd", "loss")
 

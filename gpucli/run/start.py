@@ -79,7 +79,9 @@ def metrics_until(data: bytes, step: int) -> bytes:
 
 
 def record_for(resolved: ResolvedLaunch) -> RunRecord:
-    return RunRecord(
+    from gpucli.run.owner import this_launcher
+
+    return RunRecord(launcher=this_launcher(),
         name=resolved.name, provider=resolved.provider, created_at=now_iso(), profile=resolved.profile,
         phase=resolved.phase, model=resolved.model.name, n_gpus=resolved.n_gpus, gpu=resolved.gpu_id,
         workdir=resolved.workdir, status="provisioning", label=resolved.label, limits=resolved.limits,
@@ -107,6 +109,8 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     wd = resolved.workdir
     # exec starts in the login directory, so a relative workdir works as it is.
     host.run(f"mkdir -p -- {shlex.quote(wd)}/code {shlex.quote(wd)}/data", timeout_s=60)
+    record = watch_from_now(host, resolved, record, save=save, on_event=on_event)
+    on_event = touching(host, wd, on_event)
     if get_target(resolved.provider).bootstrap:
         on_event("bootstrapping the pod (setup_pod.sh)")
         host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
@@ -138,12 +142,10 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     from gpucli.run.procs import identify
 
     record = record.with_(status="running", pid=pid, started_at=now_iso(), pid_ident=identify(host, resolved.python, pid))
+    hand_over(host, wd, record)
     save(record)
-    on_event(f"trainer started (pid {pid})")
-    watchdog_pid = start_watchdog(host, resolved, record)
-    record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
-    save(record)
-    on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
+    on_event(f"trainer started (pid {pid}); the watchdog (pid {record.watchdog_pid}) ends the run's billing "
+             "when it is over or stuck")
     return record
 
 
@@ -163,6 +165,8 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
     # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
     stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
     host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
+    record = watch_from_now(host, resolved, record, save=save, on_event=on_event)
+    on_event = touching(host, wd, on_event)
     host.write_env_file(f"{wd}/env", ownrun.job_env(own, secrets_env()))
     ownrun.put_code(host, resolved, own, on_event)
     source = resolved.data
@@ -188,12 +192,10 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
                               env_file=f"{wd}/env")
     record = record.with_(status="running", pid=pid, started_at=now_iso(),
                           pid_ident=identify(host, resolved.python, pid))
+    hand_over(host, wd, record)
     save(record)
     on_event(f"job started (pid {pid}): {own.task.run}")
-    watchdog_pid = start_watchdog(host, resolved, record)
-    record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
-    save(record)
-    on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
+    on_event(f"the watchdog (pid {record.watchdog_pid}) ends the run's billing when it is over or stuck")
     if own.task.setup:
         ownrun.wait_for_setup(host, wd, lambda: host.is_running(pid), on_event=on_event)
     return record
@@ -214,27 +216,87 @@ def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
     return config
 
 
-def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> int:
-    """Start gpucli/pod/watchdog.py next to the trainer, in its own session (see its docstring)."""
-    from gpucli.settings import watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
+def watch_from_now(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, save: Callable[[RunRecord], Any],
+                   on_event: EventFn) -> RunRecord:
+    """Start the watchdog as soon as the host runs commands, before anything is set up: until the
+    launch hands it the trainer (:func:`hand_over`) it ends the pod at the run's hour or dollar cap,
+    or when the launch shows no sign of life (a SIGKILLed laptop process never hands over)."""
+    from gpucli.run.owner import handover_path, marker_path
+    from gpucli.run.procs import identify
 
     wd = resolved.workdir
-    from gpucli.run.procs import GONE, PROCID
+    host.run(f"rm -f -- {shlex.quote(handover_path(wd))} && touch -- {shlex.quote(marker_path(wd))}", timeout_s=60)
+    watchdog_pid = start_watchdog(host, resolved, record)
+    record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
+    save(record)
+    on_event(f"watchdog started (pid {watchdog_pid}): ends the pod at the run's limits, or if this launch dies")
+    return record
+
+
+def touching(host: Host, workdir: str, on_event: EventFn) -> EventFn:
+    """``on_event`` that also touches the launch's marker on the host: the early watchdog's sign that
+    the launch is alive."""
+    from gpucli.run.owner import marker_path
+
+    marker = shlex.quote(marker_path(workdir))
+
+    def event(text: str) -> None:
+        try:
+            host.run(f"touch -- {marker}", timeout_s=30, check=False)
+        except GpucliError:
+            pass  # the step that follows says what is wrong with the host
+        on_event(text)
+
+    return event
+
+
+def hand_over(host: Host, workdir: str, record: RunRecord) -> None:
+    """Give the started trainer (its process group and identity) to the watchdog waiting for it."""
+    from gpucli.run.owner import handover_path
+
+    host.write_file(handover_path(workdir), f"{record.pid} {record.pid_ident or ''}\n".encode(), mode=0o644)
+
+
+def abandon(host: Host, workdir: str) -> None:
+    """A failed launch tells the watchdog waiting for its trainer that none will come (best effort:
+    without it the watchdog still ends the pod once the launch is silent)."""
+    from gpucli.run.owner import handover_path
+
+    try:
+        host.run(f"test -e {shlex.quote(handover_path(workdir))} || "
+                 f"echo abandoned > {shlex.quote(handover_path(workdir))}", timeout_s=15, check=False)
+    except Exception:  # noqa: BLE001 - the launch's own error is the one to report
+        pass
+
+
+def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> int:
+    """Start gpucli/pod/watchdog.py in its own session (see its docstring), waiting for the trainer's
+    process group in ``.trainer`` (:func:`hand_over`)."""
+    from gpucli.settings import (
+        watchdog_grace_s,
+        watchdog_launch_minutes,
+        watchdog_poll_s,
+        watchdog_startup_minutes,
+    )
+
+    wd = resolved.workdir
+    from gpucli.run.procs import PROCID
     from gpucli.run.targets.podside import write_watchdog_env
 
     host.write_file(f"{wd}/watchdog.py", POD_WATCHDOG.read_bytes(), mode=0o755)
     host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)  # imported by the watchdog
     created = parse_iso(record.created_at)
-    args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid", str(record.pid),
+    args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid-file", "../.trainer",
             "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
             "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end, *resolved.limits.watchdog_args()]
     if created is not None:
         args += ["--started-at", f"{created.timestamp():.0f}"]
-    if record.pid_ident and record.pid_ident != GONE:
-        args += ["--pgid-ident", record.pid_ident]
     startup = watchdog_startup_minutes()
     if startup is not None:
         args += ["--startup-minutes", f"{startup:g}"]
+    silence = watchdog_launch_minutes()
+    if silence is not None:
+        args += ["--launch-minutes", f"{silence:g}"]
     return host.start_detached(" ".join(shlex.quote(a) for a in args), cwd=f"{wd}/code", log_path=f"{wd}/watchdog.out",
                                env_file=write_watchdog_env(host, wd, resolved.provider))
 
@@ -254,7 +316,10 @@ def launch(resolved: ResolvedLaunch, *, on_event: EventFn, save: Callable[[RunRe
         if own is not None:
             record = record.with_(model="own-code", phase="own-code")
     else:
+        from gpucli.run.owner import this_launcher
+
         record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
+                              launcher=this_launcher(),
                               message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
     save(record)  # written before anything waits
     try:
@@ -272,8 +337,12 @@ def launch(resolved: ResolvedLaunch, *, on_event: EventFn, save: Callable[[RunRe
             if record.ssh is not None and host.host_key:
                 record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
                 save(record)
-            return start_on_host(host, resolved, record, on_event=on_event, save=save, restore=restore,
-                                 metrics=metrics, own=own)
+            try:
+                return start_on_host(host, resolved, record, on_event=on_event, save=save, restore=restore,
+                                     metrics=metrics, own=own)
+            except BaseException:
+                abandon(host, resolved.workdir)
+                raise
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         save(record.with_(status="failed", ended_at=now_iso(), message=message[:500]))
