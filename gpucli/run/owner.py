@@ -83,9 +83,10 @@ def orphaned(record: RunRecord) -> bool:
 
 
 @contextlib.contextmanager
-def signals_interrupt() -> Iterator[None]:
+def signals_interrupt() -> Iterator[list[int]]:
     """While inside: SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, once; later ones
-    are ignored while the cleanup runs. Outside the main thread nothing changes."""
+    are ignored while the cleanup runs. Outside the main thread nothing changes. Yields the list the
+    signal that ended the command is put in (Typer turns the interrupt into a plain exit code 130)."""
     seen: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
@@ -103,7 +104,7 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
         previous = {}
     try:
-        yield
+        yield seen
     finally:
         for sig, old in previous.items():
             with contextlib.suppress(ValueError, TypeError):

@@ -98,7 +98,7 @@ def test_a_launch_ended_by_any_signal_leaves_no_pod(provider, stage, sig, reques
     else:
         assert code != 0
         if sig != signal.SIGINT:
-            assert f"ended by {signal.Signals(sig).name}" in err
+            assert f"ended by {signal.Signals(sig).name}" in err, (code, err)
         assert runs.load(name).status == "failed"
         code, out, err = cli(capsys, "down", "--strays", "--yes")
         assert code == 0, err
