@@ -40,7 +40,8 @@ def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], bytes]:
             row = json.loads(line)
         except (ValueError, RecursionError):
             continue  # a torn write (or a pod's malformed or too deeply nested line) is skipped, never fatal
-        if isinstance(row, dict):
+        row = untrusted.clean_row(row)  # wrong types from the pod are dropped here, not crashed on later
+        if row is not None:
             rows.append(row)
     if len(tail) > MAX_ROW_BYTES:  # a "line" that never ends is not a row: not kept in memory
         tail = b""
@@ -180,10 +181,8 @@ def log_tail(host: Host, workdir: str, lines: int = 15) -> tuple[str, ...]:
         data, _ = host.read_from(path, start, min(size, LOG_TAIL_BYTES))
     except (TransferError, OSError):
         return ()
-    text = data.decode(errors="replace").splitlines()
-    if start > 0:
-        text = text[1:]  # the first line is cut
-    return tuple(line[:2000] for line in text[-lines:])
+    text = data.decode(errors="replace").replace("\x00", "").splitlines()
+    return tuple(line[-2000:] for line in text[-lines:])  # a line's end: where a traceback's exception is
 
 
 def trainer_alive(host: Host, record: RunRecord) -> bool | None:

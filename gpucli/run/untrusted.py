@@ -163,3 +163,39 @@ def finite_number(value: Any) -> float | None:
     except OverflowError:
         return None
     return f if math.isfinite(f) else None
+
+
+#: Fields of a metrics or progress row that are numbers; a row from the pod with anything else in one
+#: of them loses that field (a string step, an infinite loss, a list), and a row without a usable step
+#: where one is required is dropped.
+NUMBER_FIELDS = ("loss", "val_loss", "val_bpb", "ppl", "lr", "mfu", "tok_per_s", "eta_s", "dt_ms", "cost_usd",
+                 "elapsed_s", "time", "mem_gib", "bytes_total", "bytes_read", "total_bytes", "tokens", "mb_s",
+                 "grad_norm", "max_steps", "usd_per_hour")
+_STEPPED = ("train", "val")
+
+
+def clean_row(row: Any) -> dict[str, Any] | None:
+    """A metrics row of the pod as gpucli reads it: an object whose ``kind`` and ``event`` are
+    strings, ``step`` a whole number >= 0, the :data:`NUMBER_FIELDS` finite numbers; None when it
+    cannot be one (not an object, no kind, a train or val row without a step)."""
+    if not isinstance(row, dict) or not isinstance(row.get("kind", ""), str):
+        return None
+    out = dict(row)
+    if "event" in out and not isinstance(out["event"], str):
+        out["event"] = json.dumps(out["event"], default=str)[:80]
+    if "step" in out:
+        step = whole_number(out["step"])
+        if step is None or step < 0:
+            del out["step"]
+        else:
+            out["step"] = step
+    if out.get("kind") in _STEPPED and "step" not in out:
+        return None
+    for key in NUMBER_FIELDS:
+        if key in out and out[key] is not None:
+            value = finite_number(out[key])
+            if value is None:
+                del out[key]
+            elif not isinstance(out[key], int) or isinstance(out[key], bool):
+                out[key] = value
+    return out
