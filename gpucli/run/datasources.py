@@ -215,6 +215,10 @@ def stage_data(host: Host, source: DataSource, plan: Mapping[str, Any], *, workd
         on_event(f"syncing data from {source.local}")
         stats = host.sync_up(source.local, f"{workdir}/{RAW_DIR}")
         on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+        if stats.links_left_out:
+            from gpucli.run.ownrun import links_line
+
+            on_event(links_line(stats.links_left_out, "data"))
     elif source.kind == "pod":
         probe = "import os, sys; sys.exit(0 if os.path.exists(os.path.expanduser(sys.argv[1])) else 1)"
         if host.run(f"{py} -c {shlex.quote(probe)} {shlex.quote(source.pod_path or '')}", timeout_s=60,

@@ -20,7 +20,7 @@ import os
 import posixpath
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,11 +151,21 @@ def code_excludes(root: Path, on_event: Callable[[str], None]) -> list[str]:
     gitignore = root / ".gitignore"
     if gitignore.is_file():
         excludes += gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    big = [f for f in walk_local(root, load_ignore(root, excludes)) if f.size > BIG_FILE_BYTES]
+    links: list[str] = []
+    big = [f for f in walk_local(root, load_ignore(root, excludes), links) if f.size > BIG_FILE_BYTES]
+    if links:
+        on_event(links_line(links, "code"))
     for f in big:
         on_event(f"leaving {f.rel} ({f.size / 1e6:.0f} MB) out of the code sync: use --data for big files")
         excludes.append("/" + f.rel.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?"))
     return excludes
+
+
+def links_line(links: Sequence[str], what: str) -> str:
+    """One line naming the symlinks a sync left out because they point outside its folder."""
+    shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+    return (f"leaving {len(links)} symlink(s) pointing outside the folder out of the {what} sync "
+            f"(never followed): {shown}")
 
 
 def git_token() -> str | None:

@@ -174,6 +174,8 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
         on_event(f"syncing data from {source.local}")
         stats = host.sync_up(source.local, f"{wd}/data/src")
         on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+        if stats.links_left_out:
+            on_event(ownrun.links_line(stats.links_left_out, "data"))
     elif source is not None and source.kind == "pod" and source.pod_path:
         # already there: GPUCLI_DATA (data/src) links to it, nothing is uploaded
         host.run(f"test -e {shlex.quote(source.pod_path)} && ln -sfn -- {shlex.quote(source.pod_path)} "

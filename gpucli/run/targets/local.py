@@ -192,7 +192,8 @@ class LocalHost:
         started = time.monotonic()
         src = Path(local_dir)
         dst = _home_path(remote_dir)
-        files = walk_local(src, load_ignore(src, DEFAULT_EXCLUDES if excludes is None else excludes))
+        links: list[str] = []
+        files = walk_local(src, load_ignore(src, DEFAULT_EXCLUDES if excludes is None else excludes), links)
         sent = skipped = bytes_sent = 0
         total = sum(f.size for f in files)
         for f in files:
@@ -210,7 +211,8 @@ class LocalHost:
             os.replace(tmp, target)
             sent += 1
             bytes_sent += f.size
-        return SyncStats(len(files), sent, skipped, total, bytes_sent, 0, time.monotonic() - started)
+        return SyncStats(len(files), sent, skipped, total, bytes_sent, 0, time.monotonic() - started,
+                         links_left_out=tuple(links))
 
     def download_files(self, items: Sequence[tuple[str, str | os.PathLike[str], str | None]], *,
                        progress: Any = None) -> list[DownloadStats]:
