@@ -29,7 +29,18 @@ def home() -> Path:
     else:
         base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         path = Path(base) / "gpucli"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(20, "it is not a folder")
+        path.mkdir(parents=True, exist_ok=True)
+        usable = path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+        problem = "it is not a writable folder"
+    except OSError as exc:
+        usable, problem = False, exc.strerror or str(exc)
+    if not usable:
+        where = "GPUCLI_HOME" if env else "gpucli's data folder"
+        raise UsageError(f"{where} {path} cannot be used: {problem}",
+                         hint="point GPUCLI_HOME at a folder you can write to")
     return path
 
 

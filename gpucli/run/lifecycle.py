@@ -232,12 +232,18 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         raise UsageError(f"run {record.name} was started by an older gpucli and cannot be resumed")
     if record.status == "running" and host_alive(record):
         raise UsageError(f"run {record.name} is still running", hint="`gpucli down` it first, or leave it be")
-    req = LaunchRequest.from_json(record.launch)
     task = None
-    if record.launch.get("own"):
-        from gpucli.run.ownrun import task_from_json
+    try:
+        req = LaunchRequest.from_json(record.launch)
+        if record.launch.get("own"):
+            from gpucli.run.ownrun import task_from_json
 
-        task = task_from_json(record.launch["own"])
+            task = task_from_json(record.launch["own"])
+    except (TypeError, ValueError, KeyError, AttributeError, UsageError) as exc:
+        # A record edited by hand or by another program: its launch cannot be read back as one.
+        raise runs.BadRecord(f"run {record.name}: its record's launch settings cannot be read "
+                             f"({type(exc).__name__}: {str(exc)[:120]})",
+                             hint="start it again with `gpucli launch`") from None
     target = get_target(record.provider)
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and task is None

@@ -225,6 +225,8 @@ def _read(path: Path) -> RunRecord:
         raise BadRecord(f"{path}: not a gpucli run record ({exc.strerror or exc})") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise BadRecord(f"{path}: corrupt run record (nested too deep)") from None
     except ValueError as exc:
         raise BadRecord(f"{path}: corrupt run record ({getattr(exc, 'msg', exc)})") from None
     return _from_json(data, path)
