@@ -291,7 +291,7 @@ def _checkpoint_step(folder: Path) -> int | None:
 
     try:
         return int(json.loads((folder / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

@@ -112,11 +112,13 @@ def mirror_once(host: Host, record: RunRecord, *, keep: int = 2, progress: Any =
 
 
 def _same(folder: Path, ck: CheckpointInfo) -> bool:
+    from gpucli.run.untrusted import checkpoint_manifest
+
     try:
         meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
-    return (meta.get("files") or {}) == ck.files
+    return checkpoint_manifest(meta) == ck.files
 
 
 def _prune(ck_root: Path, keep: int) -> None:

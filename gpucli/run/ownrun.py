@@ -249,13 +249,18 @@ def job_state(host: Host, workdir: str) -> JobState:
 
     try:
         data = json.loads(host.read_file(f"{workdir}/status.json"))
-    except (GpucliError, OSError, ValueError):
+    except (GpucliError, OSError, ValueError, RecursionError):
         return JobState("unknown", None, None, ())
     if not isinstance(data, dict):
         return JobState("unknown", None, None, ())
-    tail = data.get("log_tail") or []
-    return JobState(str(data.get("state") or "unknown"), data.get("phase"), data.get("reason"),
-                    tuple(str(x) for x in tail if isinstance(x, str)))
+    tail = data.get("log_tail")
+    tail = tail[-50:] if isinstance(tail, list) else []
+
+    def text(value: Any) -> str | None:  # the pod's words: a string, bounded, or nothing
+        return value[:500] if isinstance(value, str) else None
+
+    return JobState(text(data.get("state")) or "unknown", text(data.get("phase")), text(data.get("reason")),
+                    tuple(x[-2000:] for x in tail if isinstance(x, str)))
 
 
 def wait_for_setup(host: Host, workdir: str, alive: Callable[[], bool], *, timeout_s: float = SETUP_TIMEOUT_S,

@@ -58,7 +58,7 @@ def _step_of(checkpoint: Path) -> int:
 
     try:
         return int(json.loads((checkpoint / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return int(checkpoint.name.rsplit("_", 1)[-1])
 
 
@@ -71,7 +71,7 @@ def metrics_until(data: bytes, step: int) -> bytes:
     for line in data.splitlines(keepends=True):
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] <= step:
             keep.append(line if line.endswith(b"\n") else line + b"\n")
