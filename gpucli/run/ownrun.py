@@ -80,6 +80,14 @@ def resolve_own(task: Task) -> OwnCode:
         raise UsageError(f"--code {task.code}: not a folder")
     if task.data is not None and not task.data.is_dir():
         raise UsageError(f"--data {task.data}: not a folder")
+    if isinstance(task.code, Path):
+        # Before anything is rented: a bad ignore pattern ([z-a]) or an unreadable folder is one line now,
+        # not a failed launch after the pod is up.
+        code_excludes(task.code, lambda _: None)
+    if task.data is not None:
+        from gpucli.ssh import DEFAULT_EXCLUDES, load_ignore
+
+        load_ignore(task.data, DEFAULT_EXCLUDES)
     ceiling = max_grace_s()
     grace = task.grace_s if task.grace_s is not None else min(60.0, ceiling)
     if grace > ceiling:

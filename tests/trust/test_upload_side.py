@@ -134,3 +134,19 @@ def test_ordinary_patterns_still_match_as_gitignore_does():
              ("docs/c.md", False): True, ("data/x/y", False): True, ("abc", False): True, ("d/bx", False): True,
              ("cx", False): False}
     assert {k: rules.ignored(*k) for k in cases} == cases
+
+
+def test_a_bad_ignore_pattern_in_the_code_is_said_before_anything_is_rented(tmp_path, capsys, runpod_emulator):
+    from gpucli.run import records as runs
+    from tests.support.cli import cli
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text("print(1)\n")
+    (repo / ".gitignore").write_text("*.log\n[z-a]\n")
+    code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "rtx4090", "--code", str(repo),
+                         "--run", "python train.py", "--name", "badignore")
+    lines = [ln for ln in err.splitlines() if ln.startswith("Error:")]
+    assert code != 0 and len(lines) == 1 and "[z-a]" in lines[0] and "internal error" not in err, err
+    assert runpod_emulator.ledger.created() == []
+    assert not (runs.runs_dir() / "badignore.json").exists()
