@@ -29,7 +29,18 @@ def home() -> Path:
     else:
         base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         path = Path(base) / "gpucli"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(20, "it is not a folder")
+        path.mkdir(parents=True, exist_ok=True)
+        usable = path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+        problem = "it is not a writable folder"
+    except OSError as exc:
+        usable, problem = False, exc.strerror or str(exc)
+    if not usable:
+        where = "GPUCLI_HOME" if env else "gpucli's data folder"
+        raise UsageError(f"{where} {path} cannot be used: {problem}",
+                         hint="point GPUCLI_HOME at a folder you can write to")
     return path
 
 
@@ -182,6 +193,12 @@ def watchdog_startup_minutes() -> float | None:
     """Minutes without a first metrics row before a stall verdict (``GPUCLI_WATCHDOG_STARTUP_MIN``;
     None: the watchdog's own default)."""
     return _seconds_from_env("GPUCLI_WATCHDOG_STARTUP_MIN", None, max_value=24 * 60)
+
+
+def watchdog_launch_minutes() -> float | None:
+    """Minutes without a sign of the launch (before the trainer starts) after which the early watchdog
+    ends the pod (``GPUCLI_WATCHDOG_LAUNCH_MIN``; None: the watchdog's own default, 60)."""
+    return _seconds_from_env("GPUCLI_WATCHDOG_LAUNCH_MIN", None, max_value=24 * 60)
 
 
 def debug_from_env() -> bool:

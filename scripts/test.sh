@@ -16,9 +16,14 @@ if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null 2>&1; then
 fi
 
 PY="${PYTHON:-python3}"
-# The CPU build of torch; a plain `torch` requirement would pull the multi-GB CUDA build.
+# The CPU build of torch. On PyPI `torch==2.13.0` for Linux x86-64 is the CUDA build (it pulls the CUDA
+# toolkit, cuDNN and NCCL: gigabytes the tests never use); PyTorch's own CPU index has the CPU build
+# (2.13.0+cpu) and the packages it needs. Where only a package index is reachable (a mirror, an offline
+# wheel cache), the plain requirement from that index is what there is.
+TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-    "$PY" -m pip install -q "torch==2.13.0"
+    "$PY" -m pip install -q --timeout 30 --retries 2 --index-url "$TORCH_CPU_INDEX" "torch==2.13.0" \
+        || "$PY" -m pip install -q "torch==2.13.0"
 fi
 "$PY" -m pip install -q -e ".[train,data,test]"
 

@@ -7,9 +7,11 @@ loads inside the command that needs it, which keeps ``gpucli --help`` and ``gpuc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
+import signal
 import sys
 from typing import Any
 
@@ -124,6 +126,15 @@ def _usage_line(exc: Any) -> str:
     return f"{exc.format_message()}{where}"
 
 
+def _ended_by(signum: int) -> int:
+    """A command ended by SIGTERM or SIGHUP (after its cleanup ran): one line, and 128 + the signal."""
+    from gpucli.cli import render
+
+    with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot take the line
+        render.error(f"ended by {signal.Signals(signum).name}; what this command had started was cleaned up")
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map every error to an exit code and a one-line message on stderr."""
     from gpucli.errors import ExitCode, GpucliError
@@ -132,8 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     set_catalog_override(None)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or debug_from_env()
+    from gpucli.run.owner import signals_interrupt
+
+    ended_by: list[int] = []
     try:
-        result = _command().main(args=args, prog_name="gpucli", standalone_mode=False)
+        with signals_interrupt() as ended_by:  # SIGTERM and SIGHUP clean up as Ctrl-C does
+            result = _command().main(args=args, prog_name="gpucli", standalone_mode=False)
+        if ended_by:
+            return _ended_by(ended_by[0])
         # With standalone_mode=False, --help and typer.Exit come back as a return value.
         return int(result) if isinstance(result, int) else ExitCode.OK
     except GpucliError as err:
@@ -148,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort):
         from gpucli.cli import render
 
+        if ended_by:
+            return _ended_by(ended_by[0])
         render.error("interrupted")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:

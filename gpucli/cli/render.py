@@ -28,7 +28,7 @@ _ERR: Console | None = None
 def out() -> Console:
     global _OUT
     if _OUT is None:
-        from rich.console import Console
+        from gpucli.cli.sanitize import SafeConsole as Console
 
         # Piped output gets a wide fixed width rather than rich's 80 columns, so tables stay whole.
         width = None if sys.stdout.isatty() else 200
@@ -39,7 +39,7 @@ def out() -> Console:
 def err() -> Console:
     global _ERR
     if _ERR is None:
-        from rich.console import Console
+        from gpucli.cli.sanitize import SafeConsole as Console
 
         _ERR = Console(stderr=True, highlight=False)
     return _ERR

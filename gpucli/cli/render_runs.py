@@ -264,26 +264,38 @@ def runs_table(statuses: list[tuple[RunRecord, RunStatus]], *, json_: bool) -> N
 
 
 def _row_line(row: dict[str, Any]) -> str | None:
+    """A metrics row in one markup line; the pod's values checked (a step that is a string, an infinite
+    loss, markup or escapes in an event) and shown as plain text."""
+    from gpucli.cli.sanitize import plain
+    from gpucli.run.untrusted import finite_number as num
+
+    if not isinstance(row, dict):
+        return None
     kind = row.get("kind")
+    step = plain(str(row.get("step"))[:40])
     if kind == "train":
-        parts = [f"step {row.get('step')}", f"loss {row.get('loss', float('nan')):.4f}"]
-        if row.get("ppl") is not None:
-            parts.append(f"ppl {row['ppl']:.1f}")
-        if row.get("lr") is not None:
-            parts.append(f"lr {row['lr']:.2e}")
-        if row.get("tok_per_s") is not None:
-            parts.append(f"{si(row['tok_per_s'])} tok/s")
-        if row.get("mfu"):
-            parts.append(f"MFU {row['mfu']:.1%}")
-        if row.get("cost_usd") is not None:
-            parts.append(money(row["cost_usd"]))
+        loss = num(row.get("loss"))
+        parts = [f"step {step}", f"loss {loss if loss is not None else float('nan'):.4f}"]
+        ppl, lr, tok, mfu, cost = (num(row.get(k)) for k in ("ppl", "lr", "tok_per_s", "mfu", "cost_usd"))
+        if ppl is not None:
+            parts.append(f"ppl {ppl:.1f}")
+        if lr is not None:
+            parts.append(f"lr {lr:.2e}")
+        if tok is not None:
+            parts.append(f"{si(tok)} tok/s")
+        if mfu:
+            parts.append(f"MFU {mfu:.1%}")
+        if cost is not None:
+            parts.append(money(cost))
         return "  ".join(parts)
     if kind == "val":
-        return f"[cyan]val[/] step {row.get('step')}  val_loss {row.get('val_loss', float('nan')):.4f}"
+        val = num(row.get("val_loss"))
+        return f"[cyan]val[/] step {step}  val_loss {val if val is not None else float('nan'):.4f}"
     if kind == "event":
         fields = {k: v for k, v in row.items() if k not in ("kind", "event", "time")}
         style = "red" if row.get("event") in ("error", "ppl_spike") else "yellow"
-        return f"[{style}]event[/] {row.get('event')} {json.dumps(fields, default=str)[:200]}"
+        return (f"[{style}]event[/] {plain(str(row.get('event'))[:80])} "
+                f"{plain(json.dumps(fields, default=str)[:200])}")
     return None
 
 
@@ -333,7 +345,9 @@ def _print_end(record: RunRecord, rows: list[dict[str, Any]], st: RunStatus, *, 
     line = tail_end(record, rows, st)
     if st.state == "failed" and not failure:
         return line
-    console.print(f"[red]{line}[/]" if st.state == "failed" else line, highlight=False)
+    from gpucli.cli.sanitize import plain
+
+    console.print(f"[red]{plain(line)}[/]" if st.state == "failed" else plain(line), highlight=False)
     return None
 
 
@@ -458,6 +472,10 @@ def mirrored(record: RunRecord, result: MirrorResult) -> None:
 def synced(path: Path, stats: SyncStats) -> None:
     info(f"{path}: {stats.files_sent} sent, {stats.files_skipped} unchanged "
          f"({stats.bytes_sent / 1e6:.1f} MB in {stats.seconds:.1f} s)")
+    if stats.links_left_out:
+        from gpucli.run.ownrun import links_line
+
+        warn(links_line(stats.links_left_out, "sync"))
 
 
 def strays(instances: list[Stray]) -> None:

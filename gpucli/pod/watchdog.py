@@ -296,10 +296,64 @@ def finished_reason(run_dir: Path) -> str | None:
     return status.get("reason") if status.get("state") == "finished" else None
 
 
+def launch_activity(run_dir: Path, since: float) -> float:
+    """When the launch last showed it is alive: its ``.launching`` marker (touched at each step) or a
+    new entry in the folders it fills (code, data), or ``since``."""
+    latest = since
+    for sub in (".launching", ".", "code", "data", "data/src", "checkpoints"):
+        try:
+            latest = max(latest, (run_dir / sub).stat().st_mtime)
+        except OSError:
+            pass
+    return latest
+
+
+def read_handover(path: Path) -> tuple[int, str | None] | str | None:
+    """``PGID IDENT`` the launch wrote once the trainer started; "abandoned" when the launch failed
+    and gave up; None (not yet, or not readable)."""
+    try:
+        with open(path, "rb") as fh:  # a small file the launch wrote atomically; never more than 4 KiB read
+            parts = fh.read(4096).decode(errors="replace").split()
+    except OSError:
+        return None
+    if parts == ["abandoned"]:
+        return "abandoned"
+    if not parts or not parts[0].isdigit() or not 0 < int(parts[0]) < 1 << 22:
+        return None
+    return int(parts[0]), (parts[1] if len(parts) > 1 and parts[1] != "gone" else None)
+
+
+def wait_for_trainer(args: argparse.Namespace, run_dir: Path, started: float, max_hours: float | None
+                     ) -> tuple[int, str | None] | str:
+    """Before the trainer exists (the pod is being set up): the trainer's ``(pgid, ident)`` once the
+    launch hands it over, or the verdict that ends the pod: the hour/dollar cap reached, or no sign of
+    the launch for ``--launch-minutes`` (it was killed; nothing will start the trainer)."""
+    watching = time.time()
+    log(run_dir, f"watching the launch until it starts the trainer; limit "
+                 f"{'none' if max_hours is None else f'{max_hours:.3f} h'}; launch silence {args.launch_minutes:g} min")
+    write_state(run_dir, state="launching")
+    while True:
+        got = read_handover(args.pgid_file)
+        if got == "abandoned":
+            return "the launch failed before the trainer started"
+        if isinstance(got, tuple):
+            return got
+        now = time.time()
+        if max_hours is not None and now - started >= max_hours * 3600:
+            return f"limit reached before the trainer started ({(now - started) / 3600:.3f} h)"
+        idle = now - launch_activity(run_dir, watching)
+        if idle > args.launch_minutes * 60:
+            return f"launch gone (no sign of it for {idle / 60:.1f} min, no trainer started)"
+        time.sleep(min(args.poll_s, 5.0))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", required=True, type=Path)
-    ap.add_argument("--pgid", required=True, type=int)
+    ap.add_argument("--pgid", type=int, help="the trainer's process group (or --pgid-file)")
+    ap.add_argument("--pgid-file", type=Path, help="started before the trainer: wait for 'PGID IDENT' in this file")
+    ap.add_argument("--launch-minutes", type=float, default=60.0,
+                    help="with --pgid-file: end the pod when the launch shows no sign of life for this long")
     ap.add_argument("--provider", required=True, choices=("runpod", "vast", "local", "ssh"))
     ap.add_argument("--max-hours", type=float)
     ap.add_argument("--budget-usd", type=float, help="end the run when the machine has cost this much")
@@ -313,10 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--started-at", type=float, help="epoch seconds the run's billing started")
     ap.add_argument("--pgid-ident", help="the trainer's identity (procid.py) when it started; default: now")
     args = ap.parse_args(argv)
-    # Signals go only to the process group this identity names: a pid the trainer left behind and
-    # another process took is never signalled.
-    ident = args.pgid_ident or procid.identity(args.pgid)
-
+    if args.pgid is None and args.pgid_file is None:
+        ap.error("--pgid or --pgid-file is required")
     run_dir = args.run_dir.resolve()
     started = args.started_at or time.time()
     # The hour limit and the budget are one deadline: whichever comes first.
@@ -324,6 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_usd is not None and args.price_per_hour_usd:
         budget_hours = args.budget_usd / args.price_per_hour_usd
         max_hours = budget_hours if max_hours is None else min(max_hours, budget_hours)
+    if args.pgid is None:
+        got = wait_for_trainer(args, run_dir, started, max_hours)
+        if isinstance(got, str):
+            # Nothing of the run is on the pod yet (a restored checkpoint is a copy): a stopped pod would
+            # still bill its disk, so it is terminated.
+            return finish(args, run_dir, got, on_end="terminate")
+        args.pgid, args.pgid_ident = got[0], args.pgid_ident or got[1]
+    # Signals go only to the process group this identity names: a pid the trainer left behind and
+    # another process took is never signalled.
+    ident = args.pgid_ident or procid.identity(args.pgid)
     log(run_dir, f"watching process group {args.pgid} ({args.provider}); limit "
                  f"{'none' if max_hours is None else f'{max_hours:.3f} h'}; stall {args.stall_minutes:g} min")
     write_state(run_dir, state="watching", pgid=args.pgid)
@@ -346,8 +408,13 @@ def main(argv: list[str] | None = None) -> int:
             stop_group(run_dir, args.pgid, args.grace_s, ident)
             break
         time.sleep(args.poll_s)
+    return finish(args, run_dir, str(verdict))
+
+
+def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | None = None) -> int:
+    """The run is over: end the pod (cloud providers) and record the verdict."""
     log(run_dir, f"run over: {verdict}")
-    ended = end_pod(args.provider, args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
+    ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
     write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
     if args.provider in ("runpod", "vast") and not ended:
         log(run_dir, "COULD NOT END THE POD: it is still billing; run `gpucli down` from your machine")

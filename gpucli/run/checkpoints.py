@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import NotFoundError, TransferError
+from gpucli.errors import GpucliError, NotFoundError, TransferError
+from gpucli.run import untrusted
 from gpucli.ssh import sha256_file
 
 if TYPE_CHECKING:
@@ -198,17 +199,24 @@ def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
         if not rel.endswith("/meta.json"):
             continue
         folder = rel.rsplit("/", 1)[0]
-        if folder.startswith(".") or "/" in folder:
+        if folder.startswith(".") or "/" in folder or untrusted.name_problem(folder):
             continue
+        # The pod's meta.json is read bounded, and counts only when it describes a complete checkpoint:
+        # a file list of safe names with their sha256, the weights among them (gpucli/run/untrusted.py).
         try:
-            meta = json.loads(host.read_file(f"{root}/{rel}"))
-        except (json.JSONDecodeError, TransferError):
+            meta = untrusted.read_json(host, f"{root}/{rel}", f"{folder}/meta.json", size=files[rel].size)
+        except TransferError:
             continue
-        hashes = meta.get("files") or {"model.pt": meta.get("sha256")}
+        hashes = untrusted.checkpoint_manifest(meta)
+        if hashes is None:
+            continue
+        step = untrusted.whole_number(meta.get("step"))
+        if step is None:
+            continue
         out.append(CheckpointInfo(
-            name=folder, path=f"{root}/{folder}", step=int(meta.get("step", -1)), val_loss=meta.get("val_loss"),
-            train_loss=meta.get("train_loss"), kind=meta.get("kind"),
-            files={k: v for k, v in hashes.items() if v}, meta=meta))
+            name=folder, path=f"{root}/{folder}", step=step, val_loss=untrusted.finite_number(meta.get("val_loss")),
+            train_loss=untrusted.finite_number(meta.get("train_loss")),
+            kind=meta.get("kind") if isinstance(meta.get("kind"), str) else None, files=hashes, meta=meta))
     return sorted(out, key=lambda c: c.step)
 
 
@@ -227,22 +235,31 @@ def sha256_of(path: Path) -> str:
 
 
 def verify(folder: Path) -> bool:
-    """Whether every file meta.json lists is there with its sha256 (a checkpoint on this machine)."""
+    """Whether the folder is a complete checkpoint on this machine: its meta.json lists the required
+    files (an empty or partial list is not a checkpoint) and every file it lists is there, a regular
+    file, with its sha256."""
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
+        with open(folder / "meta.json", "rb") as fh:
+            files = untrusted.checkpoint_manifest(untrusted.parse_json(fh.read(untrusted.MAX_JSON_BYTES + 1),
+                                                                       "meta.json"))
+    except (OSError, GpucliError):
         return False
-    files = meta.get("files") or {"model.pt": meta.get("sha256")}
-    return all((folder / name).exists() and sha256_of(folder / name) == want for name, want in files.items())
+    if files is None:
+        return False
+    try:
+        return all(untrusted.local_path(folder, name).is_file() and sha256_of(folder / name) == want
+                   for name, want in files.items())
+    except GpucliError:
+        return False
 
 
 def same_files(folder: Path, ck: CheckpointInfo) -> bool:
     """Whether the checkpoint on this machine in ``folder`` lists the files (and hashes) ``ck`` does."""
     try:
         meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
-    return (meta.get("files") or {}) == ck.files
+    return untrusted.checkpoint_manifest(meta) == ck.files
 
 
 def step_folders(root: Path) -> list[Path]:
@@ -261,5 +278,5 @@ def checkpoint_step(folder: Path) -> int | None:
     """The step a checkpoint on this machine was written at (its meta.json), None when unreadable."""
     try:
         return int(json.loads((folder / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None

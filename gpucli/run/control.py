@@ -23,6 +23,7 @@ from gpucli.run import procs
 from gpucli.run import records as runs
 from gpucli.run.lifecycle import Notice, NoticeFn
 from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
+from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.targets import TARGETS, get_target, open_host
@@ -167,6 +168,11 @@ def live_status(record: RunRecord) -> RunStatus:
 def _live_status(record: RunRecord) -> RunStatus:
     if record.status == TERMINATE_PENDING:
         return recorded_status(retry_pending_terminate(record))
+    if orphaned(record):
+        # Its launch died before handing the pod over: `gpucli down --strays` ends the pod.
+        return RunStatus(state="stray: launch died", cost_usd=record.cost_until_now(),
+                         last_event=f"the launch (pid {(record.launcher or '').partition(':')[0]}) died while "
+                                    f"{record.status}; end its pod with `gpucli down --strays`")
     try:
         host = open_host(record, connect_timeout_s=10)
     except GpucliError as exc:
@@ -267,13 +273,26 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
     for target in TARGETS.values():
         if not target.cloud:
             continue
-        owned = {r.instance_id for r in runs.list_runs()
-                 if r.instance_id and r.active and r.provider == target.name}
+        # A run owns its pod while it is active, unless its launch died before handing the pod over
+        # (nothing will start its trainer or end it). A launch still creating its pod owns its label.
+        live = [r for r in runs.list_runs() if r.active and r.provider == target.name and not orphaned(r)]
+        owned = {r.instance_id for r in live if r.instance_id}
+        labels = {r.label for r in live if r.label and r.status != "running"}
         try:
-            strays += target.strays(owned)
+            strays += [s for s in target.strays(owned) if s.label not in labels]
         except GpucliError as exc:
             on_notice(Notice("warn", f"{target.name}: {exc}"))
     return strays
+
+
+def _close_orphan(stray: Stray) -> None:
+    """The record of a launch that died owning this pod: failed, with the pod's end in its message."""
+    for r in runs.list_runs():
+        if r.provider == stray.provider and orphaned(r) and (r.instance_id == stray.instance_id or
+                                                               (not r.instance_id and r.label == stray.label)):
+            runs.save(r.with_(status="failed", ended_at=runs.now_iso(), cost_usd=r.cost_until_now(),
+                              message=f"the launch died before handing the pod over; pod {stray.instance_id} "
+                                      "terminated by `gpucli down --strays`"))
 
 
 def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
@@ -287,6 +306,7 @@ def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
             on_notice(Notice("error", f"could not terminate {s.provider} {s.instance_id}: {exc}"))
             continue
         on_notice(Notice("info", f"terminated {s.provider} {s.instance_id} ({s.label})"))
+        _close_orphan(s)
     if failed:
         raise ProviderError(f"{len(failed)} stray pod(s) still running: {', '.join(failed)}",
                             hint="run `gpucli down --strays` again, or end them in the provider console")

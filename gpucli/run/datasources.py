@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,6 +204,8 @@ def stage_data(host: Host, source: DataSource, plan: Mapping[str, Any], *, workd
         on_event(f"syncing data from {source.local}")
         stats = host.sync_up(source.local, f"{workdir}/{RAW_DIR}")
         on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+        if stats.links_left_out:
+            on_event(links_line(stats.links_left_out, "data"))
     elif source.kind == "pod":
         probe = "import os, sys; sys.exit(0 if os.path.exists(os.path.expanduser(sys.argv[1])) else 1)"
         if host.run(f"{py} -c {shlex.quote(probe)} {shlex.quote(source.pod_path or '')}", timeout_s=60,
@@ -229,3 +231,10 @@ def stage_data(host: Host, source: DataSource, plan: Mapping[str, Any], *, workd
     host.write_file(f"{workdir}/fetch.py", POD_FETCH.read_bytes(), mode=0o755)
     host.write_file(f"{workdir}/{PLAN_FILE}", json.dumps(dict(plan), indent=1).encode(), mode=0o644)
     return env
+
+
+def links_line(links: Sequence[str], what: str) -> str:
+    """One line naming the symlinks a sync left out because they point outside its folder."""
+    shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+    return (f"leaving {len(links)} symlink(s) pointing outside the folder out of the {what} sync "
+            f"(never followed): {shown}")

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, TransferError
+from gpucli.run import untrusted
 from gpucli.run.checkpoints import (
     CheckpointInfo,
     best_checkpoint,
@@ -121,10 +122,19 @@ def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_op
     so ``target`` is always a whole checkpoint (an older one it replaces stays until then). Returns the
     file names and the bytes downloaded."""
     tmp = partial_dir(target)
-    tmp.mkdir(parents=True, exist_ok=True)
     present = host.list_files(ck.path)
     names = [n for n in ck.files if with_optimizer or not n.startswith("optim_")]
     names += [n for n in EXTRA_FILES if n in present and n not in names]
+    # Only regular files the listing shows (never a FIFO, device or link the pod put in their place),
+    # each landing inside the partial folder; the meta.json read last is the one listed, bounded.
+    missing = [n for n in [*names, "meta.json"] if n not in present]
+    if missing:
+        raise TransferError(f"{ck.name}: {untrusted.shown(missing[0])} is not a regular file on the pod")
+    untrusted.local_path(target.parent, target.name)
+    untrusted.local_path(target.parent, tmp.name)
+    for n in [*names, *(more or {}), "meta.json"]:
+        untrusted.local_path(tmp, n)
+    tmp.mkdir(parents=True, exist_ok=True)
     # All together: over a long link the files (weights, optimizer shards) come on parallel channels.
     # The bar's size is known from the listing before the first byte.
     total_bytes = sum(present[n].size for n in names if n in present)
@@ -139,7 +149,9 @@ def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_op
     total = sum(s.bytes_total for s in got)
     for name, data in (more or {}).items():
         (tmp / name).write_bytes(data)
-    meta = host.read_file(posixpath.join(ck.path, "meta.json"))
+    meta, _ = host.read_from(posixpath.join(ck.path, "meta.json"), 0, untrusted.MAX_JSON_BYTES + 1)
+    if untrusted.checkpoint_manifest(untrusted.parse_json(meta, f"{ck.name}/meta.json")) != ck.files:
+        raise TransferError(f"{ck.name}/meta.json changed during the download")
     (tmp / "meta.json").write_bytes(meta)
     swap_into_place(tmp, target)
     return tuple(names + ["meta.json"]), total + len(meta)
@@ -242,14 +254,18 @@ def download_files(host: Host, root: str, hashes: Mapping[str, str], target: Pat
     """Download ``hashes``' files from ``root`` into ``target`` through its partial folder, renamed into
     place when all are verified. Files already in ``keep`` with the same hash are copied, not fetched."""
     tmp = partial_dir(target)
+    untrusted.local_path(target.parent, target.name)
+    untrusted.local_path(target.parent, tmp.name)
+    for rel in hashes:  # every name the pod listed lands inside the folder, before any byte is written
+        untrusted.local_path(tmp, rel)
     tmp.mkdir(parents=True, exist_ok=True)
     total = 0
     for rel, digest in hashes.items():
-        dest = tmp / rel
+        dest = untrusted.local_path(tmp, rel)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists() and sha256_of(dest) == digest:
             continue
-        if keep is not None and (keep / rel).is_file() and sha256_of(keep / rel) == digest:
+        if keep is not None and untrusted.local_path(keep, rel).is_file() and sha256_of(keep / rel) == digest:
             shutil.copy2(keep / rel, dest)
             continue
         total += host.download(f"{root}/{rel}", dest, sha256=digest, progress=progress).bytes_total
@@ -276,7 +292,7 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, p
     if step is None:  # the overwritten file: the last step logged before it was written
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and r.get("time", 0) <= ck.mtime + 1]
         step = max(steps, default=-1)
-    target = dest / f"{record.name}-{ck.name}"
+    target = untrusted.local_path(dest, f"{record.name}-{ck.name}")
     size = download_files(host, root, hashes, target, progress=progress)
     info = CheckpointInfo(name=ck.name, path=root, step=step, val_loss=ck.val_loss, train_loss=None, kind="own",
                           files=dict(hashes), meta={"reason": choice.reason})
@@ -300,6 +316,7 @@ def mirror_folder(host: Host, record: RunRecord, root: str, *, progress: Any = N
     if not files:
         return MirrorResult(None, None, rows)
     stamp = {rel: (listing[rel].size, int(listing[rel].mtime)) for rel in files}
+    untrusted.check_names(files)  # before any local path is made of them
     if mirror_dir.is_dir() and all((mirror_dir / rel).is_file() and (mirror_dir / rel).stat().st_size == s
                                    and int((mirror_dir / rel).stat().st_mtime) == m for rel, (s, m) in stamp.items()):
         return MirrorResult(None, None, rows)

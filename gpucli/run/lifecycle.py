@@ -24,6 +24,7 @@ from gpucli.run.jobs import BUNDLED, Job, job_for, job_of
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.money import balance_guard
 from gpucli.run.monitor import status_of, trainer_alive
+from gpucli.run.owner import this_launcher
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.targets import get_target, open_host
@@ -184,7 +185,7 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
         record = job.labelled(start.record_for(resolved).with_(launch=dict(inputs) if inputs is not None else None))
     else:
         record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
-                              message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
+                              launcher=this_launcher(), message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
     save(record)  # written before anything waits
     try:
         if provision is not None:
@@ -208,8 +209,15 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
             if record.ssh is not None and host.host_key:
                 record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
                 save(record)
-            return job.start(host, resolved, record, on_event=on_event, save=save, restore=restore,
-                             metrics=metrics)
+            # The watchdog runs from the first moment the host runs commands: a launch killed at any
+            # later stage (even by SIGKILL) leaves nothing billing past its cap or its silence.
+            record = start.watch_from_now(host, resolved, record, save=save, on_event=on_event)
+            try:
+                return job.start(host, resolved, record, on_event=start.touching(host, resolved.workdir, on_event),
+                                 save=save, restore=restore, metrics=metrics)
+            except BaseException:
+                start.abandon(host, resolved.workdir)
+                raise
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
@@ -237,8 +245,14 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         raise UsageError(f"run {record.name} was started by an older gpucli and cannot be resumed")
     if record.status == "running" and host_alive(record):
         raise UsageError(f"run {record.name} is still running", hint="`gpucli down` it first, or leave it be")
-    req = LaunchRequest.from_json(record.launch)
-    job = job_of(record)
+    try:
+        req = LaunchRequest.from_json(record.launch)
+        job = job_of(record)
+    except (TypeError, ValueError, KeyError, AttributeError, UsageError) as exc:
+        # A record edited by hand or by another program: its launch cannot be read back as one.
+        raise runs.BadRecord(f"run {record.name}: its record's launch settings cannot be read "
+                             f"({type(exc).__name__}: {str(exc)[:120]})",
+                             hint="start it again with `gpucli launch`") from None
     target = get_target(record.provider)
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume

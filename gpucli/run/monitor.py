@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import TransferError
-from gpucli.run import procs
+from gpucli.run import procs, untrusted
 from gpucli.run.records import RunRecord, parse_iso
 
 if TYPE_CHECKING:
@@ -30,26 +30,60 @@ def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], bytes]:
         line = line.strip()
         if not line:
             continue
+        if len(line) > MAX_ROW_BYTES:
+            continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn write is skipped, never fatal
-        if isinstance(row, dict):
+        except (ValueError, RecursionError):
+            continue  # a torn write (or a pod's malformed or too deeply nested line) is skipped, never fatal
+        row = untrusted.clean_row(row)  # wrong types from the pod are dropped here, not crashed on later
+        if row is not None:
             rows.append(row)
+    if len(tail) > MAX_ROW_BYTES:  # a "line" that never ends is not a row: not kept in memory
+        tail = b""
     return rows, tail
 
 
 def read_all_rows(host: Host, workdir: str) -> list[dict[str, Any]]:
+    """The run's metrics rows, streamed: at most what the file held when the read started (a file that
+    keeps growing cannot keep the command reading) and its last :data:`MAX_ROWS_BYTES` of it."""
+    path = f"{workdir}/metrics.jsonl"
     rows: list[dict[str, Any]] = []
-    offset, tail = 0, b""
-    while True:
-        data, offset2 = host.read_from(f"{workdir}/metrics.jsonl", offset)
-        if not data:
+    end = _size(host, path)
+    if end is None:
+        return rows
+    offset, tail = max(0, end - MAX_ROWS_BYTES), b""
+    first = offset > 0  # started mid-line: the first piece is not a row
+    while offset < end:
+        data, offset2 = host.read_from(path, offset, min(8 << 20, end - offset))
+        if not data or offset2 <= offset:
             break
         got, tail = parse_rows(tail + data)
+        if first and got:
+            got, first = got[1:], False
         rows.extend(got)
         offset = offset2
     return rows
+
+
+#: A metrics line longer than this is not one of the trainer's rows (they are a few hundred bytes).
+MAX_ROW_BYTES = 1 << 20
+#: The most of metrics.jsonl read at once (its end): far more than a long run writes.
+MAX_ROWS_BYTES = 512 << 20
+#: The most of console.log read for its last lines.
+LOG_TAIL_BYTES = 256 << 10
+
+
+def _size(host: Host, path: str) -> int | None:
+    """The size of the host's regular file ``path`` now, None when there is none (or it is not a file)."""
+    stat = getattr(host, "stat", None)
+    if stat is None:  # a host without stat: read_from's own bound
+        return 1 << 62
+    try:
+        st = stat(path)
+    except TransferError:
+        return None
+    return None if st is None or getattr(st, "is_dir", False) else int(st.size)
 
 
 @dataclass(frozen=True)
@@ -136,11 +170,17 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
 def log_tail(host: Host, workdir: str, lines: int = 15) -> tuple[str, ...]:
     """The end of the trainer's console output (stdout and stderr: tracebacks land here; the
     trainer's own train.log holds its log lines only)."""
+    path = f"{workdir}/console.log"
+    size = _size(host, path)
+    if not size:
+        return ()
+    start = max(0, size - LOG_TAIL_BYTES)  # only its end is read, however large the log is
     try:
-        data = host.read_file(f"{workdir}/console.log")
+        data, _ = host.read_from(path, start, min(size, LOG_TAIL_BYTES))
     except (TransferError, OSError):
         return ()
-    return tuple(data.decode(errors="replace").splitlines()[-lines:])
+    text = data.decode(errors="replace").replace("\x00", "").splitlines()
+    return tuple(line[-2000:] for line in text[-lines:])  # a line's end: where a traceback's exception is
 
 
 def trainer_alive(host: Host, record: RunRecord) -> bool | None:

@@ -73,6 +73,8 @@ class RunRecord:
     previous_instances: tuple[str, ...] = ()  # pods this run had before a resume
     step: int | None = None  # the last training step seen, kept when the run ends (for `ls`)
     loss: float | None = None  # the training loss at that step
+    # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
+    launcher: str | None = None
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -129,7 +131,7 @@ class BadRecord(UsageError):
 
 _STR = ("name", "provider", "created_at", "profile", "phase", "model", "workdir", "status", "python")
 _OPT_STR = ("gpu", "instance_id", "label", "started_at", "ended_at", "end_reason", "message", "pid_ident",
-            "watchdog_ident")
+            "watchdog_ident", "launcher")
 _OPT_POS_INT = ("pid", "watchdog_pid", "n_gpus")
 _OPT_NUMBER = ("cost_usd", "loss")
 
@@ -219,6 +221,8 @@ def _read(path: Path) -> RunRecord:
         raise BadRecord(f"{path}: not a gpucli run record ({exc.strerror or exc})") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise BadRecord(f"{path}: corrupt run record (nested too deep)") from None
     except ValueError as exc:
         raise BadRecord(f"{path}: corrupt run record ({getattr(exc, 'msg', exc)})") from None
     return _from_json(data, path)

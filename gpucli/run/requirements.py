@@ -90,7 +90,7 @@ def parse_check_output(stdout: str) -> TrainerPackages | None:
         if line.startswith(_MARK):
             try:
                 raw: Any = json.loads(line[len(_MARK):])
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
             if not isinstance(raw, dict):
                 return None

@@ -34,7 +34,7 @@ def _mirrored_end(root: Path) -> dict[str, Any] | None:
         for line in (root / "metrics.jsonl").read_text(errors="replace").splitlines():
             try:
                 row = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(row, dict) and row.get("event") in ("finished", "resumed", "started"):
                 rows.append(row)
@@ -44,7 +44,7 @@ def _mirrored_end(root: Path) -> dict[str, Any] | None:
         return rows[-1] if rows[-1].get("event") == "finished" else None
     try:
         status = json.loads((root / "status.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return status if isinstance(status, dict) and status.get("state") == "finished" else None
 

@@ -22,10 +22,17 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError
 from gpucli.run.checkpoints import checkpoint_step
 from gpucli.run.launch import ResolvedLaunch
-from gpucli.run.procs import GONE, PROCID, identify
+from gpucli.run.owner import handover_path, marker_path, this_launcher
+from gpucli.run.procs import PROCID, identify
 from gpucli.run.records import RunRecord, now_iso, parse_iso
 from gpucli.run.targets.podside import write_watchdog_env
-from gpucli.settings import load_keys, watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
+from gpucli.settings import (
+    load_keys,
+    watchdog_grace_s,
+    watchdog_launch_minutes,
+    watchdog_poll_s,
+    watchdog_startup_minutes,
+)
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -69,7 +76,7 @@ def metrics_until(data: bytes, step: int) -> bytes:
     for line in data.splitlines(keepends=True):
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] <= step:
             keep.append(line if line.endswith(b"\n") else line + b"\n")
@@ -77,7 +84,7 @@ def metrics_until(data: bytes, step: int) -> bytes:
 
 
 def record_for(resolved: ResolvedLaunch) -> RunRecord:
-    return RunRecord(
+    return RunRecord(launcher=this_launcher(),
         name=resolved.name, provider=resolved.provider, created_at=now_iso(), profile=resolved.profile,
         phase=resolved.phase, model=resolved.model.name, n_gpus=resolved.n_gpus, gpu=resolved.gpu_id,
         workdir=resolved.workdir, status="provisioning", label=resolved.label, limits=resolved.limits,
@@ -93,12 +100,10 @@ def start_job(host: Host, resolved: ResolvedLaunch, record: RunRecord, command: 
     on_event(f"starting the {what}")
     pid = host.start_detached(command, cwd=f"{wd}/code", log_path=f"{wd}/console.log", env_file=f"{wd}/env")
     record = record.with_(status="running", pid=pid, started_at=now_iso(), pid_ident=identify(host, resolved.python, pid))
+    hand_over(host, wd, record)
     save(record)
-    on_event(f"{what} started (pid {pid}){detail}")
-    watchdog_pid = start_watchdog(host, resolved, record)
-    record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
-    save(record)
-    on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
+    on_event(f"{what} started (pid {pid}){detail}; the watchdog (pid {record.watchdog_pid}) ends the run's "
+             "billing when it is over or stuck")
     return record
 
 
@@ -114,21 +119,68 @@ def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
     return config
 
 
+def watch_from_now(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, save: Callable[[RunRecord], Any],
+                   on_event: EventFn) -> RunRecord:
+    """Start the watchdog as soon as the host runs commands, before anything is set up: until the
+    launch hands it the trainer (:func:`hand_over`) it ends the pod at the run's hour or dollar cap,
+    or when the launch shows no sign of life (a SIGKILLed laptop process never hands over)."""
+    wd = resolved.workdir
+    host.run(f"mkdir -p -- {shlex.quote(wd)}/code && rm -f -- {shlex.quote(handover_path(wd))} "
+             f"&& touch -- {shlex.quote(marker_path(wd))}", timeout_s=60)
+    watchdog_pid = start_watchdog(host, resolved, record)
+    record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
+    save(record)
+    on_event(f"watchdog started (pid {watchdog_pid}): ends the pod at the run's limits, or if this launch dies")
+    return record
+
+
+def touching(host: Host, workdir: str, on_event: EventFn) -> EventFn:
+    """``on_event`` that also touches the launch's marker on the host: the early watchdog's sign that
+    the launch is alive."""
+    marker = shlex.quote(marker_path(workdir))
+
+    def event(text: str) -> None:
+        try:
+            host.run(f"touch -- {marker}", timeout_s=30, check=False)
+        except GpucliError:
+            pass  # the step that follows says what is wrong with the host
+        on_event(text)
+
+    return event
+
+
+def hand_over(host: Host, workdir: str, record: RunRecord) -> None:
+    """Give the started trainer (its process group and identity) to the watchdog waiting for it."""
+    host.write_file(handover_path(workdir), f"{record.pid} {record.pid_ident or ''}\n".encode(), mode=0o644)
+
+
+def abandon(host: Host, workdir: str) -> None:
+    """A failed launch tells the watchdog waiting for its trainer that none will come (best effort:
+    without it the watchdog still ends the pod once the launch is silent)."""
+    try:
+        host.run(f"test -e {shlex.quote(handover_path(workdir))} || "
+                 f"echo abandoned > {shlex.quote(handover_path(workdir))}", timeout_s=15, check=False)
+    except Exception:  # noqa: BLE001 - the launch's own error is the one to report
+        pass
+
+
 def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> int:
-    """Start gpucli/pod/watchdog.py next to the trainer, in its own session (see its docstring)."""
+    """Start gpucli/pod/watchdog.py in its own session (see its docstring), waiting for the trainer's
+    process group in ``.trainer`` (:func:`hand_over`)."""
     wd = resolved.workdir
     host.write_file(f"{wd}/watchdog.py", POD_WATCHDOG.read_bytes(), mode=0o755)
     host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)  # imported by the watchdog
     created = parse_iso(record.created_at)
-    args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid", str(record.pid),
+    args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid-file", "../.trainer",
             "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
             "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end, *resolved.limits.watchdog_args()]
     if created is not None:
         args += ["--started-at", f"{created.timestamp():.0f}"]
-    if record.pid_ident and record.pid_ident != GONE:
-        args += ["--pgid-ident", record.pid_ident]
     startup = watchdog_startup_minutes()
     if startup is not None:
         args += ["--startup-minutes", f"{startup:g}"]
+    silence = watchdog_launch_minutes()
+    if silence is not None:
+        args += ["--launch-minutes", f"{silence:g}"]
     return host.start_detached(" ".join(shlex.quote(a) for a in args), cwd=f"{wd}/code", log_path=f"{wd}/watchdog.out",
                                env_file=write_watchdog_env(host, wd, resolved.provider))

@@ -12,9 +12,11 @@ Nothing here prints: the command layer renders the URLs and notices.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import select
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import GpucliError, NotFoundError, RemoteCommandError
+from gpucli.errors import GpucliError, NotFoundError, RemoteCommandError, UsageError
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
@@ -240,11 +242,13 @@ def start_server(checkpoint: Path, *, port: int, python: str = sys.executable, l
     """``python -m trainer.serve`` for ``checkpoint`` on 127.0.0.1:``port``, waited for until it answers
     ``/v1/models``; its output goes to ``log_path``. The caller stops it (:func:`stop_server`)."""
     repo = Path(__file__).resolve().parents[2]
+    port_free(port)  # else another server's answer would read as this one's
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen([python, "-m", "trainer.serve", "--checkpoint", str(checkpoint),
                                  "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=repo, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                                cwd=repo, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_end_with_parent if sys.platform == "linux" else None)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         url_ready(f"{url}/models", timeout_s, what="the model server", alive=lambda: proc.poll() is None)
@@ -253,6 +257,26 @@ def start_server(checkpoint: Path, *, port: int, python: str = sys.executable, l
         tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
         raise RemoteCommandError(f"{exc}: {tail[0] if tail else 'no output'} (log: {log_path})") from None
     return ServedModel(checkpoint, url, proc)
+
+
+def port_free(port: int) -> None:
+    """A UsageError (one line) when something already listens on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a listener fails it, a TIME_WAIT does not
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise UsageError(f"port {port} on 127.0.0.1 is in use ({exc.strerror or exc})",
+                             hint="pass --port with a free one") from None
+
+
+def _end_with_parent() -> None:
+    """In the server's process before it runs (Linux): SIGTERM when gpucli's process ends, however
+    it ends (SIGKILL included), so a model server never outlives its `gpucli serve`."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def stop_server(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:

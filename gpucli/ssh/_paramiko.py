@@ -65,6 +65,14 @@ def load() -> Any:
     finally:
         if blocked:
             del sys.modules["invoke"]
+    # paramiko's transport thread logs a failed handshake (a host that never sends an SSH banner) as
+    # ERROR lines with a traceback; with no handler anywhere Python prints them on stderr. The failure
+    # reaches the user once, as the one-line ConnectionFailed the caller raises.
+    import logging
+
+    logger = logging.getLogger("paramiko")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
     return paramiko
 
 

@@ -143,6 +143,10 @@ class Connection:
             raise
         except (pm.SSHException, OSError, EOFError) as exc:
             transport.close()
+            if not getattr(transport, "remote_version", ""):  # TCP connected, but no SSH server spoke
+                raise ConnectionFailed(f"SSH to {t} failed: {t.host}:{t.port} accepted the connection but sent "
+                                       f"no SSH banner within {self.connect_timeout_s:g} s",
+                                       hint="is an SSH server listening on that port?") from exc
             raise ConnectionFailed(f"SSH to {t} failed: {exc}") from exc
         transport.set_keepalive(15)
         self._t = transport

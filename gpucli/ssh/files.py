@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     import paramiko
 
 log = logging.getLogger(__name__)
+#: The most bytes read_file takes from the host at once (its files are small: a larger one is a pod's doing).
+MAX_READ_FILE = 256 << 20
 
 
 class Files(ParallelDownloads):
@@ -80,10 +82,18 @@ class Files(ParallelDownloads):
             sftp.posix_rename(tmp, path)
 
     def read_file(self, remote_path: str) -> bytes:
+        """A whole file of the host, a regular one (a FIFO or device would block or never end) of at most
+        :data:`MAX_READ_FILE` bytes; TransferError otherwise."""
         path = norm(remote_path)
         with self._io(f"reading {path}"):
             sftp = self._sftp_client()
-            size = sftp.stat(path).st_size or 0
+            a = sftp.stat(path)
+            size = a.st_size or 0
+            if not st.S_ISREG(a.st_mode or 0):
+                raise TransferError(f"{path} on {self.target} is not a regular file: not read")
+            if size > MAX_READ_FILE:
+                raise TransferError(f"{path} on {self.target} is {size} bytes: more than "
+                                    f"{MAX_READ_FILE >> 20} MB, not read whole")
             parts: list[bytes] = []
             read_range(sftp, path, 0, size, lambda b: parts.append(bytes(b)),
                        max_read=self._max_read)

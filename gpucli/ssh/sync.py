@@ -114,7 +114,8 @@ class Sync(Files):
             # no shell at all: SFTP lists and writes them.
             chan = None if _few_top_files(root) else self._start_sync_channel(rdir)
             try:
-                local = walk_local(root, rules)
+                links: list[str] = []
+                local = walk_local(root, rules, links)
                 sftp_only = bool(local) and len(local) <= _SFTP_ONLY_MAX_FILES and all(
                     f.size >= small_file_bytes for f in local)
                 if sftp_only:
@@ -190,7 +191,8 @@ class Sync(Files):
                     done["resumed"] += self._put_big(f, rdir, remote, on_bytes)
         return SyncStats(files_total=len(local), files_sent=len(todo), files_skipped=len(local) - len(todo),
                          bytes_total=sum(f.size for f in local), bytes_sent=done["bytes"] - done["resumed"],
-                         bytes_resumed=done["resumed"], seconds=time.monotonic() - started)
+                         bytes_resumed=done["resumed"], seconds=time.monotonic() - started,
+                         links_left_out=tuple(links))
 
     def _sftp_manifest(self, rdir: str, dirs: set[str]) -> dict[str, RemoteFile]:
         """The files directly inside ``dirs`` (relative to ``rdir``): one listdir each."""

@@ -79,6 +79,7 @@ class SyncStats:
     bytes_sent: int
     bytes_resumed: int
     seconds: float
+    links_left_out: tuple[str, ...] = ()  # symlinks pointing outside the folder: never followed
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
 
+from gpucli.errors import TransferError
+from gpucli.ssh.globmatch import Glob
+
 # Patterns that are never worth sending to a pod: VCS data, caches, our own temporaries.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     ".git/", "__pycache__/", "*.pyc", ".DS_Store", "*.partial", "*.partial.json", ".*.gpucli-part",
@@ -73,50 +76,15 @@ class RemoteFile:
 
 @dataclass(frozen=True)
 class _Rule:
-    regex: re.Pattern[str]
+    glob: Glob  # matched in time linear in the name (gpucli/ssh/globmatch.py)
     negate: bool
     dir_only: bool
+    regex: re.Pattern[str] | None  # the same match as a regex, when it cannot backtrack badly
 
-
-def _glob_to_regex(glob: str) -> str:
-    """Translate one gitignore glob body (no leading '!' or '/', no trailing '/') to a regex."""
-    out: list[str] = []
-    i, n = 0, len(glob)
-    while i < n:
-        c = glob[i]
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("/**", i) and i + 3 == n:
-            out.append("(?:/.*)?")
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            end = glob.find("]", i + 2)
-            if end == -1:
-                out.append(re.escape(c))
-                i += 1
-            else:
-                body = glob[i + 1:end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = end + 1
-        elif c == "\\" and i + 1 < n:
-            out.append(re.escape(glob[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return "".join(out)
+    def match(self, rel: str) -> bool:
+        if self.regex is not None:
+            return self.regex.match(rel.rsplit("/", 1)[-1] if self.glob.basename else rel) is not None
+        return self.glob.match(rel)
 
 
 class IgnoreRules:
@@ -144,29 +112,35 @@ class IgnoreRules:
             return
         anchored = "/" in line
         line = line.lstrip("/")
-        body = _glob_to_regex(line)
-        regex = "^" + body + "$" if anchored else "^(?:.*/)?" + body + "$"
-        self._rules.append(_Rule(re.compile(regex), negate, dir_only))
+        glob = Glob(line, anchored)
+        regex = re.compile("^" + glob.regex + "$", re.DOTALL) if glob.safe else None
+        self._rules.append(_Rule(glob, negate, dir_only, regex))
         self._fast = self._combine()
 
     def _combine(self) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
-        """Without ``!`` rules the order does not matter and any match ignores, so all rules fold
-        into one regex for files and one for folders: a single match per path in a big walk."""
+        """Without ``!`` rules the order does not matter and any match ignores, so all rules matched
+        against the last part of the path fold into one regex for files and one for folders (each
+        alternative anchored, with one unbounded part at most: no bad backtracking); the others are
+        matched one by one."""
         if any(r.negate for r in self._rules):
             return None
         never = "(?!)"
-        files = "|".join(f"(?:{r.regex.pattern})" for r in self._rules if not r.dir_only) or never
-        dirs = "|".join(f"(?:{r.regex.pattern})" for r in self._rules) or never
-        return re.compile(files), re.compile(dirs)
+        base = [r for r in self._rules if r.regex is not None and r.glob.basename]
+        files = "|".join(f"(?:{r.regex.pattern})" for r in base if r.regex is not None and not r.dir_only) or never
+        dirs = "|".join(f"(?:{r.regex.pattern})" for r in base if r.regex is not None) or never
+        return re.compile(files, re.DOTALL), re.compile(dirs, re.DOTALL)
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         if self._fast is not None:
-            return self._fast[is_dir].match(rel) is not None
+            if self._fast[is_dir].match(rel.rsplit("/", 1)[-1]) is not None:
+                return True
+            return any(r.match(rel) for r in self._rules
+                       if not (r.regex is not None and r.glob.basename) and (is_dir or not r.dir_only))
         result = False
         for rule in self._rules:
             if rule.dir_only and not is_dir:
                 continue
-            if rule.regex.match(rel):
+            if rule.match(rel):
                 result = not rule.negate
         return result
 
@@ -182,26 +156,59 @@ def load_ignore(root: Path, excludes: Iterable[str]) -> IgnoreRules:
     return rules
 
 
-def walk_local(root: Path, rules: IgnoreRules) -> list[LocalFile]:
-    """Every regular file under ``root`` not excluded by ``rules``, sorted by path.
+def never_sent(rel: str, is_dir: bool) -> bool:
+    """What no sync sends whatever the ignore files say (a ``!.git`` re-include included): git's own
+    folder, SSH folders, private keys and credential files."""
+    parts = rel.split("/")
+    if any(p in NEVER_SENT_DIRS for p in (parts if is_dir else parts[:-1])):
+        return True
+    name = parts[-1]
+    return name in NEVER_SENT_DIRS or name in NEVER_SENT_FILES or (
+        not is_dir and name.startswith("id_") and not name.endswith(".pub") and "_" not in name[3:]
+        and name[3:] in ("rsa", "dsa", "ecdsa", "ed25519", "ecdsa_sk", "ed25519_sk"))
 
-    Symlinks to files are followed (their content is sent); symlinked directories are not entered,
-    which keeps a link to a huge dataset or a loop from being copied by surprise.
+
+NEVER_SENT_DIRS = frozenset({".git", ".ssh", ".gnupg"})
+NEVER_SENT_FILES = frozenset({".git-credentials", ".netrc", "_netrc", ".pypirc", ".npmrc", ".dockercfg",
+                              "credentials.json", ".gpucli-keys.json", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
+
+
+def walk_local(root: Path, rules: IgnoreRules, links_left_out: list[str] | None = None) -> list[LocalFile]:
+    """Every regular file under ``root`` not excluded by ``rules`` (nor :func:`never_sent`), sorted by
+    path.
+
+    A symlink to a file inside ``root`` is followed (its content is sent); one whose target is outside
+    ``root`` (``~/.ssh/id_ed25519``, say) is never followed: its name goes to ``links_left_out``.
+    Symlinked directories are not entered, which keeps a link to a huge dataset or a loop from being
+    copied by surprise. A folder that cannot be read is a TransferError naming it.
     """
     files: list[LocalFile] = []
+    real_root = os.path.realpath(root)
     stack: list[tuple[str, str]] = [(os.fspath(root), "")]
     while stack:
         folder, prefix = stack.pop()
-        with os.scandir(folder) as it:
+        try:
+            it = os.scandir(folder)
+        except PermissionError as exc:
+            raise TransferError(f"{folder}: cannot read this folder ({exc.strerror})",
+                                hint="make it readable, or leave it out with a .gpucliignore line") from None
+        with it:
             for entry in it:
                 rel = prefix + entry.name
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        if not rules.ignored(rel, True):
+                        if not rules.ignored(rel, True) and not never_sent(rel, True):
                             stack.append((entry.path, rel + "/"))
                         continue
-                    if not entry.is_file(follow_symlinks=True) or rules.ignored(rel, False):
+                    if not entry.is_file(follow_symlinks=True) or rules.ignored(rel, False) or never_sent(rel, False):
                         continue
+                    if entry.is_symlink():
+                        target = os.path.realpath(entry.path)
+                        if os.path.commonpath([real_root, target]) != real_root or never_sent(
+                                os.path.relpath(target, real_root), False):
+                            if links_left_out is not None:
+                                links_left_out.append(rel)
+                            continue
                     st = entry.stat(follow_symlinks=True)
                 except FileNotFoundError:  # vanished while walking (a log being rotated)
                     continue

@@ -244,13 +244,14 @@ RUN_FLOORS = {
     "defaults": 0, "limits": 0, "task": 0, "notify": 0,
     "records": 1,
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
-    "procs": 3, "datasources": 3, "checkpoints": 3, "tensorboard": 3, "calibrate": 3,
-    "monitor": 4, "launch": 4,
-    "requirements": 5, "money": 5, "harvest": 5,
-    "runend": 6, "start": 6,
-    "jobs": 7,  # the kinds of job behind one contract: the bundled trainer and your own command
-    "lifecycle": 8,
-    "control": 9, "follow": 9,
+    "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
+    "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
+    "monitor": 5, "launch": 5, "owner": 5,
+    "requirements": 6, "money": 6, "harvest": 6,
+    "runend": 7, "start": 7,
+    "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
+    "lifecycle": 9,
+    "control": 10, "follow": 10,
 }
 
 

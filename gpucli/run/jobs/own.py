@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.run import harvest
+from gpucli.run.datasources import links_line
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
 from gpucli.run.records import PlannedSpeed, RunRecord
 from gpucli.run.start import secrets_env, start_job
@@ -178,6 +179,12 @@ def resolve_own(task: Task) -> OwnCode:
         raise UsageError(f"--code {task.code}: not a folder")
     if task.data is not None and not task.data.is_dir():
         raise UsageError(f"--data {task.data}: not a folder")
+    if isinstance(task.code, Path):
+        # Before anything is rented: a bad ignore pattern ([z-a]) or an unreadable folder is one line now,
+        # not a failed launch after the pod is up.
+        code_excludes(task.code, lambda _: None)
+    if task.data is not None:
+        load_ignore(task.data, DEFAULT_EXCLUDES)
     ceiling = max_grace_s()
     grace = task.grace_s if task.grace_s is not None else min(60.0, ceiling)
     if grace > ceiling:
@@ -245,7 +252,10 @@ def code_excludes(root: Path, on_event: Callable[[str], None]) -> list[str]:
     gitignore = root / ".gitignore"
     if gitignore.is_file():
         excludes += gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    big = [f for f in walk_local(root, load_ignore(root, excludes)) if f.size > BIG_FILE_BYTES]
+    links: list[str] = []
+    big = [f for f in walk_local(root, load_ignore(root, excludes), links) if f.size > BIG_FILE_BYTES]
+    if links:
+        on_event(links_line(links, "code"))
     for f in big:
         on_event(f"leaving {f.rel} ({f.size / 1e6:.0f} MB) out of the code sync: use --data for big files")
         excludes.append("/" + f.rel.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?"))
@@ -345,13 +355,18 @@ class JobState:
 def job_state(host: Host, workdir: str) -> JobState:
     try:
         data = json.loads(host.read_file(f"{workdir}/status.json"))
-    except (GpucliError, OSError, ValueError):
+    except (GpucliError, OSError, ValueError, RecursionError):
         return JobState("unknown", None, None, ())
     if not isinstance(data, dict):
         return JobState("unknown", None, None, ())
-    tail = data.get("log_tail") or []
-    return JobState(str(data.get("state") or "unknown"), data.get("phase"), data.get("reason"),
-                    tuple(str(x) for x in tail if isinstance(x, str)))
+    tail = data.get("log_tail")
+    tail = tail[-50:] if isinstance(tail, list) else []
+
+    def text(value: Any) -> str | None:  # the pod's words: a string, bounded, or nothing
+        return value[:500] if isinstance(value, str) else None
+
+    return JobState(text(data.get("state")) or "unknown", text(data.get("phase")), text(data.get("reason")),
+                    tuple(x[-2000:] for x in tail if isinstance(x, str)))
 
 
 def wait_for_setup(host: Host, workdir: str, alive: Callable[[], bool], *, timeout_s: float = SETUP_TIMEOUT_S,

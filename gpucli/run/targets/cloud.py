@@ -12,11 +12,12 @@ ending a run's pod also ends any other pod that carries the run's label.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,19 +52,51 @@ def ssh_keypair() -> tuple[Path, str]:
     key = home() / "id_ed25519"
     pub = key.with_suffix(".pub")
     if not key.exists() or not pub.exists():
+        # Two first launches at once: one makes the pair while the other waits on the lock, then finds
+        # it. The pair is written under temporary names and renamed into place (the key last), so no
+        # launch ever reads half a pair or has its key deleted by another.
+        with _key_lock(home() / ".id_ed25519.lock"):
+            if not key.exists() or not pub.exists():
+                _make_keypair(key, pub)
+    return key, pub.read_text().strip()
+
+
+@contextlib.contextmanager
+def _key_lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl  # POSIX only: optional, so gpucli still imports where there is none
+    except ImportError:  # Windows: no advisory locks; the atomic renames still keep each pair whole
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _make_keypair(key: Path, pub: Path) -> None:
+    tmp = key.with_name(f".{key.name}.{os.getpid()}.tmp")
+    tmp_pub = tmp.with_name(tmp.name + ".pub")
+    for p in (tmp, tmp_pub):
+        p.unlink(missing_ok=True)
+    try:
         if shutil.which("ssh-keygen"):
-            key.unlink(missing_ok=True)
-            pub.unlink(missing_ok=True)
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpucli", "-f", str(key)],
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpucli", "-f", str(tmp)],
                            check=True, capture_output=True)
         else:  # paramiko cannot write ed25519 keys; RSA 3072 is accepted everywhere
             import paramiko  # lazy: paramiko (~0.3 s) only to write a key
 
             rsa = paramiko.RSAKey.generate(3072)
-            rsa.write_private_key_file(str(key))
-            pub.write_text(f"{rsa.get_name()} {rsa.get_base64()} gpucli\n")
-        os.chmod(key, 0o600)
-    return key, pub.read_text().strip()
+            rsa.write_private_key_file(str(tmp))
+            tmp_pub.write_text(f"{rsa.get_name()} {rsa.get_base64()} gpucli\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp_pub, pub)
+        os.replace(tmp, key)
+    finally:
+        for p in (tmp, tmp_pub):
+            p.unlink(missing_ok=True)
 
 
 def run_cost(offer: Offer, *, spot: bool, hours: float | None = None,

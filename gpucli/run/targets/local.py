@@ -12,6 +12,8 @@ import hashlib
 import os
 import shutil
 import signal as _signal
+import stat
+import stat as st
 import subprocess
 import sys
 import time
@@ -33,6 +35,8 @@ from gpucli.ssh import (
     load_ignore,
     walk_local,
 )
+from gpucli.ssh.files import MAX_READ_FILE
+from gpucli.ssh.target import RemoteStat
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
@@ -114,25 +118,50 @@ class LocalHost:
         self.write_file(remote_path, env_file_text(env), mode=0o600)
 
     def read_file(self, remote_path: str) -> bytes:
+        data, _ = self._read_regular(remote_path, 0, MAX_READ_FILE + 1, missing_ok=False)
+        if len(data) > MAX_READ_FILE:
+            raise TransferError(f"{remote_path} is more than {MAX_READ_FILE >> 20} MB: not read whole")
+        return data
+
+    @staticmethod
+    def _read_regular(remote_path: str, offset: int, max_bytes: int, *, missing_ok: bool) -> tuple[bytes, int]:
+        """Up to ``max_bytes`` from ``offset`` of a regular file (opened without blocking: a FIFO in its
+        place is refused, never waited on)."""
         try:
-            return _home_path(remote_path).read_bytes()
+            fd = os.open(_home_path(remote_path), os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError as exc:
+            if missing_ok:
+                return b"", offset
             raise TransferError(f"{remote_path} does not exist") from exc
+        except OSError as exc:
+            raise TransferError(f"{remote_path}: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                if missing_ok:  # as over SFTP: a FIFO's size is 0, nothing to read
+                    return b"", offset
+                raise TransferError(f"{remote_path} is not a regular file: not read")
+            if st.st_size < offset:  # truncated or replaced: start over
+                offset = 0
+            fh.seek(offset)
+            data = fh.read(max_bytes)
+        return data, offset + len(data)
 
     def exists(self, remote_path: str) -> bool:
         return _home_path(remote_path).exists()
 
-    def read_from(self, remote_path: str, offset: int, max_bytes: int = 8 << 20) -> tuple[bytes, int]:
+    def stat(self, remote_path: str) -> Any:
+        """As over SFTP: size, mtime, mode and whether it is a folder; None when there is nothing."""
         try:
-            with open(_home_path(remote_path), "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size < offset:  # truncated or replaced: start over
-                    offset = 0
-                fh.seek(offset)
-                data = fh.read(max_bytes)
+            a = os.stat(_home_path(remote_path))
         except FileNotFoundError:
-            return b"", offset
-        return data, offset + len(data)
+            return None
+        except OSError as exc:
+            raise TransferError(f"{remote_path}: {exc.strerror}") from None
+        return RemoteStat(a.st_size, int(a.st_mtime), st.S_IMODE(a.st_mode), st.S_ISDIR(a.st_mode))
+
+    def read_from(self, remote_path: str, offset: int, max_bytes: int = 8 << 20) -> tuple[bytes, int]:
+        return self._read_regular(remote_path, offset, max_bytes, missing_ok=True)
 
     def list_files(self, remote_dir: str) -> dict[str, RemoteFile]:
         root = _home_path(remote_dir)
@@ -156,7 +185,8 @@ class LocalHost:
         started = time.monotonic()
         src = Path(local_dir)
         dst = _home_path(remote_dir)
-        files = walk_local(src, load_ignore(src, DEFAULT_EXCLUDES if excludes is None else excludes))
+        links: list[str] = []
+        files = walk_local(src, load_ignore(src, DEFAULT_EXCLUDES if excludes is None else excludes), links)
         sent = skipped = bytes_sent = 0
         total = sum(f.size for f in files)
         for f in files:
@@ -174,7 +204,8 @@ class LocalHost:
             os.replace(tmp, target)
             sent += 1
             bytes_sent += f.size
-        return SyncStats(len(files), sent, skipped, total, bytes_sent, 0, time.monotonic() - started)
+        return SyncStats(len(files), sent, skipped, total, bytes_sent, 0, time.monotonic() - started,
+                         links_left_out=tuple(links))
 
     def download_files(self, items: Sequence[tuple[str, str | os.PathLike[str], str | None]], *,
                        progress: Any = None) -> list[DownloadStats]:
