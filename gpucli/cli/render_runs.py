@@ -473,7 +473,7 @@ def synced(path: Path, stats: SyncStats) -> None:
     info(f"{path}: {stats.files_sent} sent, {stats.files_skipped} unchanged "
          f"({stats.bytes_sent / 1e6:.1f} MB in {stats.seconds:.1f} s)")
     if stats.links_left_out:
-        from gpucli.run.ownrun import links_line
+        from gpucli.run.datasources import links_line
 
         warn(links_line(stats.links_left_out, "sync"))
 

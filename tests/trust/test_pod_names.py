@@ -150,8 +150,8 @@ def test_a_folder_name_with_escape_sequences_is_ignored(pod, capsys, tmp_path):
 
 
 def test_an_empty_manifest_never_replaces_a_good_mirror(pod, tmp_path):
-    from gpucli.run.mirror import mirror_once, mirror_root, newest_good
-
+    from gpucli.run.harvest import mirror_root, newest_good
+    from gpucli.run.jobs import mirror_once
     from gpucli.run.targets import open_host
 
     good_checkpoint(pod, 5, 0.5)
@@ -168,8 +168,7 @@ def test_an_empty_manifest_never_replaces_a_good_mirror(pod, tmp_path):
 
 
 def test_own_code_names_from_the_pod_stay_inside(tmp_path):
-    from gpucli.run.ownfetch import download_files
-
+    from gpucli.run.harvest import download_files
     from gpucli.run.targets.local import LocalHost
 
     root = tmp_path / "pod"

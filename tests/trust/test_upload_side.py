@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from gpucli.run.ownrun import code_excludes
 
 from gpucli.errors import GpucliError, TransferError, UsageError
+from gpucli.run.jobs.own import code_excludes
 from gpucli.ssh.remote import Remote, SshTarget
 from gpucli.ssh.transfer import IgnoreRules
 
