@@ -144,6 +144,10 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
     on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
+    write_resume = getattr(get_target(resolved.provider), "write_resume_script", None)
+    if write_resume is not None:  # vast: a container started again resumes the run, or ends the instance
+        write_resume(host, resolved, record)
+        on_event("resume.sh written: an instance vast starts again resumes from its newest checkpoint by itself")
     return record
 
 
@@ -265,6 +269,9 @@ def launch(resolved: ResolvedLaunch, *, on_event: EventFn, save: Callable[[RunRe
                 record = record.with_(instance_id=instance_id)
                 save(record)
 
+            with_workdir = getattr(provision, "with_workdir", None)
+            if with_workdir is not None:  # vast: the instance's onstart runs the run's resume.sh
+                provision = with_workdir(resolved.workdir)
             ssh = provision(on_created=on_created, on_event=on_event)
             billed = getattr(provision, "billed_usd_per_hour", None)
             if billed:  # the price is what is billed: budget, watchdog cap and cost records use it

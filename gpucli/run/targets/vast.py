@@ -10,6 +10,9 @@ from gpucli.run.targets.cloud import CloudTarget
 if TYPE_CHECKING:
     from gpucli.cloud.base import Offer, Provider
     from gpucli.plan.catalog import Gpu
+    from gpucli.run.launch import ResolvedLaunch
+    from gpucli.run.records import RunRecord
+    from gpucli.run.targets.base import Host
 
 
 #: Offer filters every launch adds unless its query names the field (dstack vastai/compute.py L59-70
@@ -24,6 +27,29 @@ class VastTarget(CloudTarget):
     describe = "a vast.ai instance"
     default_image = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel"
     min_cuda = "12.4"  # the default image's CUDA: hosts whose driver is older cannot run it
+
+    #: The instance's onstart runs the run's resume.sh at every container start (see onstart.py).
+    resumes_in_place = True
+
+    def write_resume_script(self, host: Host, resolved: ResolvedLaunch, record: RunRecord) -> None:
+        """``resume.sh`` and ``job.sh`` in the run folder, once the trainer and watchdog run: an outbid
+        instance that vast starts again resumes the run, or ends itself when it is over."""
+        from gpucli.run.records import parse_iso
+        from gpucli.run.targets.onstart import JOB_SCRIPT, RESUME_SCRIPT, job_script, resume_script
+        from gpucli.settings import watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
+
+        args = ["--run-dir", "..", "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
+                "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end,
+                *resolved.limits.watchdog_args()]
+        created = parse_iso(record.created_at)
+        if created is not None:
+            args += ["--started-at", f"{created.timestamp():.0f}"]
+        startup = watchdog_startup_minutes()
+        if startup is not None:
+            args += ["--startup-minutes", f"{startup:g}"]
+        wd = resolved.workdir
+        host.write_file(f"{wd}/{JOB_SCRIPT}", job_script(resolved).encode(), mode=0o755)
+        host.write_file(f"{wd}/{RESUME_SCRIPT}", resume_script(resolved, record, args).encode(), mode=0o755)
 
     def pod_api_env(self) -> dict[str, str]:
         from gpucli.cloud.credentials import vast_base_url
