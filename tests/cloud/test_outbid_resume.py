@@ -62,6 +62,8 @@ def test_outbid_twice_resumes_from_disk_and_ends_itself(request, capsys, tmp_pat
             return after or None
 
         wait_for(going_on, 180, f"the trainer resuming from step {held} on the same instance")
+        code, out, err = cli(capsys, "status", name, "--json")  # status counts the pauses and resumes
+        assert code == 0 and json.loads(out)["restarts"] == len(resumed_at), out
 
     # The run finishes; its watchdog (started by resume.sh) stops the instance with the instance key.
     ended = wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event == "stopped"], 240,
