@@ -200,6 +200,9 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
         ("$ per hour", money(st.usd_per_hour) if st.usd_per_hour is not None else "-"),
         ("projected total", money(st.projected_cost_usd) if st.projected_cost_usd is not None else "-"),
     ]
+    if st.restarts:
+        rows.append(("preemptions", f"{st.restarts} (the instance was paused and started again; the run "
+                                    "resumed from its newest checkpoint on the instance)"))
     if st.kept_note:
         rows.append(("still billing", f"{money(st.kept_usd_per_month)}/month: {st.kept_note}"))
     if record.status == "terminate pending" and record.message:

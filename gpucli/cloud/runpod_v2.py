@@ -154,7 +154,8 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
     return Offer(
         provider="runpod", offer_id=f"{gpu_id}|{count}|{cloud}|{dc}", gpu_name=gpu_id, gpu_count=count,
         vram_gb_per_gpu=float(as_number(item.get("memory")) or 0.0),
-        price_per_hour_usd=per_gpu * count + storage_per_hour, price_per_gpu_hour_usd=per_gpu,
+        price_per_hour_usd=per_gpu * count + storage_per_hour,
+        price_per_gpu_hour_usd=(per_gpu * count + storage_per_hour) / count,  # as vast's dph_total / num_gpus
         gpu_display_name=str(item.get("name") or gpu_id), stock=str(item.get("availability")),
         location=dc, cuda_max=cuda_max, cloud_type=cloud, data_center_id=dc,
         storage_usd_per_hour=storage_per_hour,

@@ -166,7 +166,9 @@ class VastProvider(ApiProvider):
             "env": {str(k): str(v) for k, v in spec.env.items()},
             # A third path for images whose sshd starts from onstart: the key goes in at start.
             "onstart": "mkdir -p ~/.ssh && chmod 700 ~/.ssh && echo " + shlex.quote(pub)
-                       + " >> ~/.ssh/authorized_keys && chmod 600 ~/.ssh/authorized_keys",
+                       + " >> ~/.ssh/authorized_keys && chmod 600 ~/.ssh/authorized_keys"
+                       # then the run's own start hook: a container vast starts again resumes the run
+                       + (f"; {spec.onstart}" if spec.onstart else ""),
         }
         if spec.spot:
             body["price"] = spec.bid_per_hour_usd  # never omitted: omitting it rents on-demand

@@ -27,6 +27,7 @@ from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.targets import TARGETS, get_target, open_host
+from gpucli.run.targets.onstart import RESTARTS
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host, Stray
@@ -190,12 +191,27 @@ def _live_status(record: RunRecord) -> RunStatus:
         st = status_of(host, record)
         prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
                                  training_started=st.step is not None or st.last_event is not None)
+        restarts = _container_restarts(host, record)
+    if restarts:
+        st = dataclasses.replace(st, restarts=restarts)
     if record.active and st.state in ("finished", "failed"):
         runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
     return with_prepare(st, prep)
+
+
+def _container_restarts(host: Host, record: RunRecord) -> int | None:
+    """How many times the instance's container started again (vast: outbid, then resumed by vast),
+    from the lines resume.sh appends (gpucli/run/targets/onstart.py); None where there are none."""
+    try:
+        if not host.exists(f"{record.workdir}/{RESTARTS}"):
+            return None
+        text = host.read_file(f"{record.workdir}/{RESTARTS}").decode(errors="replace")
+    except GpucliError:
+        return None
+    return sum(1 for line in text.splitlines() if line.strip()) or None
 
 
 def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None

@@ -195,6 +195,9 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
                 record = record.with_(instance_id=instance_id)
                 save(record)
 
+            with_workdir = getattr(provision, "with_workdir", None)
+            if with_workdir is not None:  # vast: the instance's onstart runs the run's resume.sh
+                provision = with_workdir(resolved.workdir)
             ssh = provision(on_created=on_created, on_event=on_event)
             billed = getattr(provision, "billed_usd_per_hour", None)
             if billed:  # the price is what is billed: budget, watchdog cap and cost records use it

@@ -107,6 +107,7 @@ class RunStatus:
     log_tail: tuple[str, ...] = field(default_factory=tuple)
     kept_usd_per_month: float | None = None  # a stopped pod's disk or a kept volume, billing monthly
     kept_note: str | None = None  # what is kept and how to end it
+    restarts: int | None = None  # container starts after the first (vast: outbid, then resumed in place)
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,

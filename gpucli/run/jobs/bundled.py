@@ -14,6 +14,7 @@ from gpucli.errors import GpucliError
 from gpucli.run import harvest
 from gpucli.run.datasources import stage_data
 from gpucli.run.requirements import check_trainer_requirements
+from gpucli.run.resumescript import write_resume_script
 from gpucli.run.start import (
     POD_SETUP,
     metrics_until,
@@ -97,7 +98,11 @@ class BundledTrainer:
         config = run_yaml_now(resolved, record)
         host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
         host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
-        return start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
+        record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
+        if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
+            write_resume_script(host, resolved, record)
+            on_event("resume.sh written: an instance vast starts again resumes from its newest checkpoint by itself")
+        return record
 
     def fetch_best(self, host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
                    progress: Any = None, on_event: EventFn) -> FetchResult:

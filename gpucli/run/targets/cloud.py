@@ -13,6 +13,7 @@ ending a run's pod also ends any other pod that carries the run's label.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -29,6 +30,7 @@ from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run.targets.base import PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
+from gpucli.run.targets.onstart import onstart_hook
 from gpucli.run.targets.ssh import open_remote, ssh_shell_argv
 from gpucli.settings import home, pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
@@ -136,6 +138,10 @@ class CloudProvisioner:
     volume: NetworkVolume | None = None  # RunPod network volume, mounted at /workspace
     force: bool = False  # --force: keep a pod billed more than 5 % above its quote
     billed: list[float] = field(default_factory=list)  # the billed $/h read back after create (filled by __call__)
+    workdir: str | None = None  # the run folder: vast's onstart runs its resume.sh at every container start
+
+    def with_workdir(self, workdir: str) -> CloudProvisioner:
+        return dataclasses.replace(self, workdir=workdir)
 
     @property
     def max_price_per_hour_usd(self) -> float:
@@ -150,7 +156,8 @@ class CloudProvisioner:
         try:
             return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
                                          ready_timeout_s=self.ready_timeout_s, on_created=on_created,
-                                         on_event=on_event, volume=self.volume, force=self.force, billed=self.billed)
+                                         on_event=on_event, volume=self.volume, force=self.force, billed=self.billed,
+                                         workdir=self.workdir)
         except GpucliError as exc:
             if self.volume is not None and self.volume.created:
                 exc.message = f"{exc.message}; {created_volume_note(self.volume)}"
@@ -261,7 +268,7 @@ class CloudTarget:
     def provision(self, run: str, plan: CloudPlan, *, image: str | None, disk_gb: int, ready_timeout_s: float,
                   on_created: Callable[[str], None], on_event: Callable[[str], None],
                   client: Provider | None = None, volume: NetworkVolume | None = None, force: bool = False,
-                  billed: list[float] | None = None) -> SshTarget:
+                  billed: list[float] | None = None, workdir: str | None = None) -> SshTarget:
         """Create a pod for the run from ``plan`` and wait (``ready_timeout_s`` per offer) for SSH.
 
         ``on_created`` gets every new pod id before any wait. Whatever a failed attempt created is
@@ -277,7 +284,9 @@ class CloudTarget:
                           network_volume_id=volume.volume_id if volume else None,
                           data_center_id=volume.data_center_id if volume else None,
                           cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
-                          min_cuda=getattr(self, "min_cuda", None) if not image else None)
+                          min_cuda=getattr(self, "min_cuda", None) if not image else None,
+                          onstart=onstart_hook(workdir) if workdir and getattr(self, "resumes_in_place", False)
+                          else None)
         if volume is not None:
             on_event(f"with network volume {volume.name} ({volume.volume_id}, {volume.data_center_id}) at /workspace")
         if plan.bid_note:

@@ -27,6 +27,9 @@ class VastTarget(CloudTarget):
     default_image = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel"
     min_cuda = "12.4"  # the default image's CUDA: hosts whose driver is older cannot run it
 
+    #: The instance's onstart runs the run's resume.sh at every container start (see onstart.py).
+    resumes_in_place = True
+
     def pod_api_env(self) -> dict[str, str]:
         return {"GPUCLI_VAST_URL": vast_base_url()}
 

@@ -32,7 +32,7 @@ def lose_the_pod(emu, record) -> None:
     shutil.rmtree(os.path.expanduser(record.workdir), ignore_errors=True)
 
 
-@pytest.mark.parametrize("provider", ["runpod"])
+@pytest.mark.parametrize("provider", ["vast"])  # RunPod has no spot pods since 2026 (runpodctl PR #267)
 def test_resume_continues_a_preempted_spot_run_from_the_mirror(provider, request, capsys, tmp_path):
     emu = emulator_for(request, provider)
     name = "spot-resume"
@@ -86,7 +86,7 @@ def test_resume_continues_a_preempted_spot_run_from_the_mirror(provider, request
 def test_resume_without_a_mirror_refuses_unless_from_scratch(runpod_emulator, capsys, tmp_path):
     emu = runpod_emulator
     name = "no-mirror"
-    code, _, err = launch(capsys, tmp_path, "runpod", name, "--spot")
+    code, _, err = launch(capsys, tmp_path, "runpod", name)  # a pod RunPod stopped (host gone, $0 balance)
     assert code == 0, err
     record = runs.load(name)
     lose_the_pod(emu, record)
@@ -103,7 +103,7 @@ def test_resume_without_a_mirror_refuses_unless_from_scratch(runpod_emulator, ca
 
 
 def test_recover_never_rents_after_the_run_finished(runpod_emulator, capsys, tmp_path):
-    """The run finishes (max_steps), its watchdog stops the pod (RunPod: EXITED, as a preempted spot pod
+    """The run finishes (max_steps), its watchdog stops the pod (RunPod: EXITED, as a pod RunPod stopped
     is): status says finished, and watch --recover stops watching instead of renting a new pod."""
     emu = runpod_emulator
     name = "done-run"
@@ -123,7 +123,7 @@ def test_recover_never_rents_after_the_run_finished(runpod_emulator, capsys, tmp
     # What the pod's watchdog does once the run is over (it would, a poll later): stop the pod.
     if not emu.ledger.ended(record.instance_id):
         emu.end_pod(record.instance_id, "stopped", "pod-key")
-    assert emu.pods[record.instance_id].stopped  # EXITED to the API, like a preempted spot pod
+    assert emu.pods[record.instance_id].stopped  # EXITED to the API, like a pod RunPod stopped
 
     code, out, err = cli(capsys, "status", name, "--json")
     assert code == 0, err
@@ -149,7 +149,7 @@ def test_a_finish_by_signal_is_not_the_runs_own_end(runpod_emulator, capsys, tmp
 
     emu = runpod_emulator
     name = "signalled"
-    code, _, err = launch(capsys, tmp_path, "runpod", name, "--spot")
+    code, _, err = launch(capsys, tmp_path, "runpod", name)
     assert code == 0, err
     record = runs.load(name)
     root = mirror_root(name)

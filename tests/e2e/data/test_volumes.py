@@ -256,7 +256,7 @@ def test_resume_trains_on_from_the_volume_when_the_mirror_is_behind(capsys, tmp_
     assert "restoring checkpoint" not in err  # nothing was uploaded
     second = runs.load(name)
     assert second.instance_id != first.instance_id and second.previous_instances == (first.instance_id,)
-    assert emu.pod_volumes[second.instance_id] == volume_id
+    assert emu.pod_volumes()[second.instance_id] == volume_id
 
     def resumed_and_going():
         rows = rows_of(capsys, name)

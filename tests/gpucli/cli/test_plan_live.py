@@ -22,7 +22,7 @@ def test_front_members_carry_offer_ids(run, runpod_emulator, vast_emulator):
         if price["provider"] == "vast":
             assert price["offer_id"] in vast_ids
         else:
-            assert price["offer_id"].endswith(f"|{member['n_gpus']}")
+            assert price["offer_id"].split("|")[1] == str(member["n_gpus"])  # GPU|count|cloud|data centre
         assert abs(member["usd_per_hour"] - price["usd_per_gpu_hour"] * member["n_gpus"]) < 1e-9
     everything = data["front"] + data["dominated"]
     assert {e["price"]["provider"] for e in everything} == {"vast", "runpod"}

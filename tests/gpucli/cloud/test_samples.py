@@ -44,7 +44,7 @@ def test_runpod_gpu_type_sample():
     assert offer is not None
     assert (offer.gpu_name, offer.gpu_display_name, offer.gpu_count) == ("NVIDIA RTX A4000", "RTX A4000", 2)
     assert offer.vram_gb_per_gpu == 16.0
-    assert offer.price_per_gpu_hour_usd == 0.31
+    assert offer.price_per_gpu_hour_usd == (0.62 + 0.01) / 2  # the whole quote per GPU, disks included
     assert offer.price_per_hour_usd == 0.62 + 0.01  # the GPUs plus the disks
     assert offer.spot_price_per_hour_usd is None  # no spot on RunPod any more
     assert (offer.cloud_type, offer.data_center_id, offer.cuda_max) == ("COMMUNITY", "EU-RO-1", 12.8)

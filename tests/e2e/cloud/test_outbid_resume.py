@@ -1,0 +1,106 @@
+"""An outbid vast spot instance resumes its run by itself: no gpucli process takes part.
+
+vast pauses an outbid interruptible instance and starts its container again when priority returns
+(guides/instances/choosing/instance-types.mdx); the emulator kills every process of the instance on
+the pause and runs its onstart again on the resume. gpucli's onstart runs the run's resume.sh, which
+starts the trainer (``--resume auto``: the newest checkpoint on the instance's disk) and the watchdog.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gpucli.run import records as runs
+from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
+from tests.support.cli import cli, wait_for
+
+
+def rows(workdir: Path) -> list[dict]:
+    path = workdir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written
+    return out
+
+
+def checkpoint_steps(workdir: Path) -> list[int]:
+    return sorted(json.loads((d / "meta.json").read_text())["step"] for d in (workdir / "checkpoints").glob("step_*")
+                  if (d / "meta.json").exists())
+
+
+def test_outbid_twice_resumes_from_disk_and_ends_itself(request, capsys, tmp_path):
+    emu = emulator_for(request, "vast")
+    emu.run_onstart = True
+    name = "outbid"
+    code, _, err = launch(capsys, tmp_path, "vast", name, "--spot", "--steps", "60", "--stall-minutes", "30")
+    assert code == 0, err
+    record = runs.load(name)
+    pod_id, workdir = record.instance_id, Path(record.workdir)
+    body = emu.create_bodies[-1][1]
+    assert f"{workdir}/resume.sh" in body["onstart"]  # set at create: runs at every container start
+    assert (workdir / "resume.sh").exists() and (workdir / "job.sh").exists()
+
+    resumed_at = []
+    for _ in range(2):
+        floor = max(checkpoint_steps(workdir) or [0])
+        wait_for(lambda f=floor: max(checkpoint_steps(workdir) or [0]) > f, 180, "a new checkpoint on the disk")
+        emu.outbid(pod_id)  # paused: the trainer and the watchdog die with the container
+        held = max(checkpoint_steps(workdir))
+        time.sleep(0.5)
+        emu.resume(pod_id)  # priority returns: the container starts again and runs its onstart
+        resumed_at.append(held)
+
+        def going_on(h=held):
+            after = [r for r in rows(workdir) if r.get("event") == "resumed" and r.get("step") == h]
+            return after or None
+
+        wait_for(going_on, 180, f"the trainer resuming from step {held} on the same instance")
+        code, out, err = cli(capsys, "status", name, "--json")  # status counts the pauses and resumes
+        assert code == 0 and json.loads(out)["restarts"] == len(resumed_at), out
+
+    # The run finishes; its watchdog (started by resume.sh) stops the instance with the instance key.
+    ended = wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event == "stopped"], 240,
+                     "the instance to stop itself")
+    assert ended[0].by == "pod-key"
+    all_rows = rows(workdir)
+    finished = [r for r in all_rows if r.get("event") == "finished"]
+    assert finished and finished[-1]["reason"] == "max_steps"
+    # One loss curve: after each resume the steps go on from the checkpoint it resumed from.
+    train = [r["step"] for r in all_rows if r.get("kind") == "train"]
+    assert max(train) == 60
+    for held in resumed_at:
+        idx = next(i for i, r in enumerate(all_rows) if r.get("event") == "resumed" and r.get("step") == held)
+        nxt = next(r["step"] for r in all_rows[idx:] if r.get("kind") == "train")
+        assert nxt == held + 1
+    restarts = (workdir / "restarts.jsonl").read_text().splitlines()
+    assert len(restarts) == 2  # one line per container start after the first
+    assert [e.event for e in emu.ledger.events if e.pod_id == pod_id].count("resumed") == 2
+
+    code, _, err = cli(capsys, "down", name)
+    assert code == 0, err
+    assert_nothing_running(emu)
+
+
+def test_a_resumed_instance_whose_run_is_over_ends_itself(request, capsys, tmp_path):
+    emu = emulator_for(request, "vast")
+    emu.run_onstart = True
+    name = "over"
+    code, _, err = launch(capsys, tmp_path, "vast", name, "--spot", "--steps", "6", "--on-end", "terminate")
+    assert code == 0, err
+    record = runs.load(name)
+    pod_id, workdir = record.instance_id, Path(record.workdir)
+    wait_for(lambda: (workdir / "status.json").exists() or None, 180, "the run's end")
+    # outbid before its watchdog ended it (a race vast can win): the instance comes back with nothing to do
+    if pod_id in emu.pods:
+        emu.outbid(pod_id)
+        emu.resume(pod_id)
+    wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event == "terminated"], 120,
+             "the resumed instance to end itself")
+    assert_nothing_running(emu)
