@@ -133,9 +133,14 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
         if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
             host.write_file(f"{wd}/metrics.jsonl", metrics_until(metrics.read_bytes(), _step_of(restore)),
                             mode=0o644)
+    import time
+
+    from trainer.spec.config import JOB_STARTED_ENV
+
+    measured = int(time.time())  # run.yaml's limits are what is left at this moment: the trainer's clock starts here
     config = run_yaml_now(resolved, record)
     host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-    host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
+    host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env, JOB_STARTED_ENV: str(measured)})
     on_event("starting the trainer")
     pid = host.start_detached(resolved.command, cwd=f"{wd}/code", log_path=f"{wd}/console.log",
                               env_file=f"{wd}/env")
