@@ -296,6 +296,10 @@ def finished_reason(run_dir: Path) -> str | None:
     return status.get("reason") if status.get("state") == "finished" else None
 
 
+#: Past the cap before the trainer started, how long the launch may be quiet before the pod is ended.
+CAP_QUIET_S = 60.0
+
+
 def launch_activity(run_dir: Path, since: float) -> float:
     """When the launch last showed it is alive: its ``.launching`` marker (touched at each step) or a
     new entry in the folders it fills (code, data), or ``since``."""
@@ -339,9 +343,11 @@ def wait_for_trainer(args: argparse.Namespace, run_dir: Path, started: float, ma
         if isinstance(got, tuple):
             return got
         now = time.time()
-        if max_hours is not None and now - started >= max_hours * 3600:
-            return f"limit reached before the trainer started ({(now - started) / 3600:.3f} h)"
         idle = now - launch_activity(run_dir, watching)
+        # At the cap with the launch still working, the trainer it is about to start is stopped at once
+        # (its checkpoint, then the pod's end as --on-end says); a launch quiet for a minute is gone.
+        if max_hours is not None and now - started >= max_hours * 3600 and idle > CAP_QUIET_S:
+            return f"limit reached before the trainer started ({(now - started) / 3600:.3f} h)"
         if idle > args.launch_minutes * 60:
             return f"launch gone (no sign of it for {idle / 60:.1f} min, no trainer started)"
         time.sleep(min(args.poll_s, 5.0))

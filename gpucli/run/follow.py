@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
 from gpucli.run import records
-from gpucli.run.monitor import RunStatus, log_tail, parse_rows, summarize, trainer_alive
+from gpucli.run.monitor import (
+    LOG_TAIL_BYTES,
+    RunStatus,
+    _size,
+    log_tail,
+    parse_rows,
+    summarize,
+    trainer_alive,
+)
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
@@ -60,10 +68,17 @@ class _Files:
         self.last: dict[str, str] = {}
 
     def last_line(self, host: Host, name: str, *, progress: bool = False) -> str | None:
-        offset = self.offsets.get(name, 0)
-        while True:
+        # Only the end of a log matters, and only what it held when this read began: a huge or endlessly
+        # growing file is neither read whole nor followed forever here.
+        end = _size(host, f"{self.workdir}/{name}")
+        if end is None:
+            return self.last.get(name)
+        offset = self.offsets.get(name, max(0, end - LOG_TAIL_BYTES))
+        if end < offset:  # truncated or replaced
+            offset = max(0, end - LOG_TAIL_BYTES)
+        while offset < end:
             try:
-                data, _ = host.read_from(f"{self.workdir}/{name}", offset)
+                data, _ = host.read_from(f"{self.workdir}/{name}", offset, end - offset)
             except (TransferError, OSError):
                 break  # not written (yet)
             cut = data.rfind(b"\n") + 1  # a half-written line is read again next time
@@ -96,13 +111,17 @@ class _Files:
 def _read_rows(host: Host, workdir: str, offset: int, tail: bytes) -> tuple[list[dict[str, Any]], int, bytes]:
     """Every metrics row after ``offset`` (``tail``: the incomplete line before it), the new offset and tail."""
     rows: list[dict[str, Any]] = []
-    while True:
-        data, offset2 = host.read_from(f"{workdir}/metrics.jsonl", offset)
+    end = _size(host, f"{workdir}/metrics.jsonl")  # what is there now: the next poll reads the rest
+    if end is not None and end < offset:  # truncated or replaced: read again from its start
+        offset, tail = 0, b""
+    while end is not None and offset < end:
+        data, offset2 = host.read_from(f"{workdir}/metrics.jsonl", offset, min(8 << 20, end - offset))
         if not data:
             return rows, offset, tail
         got, tail = parse_rows(tail + data)
         rows.extend(got)
         offset = offset2
+    return rows, offset, tail
 
 
 def _finished(rows: list[dict[str, Any]]) -> bool:

@@ -4,6 +4,7 @@ package, configured by run.yaml, its checkpoints ``checkpoints/step_N/`` with a 
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from gpucli.run.start import (
     trainer_package_dir,
 )
 from gpucli.run.targets import get_target
+from trainer.spec.config import JOB_STARTED_ENV
 
 if TYPE_CHECKING:
     from gpucli.run.harvest import FetchResult, MirrorResult
@@ -95,9 +97,10 @@ class BundledTrainer:
             if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
                 host.write_file(f"{wd}/metrics.jsonl", metrics_until(metrics.read_bytes(), step_of(restore)),
                                 mode=0o644)
+        measured = int(time.time())  # run.yaml's limits are what is left at this moment: the trainer's clock starts here
         config = run_yaml_now(resolved, record)
         host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-        host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
+        host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env, JOB_STARTED_ENV: str(measured)})
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
         if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
             write_resume_script(host, resolved, record)

@@ -58,10 +58,13 @@ def _pod_of(emu, name: str) -> str:
 def test_cloud_budget_cap_stops_the_job_with_its_checkpoint(capsys, tmp_path, request):
     emu = emulator_for(request, "runpod")
     name = "cloud-cap"
-    # $3600/h is a dollar a second: a $8 budget ends the run a few seconds after it starts.
+    # $3600/h is a dollar a second, counted from the pod's creation. The watchdog watches from the set-up
+    # on, so a cap passed during the launch stops the job the moment it starts: $45 leaves the job seconds
+    # to train after even a slow launch on a loaded host (--force: the emulated balance is $25).
     code, out, err = launch_own(capsys, tmp_path, "graceful", name, "--provider", "runpod", "--profile", "rtx4090",
                                 "--workdir", str(tmp_path / "pod" / name), "--python", sys.executable,
-                                "--ready-timeout", "20", "--price", "3600", "--budget", "8", "--grace", "4")
+                                "--ready-timeout", "20", "--price", "3600", "--budget", "45", "--grace", "4",
+                                "--force")
     assert code == 0, err
     pod_id = _pod_of(emu, name)
     ended = wait_for(lambda: emu.ledger.ended(pod_id), 90, "the watchdog to end the pod", interval=0.2)

@@ -124,3 +124,31 @@ def test_a_fifo_in_place_of_a_run_file_never_blocks(name, run_dir, capsys):
 def test_clean_removes_every_escape_and_keeps_text():
     assert clean(f"a{ESCAPES}b\tc\nd é 日本 [x]") == "ab\tc\nd é 日本 [x]"
     assert clean("\x1b") == "" and clean("\x1b[") == "" and clean("\x9d0;t") == ""
+
+
+@pytest.mark.parametrize("command", [("tail", "victim", "--no-follow"), ("status", "victim")])
+def test_an_endless_console_log_before_the_first_step_does_not_keep_the_command_reading(command, run_dir, capsys):
+    (run_dir / "metrics.jsonl").write_text("")  # no row yet: what the run does is read from its logs
+    log = run_dir / "console.log"
+    stop = threading.Event()
+
+    def grow() -> None:
+        with open(log, "ab") as fh:
+            while not stop.is_set():
+                fh.write(b"compiling " + ESCAPES.encode() + b" " + b"x" * 4096 + b"\n")
+                fh.flush()
+
+    writer = threading.Thread(target=grow, daemon=True)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        result: list = []
+        t = threading.Thread(target=lambda: result.append(cli(capsys, *command)), daemon=True)
+        t.start()
+        t.join(120)
+        assert not t.is_alive(), "the command kept reading a growing log"
+    finally:
+        stop.set()
+        writer.join()
+    code, out, err = result[0]
+    no_pod_bytes(out + err)
