@@ -126,28 +126,19 @@ def rows_of_file(workdir: Path) -> list[dict]:
 
 
 # --- spot: the bid is always sent; a preempted pod is reported, then ended -------------------------------
-@pytest.mark.parametrize("provider", ["runpod", "vast"])
+@pytest.mark.parametrize("provider", ["vast"])  # RunPod has no spot pods any more: see the next test
 def test_spot_launch_sends_a_bid_and_preemption_shows_in_status(provider, request, capsys, tmp_path):
     emu = emulator_for(request, provider)
     name = f"{provider}-spot"
-    if provider == "runpod":
-        # The create answer is lost on the way back: the pod is found by its label, not created twice.
-        emu.faults.add("lose_answer", "create")
     code, out, err = launch(capsys, tmp_path, provider, name, "--spot")
     assert code == 0, err
     created = emu.ledger.created()
     assert len(created) == 1 and created[0].spot is True
-    if provider == "runpod":
-        roots = [root for root, _ in emu.calls]
-        assert "podFindAndDeployOnDemand" not in roots
-        bids = [v["input"]["bidPerGpu"] for root, v in emu.calls if root == "podRentInterruptable"]
-        assert bids == [pytest.approx(0.21)]  # 5 % over the 0.20 floor, sent with the (lost) create
-    else:
-        (_, body), = emu.create_bodies
-        assert body["price"] == pytest.approx(0.231)  # 5 % over the 0.22 min_bid, never omitted
+    (_, body), = emu.create_bodies
+    assert body["price"] == pytest.approx(0.231)  # 5 % over the 0.22 min_bid, never omitted
     assert "spot bid" in err
     record = runs.load(name)
-    assert record.price_per_hour_usd == pytest.approx(0.21 if provider == "runpod" else 0.231)
+    assert record.price_per_hour_usd == pytest.approx(0.231)  # what the instance bills, read back
 
     emu.preempt(record.instance_id)
     code, out, err = cli(capsys, "status", name, "--json")
@@ -165,7 +156,24 @@ def test_spot_launch_sends_a_bid_and_preemption_shows_in_status(provider, reques
     assert_nothing_running(emu)
 
 
-@pytest.mark.parametrize("provider", ["runpod", "vast"])
+def test_runpod_spot_is_refused_up_front_and_a_lost_create_answer_finds_the_pod(request, capsys, tmp_path):
+    """RunPod removed interruptible pods in 2026 (runpodctl PR #267): --spot is one line naming vast bids,
+    before any search. On-demand, a create answer lost on the way back finds the pod by its label."""
+    emu = emulator_for(request, "runpod")
+    code, _, err = launch(capsys, tmp_path, "runpod", "rp-spot", "--spot")
+    assert code == 2 and len(error_lines(err)) == 1 and "--provider vast --spot" in " ".join(err.split())
+    assert emu.ledger.created() == [] and not any(op == "createPod" for op, _ in emu.calls)
+    emu.faults.add("lose_answer", "create")
+    code, _, err = launch(capsys, tmp_path, "runpod", "rp-lost")
+    assert code == 0, err
+    assert len(emu.ledger.created()) == 1  # found by label, not created twice
+    assert runs.load("rp-lost").instance_id == emu.ledger.created()[0].pod_id
+    code, _, err = cli(capsys, "down", "rp-lost")
+    assert code == 0, err
+    assert_nothing_running(emu)
+
+
+@pytest.mark.parametrize("provider", ["vast"])
 def test_bid_below_every_floor_is_refused_before_any_pod(provider, request, capsys, tmp_path):
     emu = emulator_for(request, provider)
     code, _, err = launch(capsys, tmp_path, provider, "lowbid", "--spot", "--bid", "0.01")
@@ -179,18 +187,20 @@ def test_bid_below_every_floor_is_refused_before_any_pod(provider, request, caps
 def test_pod_that_never_becomes_ready_fails_with_one_line_and_is_terminated(provider, fault, request, capsys,
                                                                              tmp_path):
     emu = emulator_for(request, provider)
-    emu.behaviours.append(PodBehaviour(stuck=True) if fault == "stuck"
-                          else PodBehaviour(pending_polls=1, exit_after_polls=1))
+    # every offer tried (RunPod: one per cloud, Secure and Community) gets such a pod
+    emu.behaviours.extend([PodBehaviour(stuck=True) if fault == "stuck"
+                           else PodBehaviour(pending_polls=1, exit_after_polls=1)] * 3)
     code, out, err = launch(capsys, tmp_path, provider, "never", "--ready-timeout", "1")
     assert code == 4 and "Traceback" not in err
     lines = error_lines(err)
     assert len(lines) == 1, err
     assert "could not get a reachable" in lines[0]
     assert ("within 1 s" if fault == "stuck" else "exited") in lines[0].lower()
-    assert len(emu.ledger.created()) == 1
+    created = [e.pod_id for e in emu.ledger.created()]
+    assert 1 <= len(created) <= 3  # one pod per offer tried, each terminated
     assert_nothing_running(emu)
     record = runs.load("never")
-    assert record.status == "failed" and record.instance_id == emu.ledger.created()[0].pod_id
+    assert record.status == "failed" and record.instance_id in created
 
 
 @pytest.mark.parametrize("provider", ["runpod", "vast"])

@@ -154,6 +154,7 @@ class EmuPod:
     environ_path: Path | None = None
     proxy: TcpForwarder | None = None  # vast's proxy route to this pod's sshd, when it has one
     disk_gb: float = 0.0  # the disk it was created with (vast bills it while stopped)
+    keep_port: int | None = None  # the sshd port a restarted container gets again (None: a new one)
 
     def ensure_sshd(self, root: Path, environment: dict[str, str]) -> SshServer:
         """Boot the pod: write its PID-1-style environment file and start its sshd."""
@@ -163,7 +164,7 @@ class EmuPod:
             self.environ_path = folder / "environ"
             self.environ_path.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environment.items()))
             os.chmod(self.environ_path, 0o600)
-            self.sshd = SshServer.start(folder, authorized_keys=self.keys, set_env={
+            self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env={
                 "GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker})
         return self.sshd
 

@@ -383,6 +383,12 @@ class VastEmulator(EmulatorBase):
     def outbid(self, pod_id: str) -> None:
         """An interruptible instance outbid: paused (stopped); its processes die with the container.
         It still bills its storage ("Storage charges apply ... stopped", guides/instances/pricing.mdx)."""
+        with self.lock:
+            pod = self.pods.get(pod_id)
+            if pod is not None and pod.sshd is not None:
+                # The same instance on the same machine: its port mapping is kept for the resume (no
+                # source says either way; keeping it is this emulator's choice).
+                pod.keep_port = pod.sshd.port
         if self.end_pod(pod_id, "preempted", "outbid") is None:
             raise KeyError(pod_id)
 
