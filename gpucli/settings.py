@@ -109,20 +109,30 @@ KEYS: dict[str, KeySpec] = {k.name: k for k in (
     KeySpec("vast", "VAST_API_KEY", "vast.ai API key"),
     KeySpec("telegram", "TELEGRAM_BOT_TOKEN", "Telegram bot token"),
     KeySpec("telegram-chat", "TELEGRAM_CHAT_ID", "Telegram chat id"),
-    KeySpec("hf", "HF_TOKEN", "Hugging Face token (hf:// data)"),
+    KeySpec("hf", "HF_TOKEN", "Hugging Face token (hf:// data, --env HF_TOKEN)"),
+    KeySpec("wandb", "WANDB_API_KEY", "Weights & Biases API key (--env WANDB_API_KEY)"),
+    KeySpec("webhook", "GPUCLI_WEBHOOK_URL", "alert webhook URL (Slack, Discord or ntfy)"),
 )}
 _KEY_ALIASES = {"vastai": "vast", "vast.ai": "vast", "telegram-token": "telegram", "telegram-chat-id": "telegram-chat"}
 
 
 def key_spec(name: str) -> KeySpec:
     """The key called ``name`` (case, ``_`` for ``-`` and the usual aliases accepted)."""
+    import re
+
     from gpucli.errors import UnknownNameError
 
+    for spec in KEYS.values():
+        if name.strip() == spec.env_var:
+            return spec
     key = name.strip().lower().replace("_", "-")
     key = _KEY_ALIASES.get(key, key)
-    if key not in KEYS:
-        raise UnknownNameError("key", name, KEYS)
-    return KEYS[key]
+    if key in KEYS:
+        return KEYS[key]
+    if re.fullmatch(r"[A-Z_][A-Z0-9_]*", name.strip()) and not name.startswith("GPUCLI_"):
+        # any other secret a run asks for by name (--env NAME): stored under that very name
+        return KeySpec(name.strip(), name.strip(), f"{name.strip()} (for --env {name.strip()})")
+    raise UnknownNameError("key", name, KEYS)
 
 
 def lookup_key(name: str) -> tuple[str, str] | None:

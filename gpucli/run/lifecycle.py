@@ -123,6 +123,9 @@ def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None
     ``volume_id``: the network volume an earlier launch of the run used (a resume mounts it again)."""
 
     req = req.checked()
+    from gpucli.run.secretenv import resolve as secrets_present
+
+    secrets_present(req.env_names + (task.env_from_local if task is not None else ()))  # before anything is rented
     if run_name is not None:
         return _prepare(catalog, req, run_name, task, volume_id)
     # The name is claimed before anything else, so two launches at once never share one.

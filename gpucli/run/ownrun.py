@@ -65,6 +65,9 @@ class OwnCode:
                  f"grace: {self.grace_s:g} s between SIGTERM and SIGKILL"]
         if t.env:
             lines.append("env: " + ", ".join(k for k, _ in t.env) + " (in the 0600 env file)")
+        if t.env_from_local:
+            lines.append("env_from_local: " + ", ".join(t.env_from_local) + " (values from this machine, in the "
+                         "0600 env file only)")
         return lines
 
 
@@ -92,27 +95,32 @@ def resolve_own(task: Task) -> OwnCode:
 
 
 def task_to_json(task: Task) -> dict[str, Any]:
-    """The task for the run record (``gpucli resume``); no secrets: env values are the user's own
-    non-secret settings, tokens come from ``gpucli keys``."""
+    """The task for the run record (``gpucli resume``); no values of ``env`` or ``env_from_local``,
+    only their names (:mod:`gpucli.run.secretenv`)."""
+    from gpucli.run.secretenv import task_env_names
+
     data = dataclasses.asdict(task)
     if isinstance(task.code, GitCode):
         data["code"] = {"git": task.code.url, "ref": task.code.ref}
     else:
         data["code"] = str(task.code.resolve())
     data["data"] = str(task.data.resolve()) if task.data else None
-    data["env"] = [list(p) for p in task.env]
+    data["env"] = task_env_names(task.env)
+    data["env_from_local"] = list(task.env_from_local)
     data["source"] = str(task.source) if task.source else None
     return data
 
 
 def task_from_json(data: Mapping[str, Any]) -> Task:
+    from gpucli.run.secretenv import task_env_from_names
     known = {f.name for f in dataclasses.fields(Task)}
     d = {k: v for k, v in data.items() if k in known}
     code = d.get("code")
     d["code"] = GitCode(code["git"], code.get("ref")) if isinstance(code, Mapping) else Path(code or ".")
     d["data"] = Path(d["data"]) if d.get("data") else None
-    d["env"] = tuple((str(k), str(v)) for k, v in d.get("env") or ())
     d["source"] = Path(d["source"]) if d.get("source") else None
+    d["env"] = task_env_from_names(d.get("env") or (), d["source"])
+    d["env_from_local"] = tuple(str(n) for n in d.get("env_from_local") or ())
     return Task(**d)
 
 

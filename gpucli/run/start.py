@@ -37,9 +37,10 @@ def trainer_package_dir() -> Path:
     return Path(spec.origin).resolve().parent
 
 
-def secrets_env() -> dict[str, str]:
+def secrets_env(names: tuple[str, ...] = ()) -> dict[str, str]:
     """The pod's 0600 env file: Telegram's token and chat id when configured (and the API base a test
-    points elsewhere). Nothing else of this machine's environment goes to the pod."""
+    points elsewhere), and the secrets asked for by name (``--env``, ``env_from_local``: see
+    :mod:`gpucli.run.secretenv`). Nothing else of this machine's environment goes to the pod."""
     from gpucli.settings import load_keys
 
     keys = load_keys()
@@ -50,6 +51,10 @@ def secrets_env() -> dict[str, str]:
             env[var] = value
     if os.environ.get("TELEGRAM_API_BASE"):
         env["TELEGRAM_API_BASE"] = os.environ["TELEGRAM_API_BASE"]
+    if names:
+        from gpucli.run.secretenv import resolve
+
+        env.update(resolve(names))
     return env
 
 
@@ -131,7 +136,7 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
                             mode=0o644)
     config = run_yaml_now(resolved, record)
     host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-    host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
+    host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env})
     on_event("starting the trainer")
     pid = host.start_detached(resolved.command, cwd=f"{wd}/code", log_path=f"{wd}/console.log",
                               env_file=f"{wd}/env")
@@ -163,7 +168,7 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
     # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
     stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
     host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
-    host.write_env_file(f"{wd}/env", ownrun.job_env(own, secrets_env()))
+    host.write_env_file(f"{wd}/env", ownrun.job_env(own, secrets_env(resolved.env_names + own.task.env_from_local)))
     ownrun.put_code(host, resolved, own, on_event)
     source = resolved.data
     if source is not None and source.kind == "local" and source.local is not None:

@@ -13,7 +13,7 @@ JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
 
 def launch(
     task_file: Path = typer.Argument(None, metavar="[TASK.yaml]", help="Your own code's task file (keys: run, "
-                                     "code, setup, checkpoints, data, profile, provider, limits, env); options "
+                                     "code, setup, checkpoints, data, profile, provider, limits, env, env_from_local); options "
                                      "given here override it."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Profile: cpu, h100, 8xA100, ... (gpucli profiles)."),
     code: str = typer.Option(None, "--code", help="Your own training code: a folder, or git+https://host/org/"
@@ -52,6 +52,9 @@ def launch(
                                         "tried (default 600; the provider is polled every GPUCLI_PROVIDER_POLL_S, "
                                         "default 5)."),
     python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one)."),
+    env: list[str] = typer.Option([], "--env", metavar="NAME", help="A secret by name (repeatable), e.g. --env "
+                                  "WANDB_API_KEY: its value comes from your environment or `gpucli keys` (HF_TOKEN "
+                                  "also from `hf auth login`) into the pod's 0600 env file, never a command line."),
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
@@ -104,7 +107,7 @@ def launch(
         profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
-        ready_timeout_s=ready_timeout, force=force,
+        ready_timeout_s=ready_timeout, force=force, env_names=tuple(env),
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes))
     catalog = load_catalog()
