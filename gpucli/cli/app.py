@@ -18,6 +18,7 @@ import typer.main
 
 from gpucli import __version__
 from gpucli.cli.commands import (
+    access_cmds,
     calibrate_cmd,
     catalog_cmds,
     doctor_cmd,
@@ -70,6 +71,7 @@ notify_cmd.register(app)
 serve_cmd.register(app)
 tensorboard_cmd.register(app)
 doctor_cmd.register(app)
+access_cmds.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:

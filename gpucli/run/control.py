@@ -204,6 +204,10 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))
     ended_pod = False if keep_pod else get_target(record.provider).terminate(record)
+    if not keep_pod:
+        from gpucli.run.sshconfig import remove_entry
+
+        remove_entry(record.name)  # `ssh gpucli-<run>` would reach the next pod on that address
     cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
     saved = record.with_(status="stopped" if record.active else record.status,
                          ended_at=record.ended_at or runs.now_iso(),

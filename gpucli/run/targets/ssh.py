@@ -47,6 +47,8 @@ def ssh_shell_argv(record: RunRecord, known_hosts: Path | None = None) -> tuple[
             "-o", "StrictHostKeyChecking=yes", "-t"]
     if record.ssh.identity_file:
         args += ["-i", record.ssh.identity_file]
+    if record.ssh.proxy_jump:
+        args += ["-J", record.ssh.proxy_jump]
     # The remote side runs this line in a shell: the folder is one quoted word there, so a `--workdir`
     # holding `$(...)`, `;` or spaces is a folder name, never a command.
     return [*args, f"{record.ssh.user}@{record.ssh.host}", f"cd {shlex.quote(record.workdir)} && exec $SHELL -l"], None
@@ -72,8 +74,10 @@ class SshServerTarget(NoPod):
         from gpucli.ssh import parse_target
 
         if not host:
-            raise UsageError("--provider ssh needs --host user@host[:port]")
-        return parse_target(host, identity_file=identity_file)
+            raise UsageError("--provider ssh needs --host user@host[:port] (or a Host name of ~/.ssh/config)")
+        from gpucli.run.sshconfig import target_from_config
+
+        return target_from_config(host.strip(), identity_file) or parse_target(host, identity_file=identity_file)
 
     def interactive_shell(self, record: RunRecord) -> tuple[list[str], str | None]:
         return ssh_shell_argv(record)
