@@ -126,8 +126,9 @@ def task_env_from_names(stored: Iterable[object], source: Path | None) -> tuple[
     """A recorded task's ``env`` again (``gpucli resume``): names whose values are read from the task
     file once more. Records of older versions kept ``[name, value]`` pairs; those are taken as they are."""
     entries = list(stored or ())
-    if all(isinstance(e, (list, tuple)) and len(e) == 2 for e in entries):
-        return tuple((str(k), str(v)) for k, v in entries)  # type: ignore[misc]
+    pairs = [e for e in entries if isinstance(e, (list, tuple)) and len(e) == 2]
+    if len(pairs) == len(entries):
+        return tuple((str(p[0]), str(p[1])) for p in pairs)
     names = [str(e) for e in entries]
     if not names:
         return ()
