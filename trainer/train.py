@@ -127,6 +127,9 @@ class Trainer:
         self.clock = RunClock(cfg.limits, started_at, checkpoint_bytes=12 * self.raw.num_params(),
                               val_batches=t.val_batches)
         self.metrics = MetricsLogger(self.out_dir, enabled=d.master)
+        from trainer.watch.trackers import open_tracker
+
+        self.metrics.tracker = open_tracker(cfg, d.master, self.out_dir, print0)
         self.alerts = make_alerts(cfg, d.master)
         self.checkpoints = Checkpointer(self.out_dir / "checkpoints", d, self.raw, self.optimizer, self.fsdp, print0,
                                         keep_last=t.keep_last, metrics=self.metrics, alerts=self.alerts)

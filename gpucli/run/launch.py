@@ -348,6 +348,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         cfg["data"]["max_bytes"] = 8_000_000
     overrides = tuple(req.extra)
     cfg, checked = _with_overrides(cfg, overrides)
+    if checked.tracking.backend != "none" and not checked.tracking.run_name:
+        cfg.setdefault("tracking", {})["run_name"] = run_name  # the tracker's run is named as gpucli's
     # What the trainer will really do once the overrides are in: the plan, limits and record follow it.
     micro, accum, seq_len = checked.training.batch_size, checked.training.grad_accum_steps, checked.training.seq_len
     steps = checked.resolved_max_steps()

@@ -143,3 +143,20 @@ def task_env_from_names(stored: Iterable[object], source: Path | None) -> tuple[
                          f"{source or 'the task file'} no longer gives them",
                          hint="restore the task file's env: entries, or launch again")
     return tuple((n, values[n]) for n in names)
+
+
+def tracker_settings(tracker: str, *, own: bool, env: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``launch --tracker wandb|trackio``: the trainer override, and the ``--env`` names with
+    WANDB_API_KEY added for wandb when this machine has it (``wandb login``'s netrc is not read)."""
+    from trainer.spec.config import TRACKERS
+
+    name = tracker.strip().lower()
+    if name not in TRACKERS or name == "none":
+        raise UsageError(f"--tracker must be wandb or trackio, got {tracker!r}")
+    if own:
+        raise UsageError("--tracker is for the bundled trainer; your own code logs to its tracker itself",
+                         hint="pass its key by name: --env WANDB_API_KEY")
+    names = list(env)
+    if name == "wandb" and "WANDB_API_KEY" not in names and lookup("WANDB_API_KEY") is not None:
+        names.append("WANDB_API_KEY")
+    return [f"tracking.backend={name}"], names

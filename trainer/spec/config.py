@@ -290,6 +290,24 @@ class NotificationsConfig:
     """A cost_update (hours, limits.price_per_hour_usd, $ so far) every this many hours; None = never."""
 
 
+TRACKERS = ("none", "wandb", "trackio")
+
+
+@dataclass
+class TrackingConfig:
+    """An experiment tracker besides metrics.jsonl and TensorBoard (off by default; the package is an
+    optional extra: ``pip install gpucli[wandb]`` or ``gpucli[trackio]``)."""
+
+    backend: str = "none"
+    """none, wandb (Weights & Biases: WANDB_API_KEY by name, ``gpucli launch --env WANDB_API_KEY``) or
+    trackio (local, or a Hugging Face Space with HF_TOKEN)."""
+    project: str = "gpucli"
+    run_name: str | None = None
+    """Default: the gpucli run's name."""
+    space_id: str | None = None
+    """trackio only: a Hugging Face Space (ORG/NAME) to sync to; default: local files only."""
+
+
 @dataclass
 class FaultsConfig:
     """Test hooks, not for real runs: make the trainer fail right after a given step so tests can
@@ -311,6 +329,7 @@ class Config:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     data: DataConfig = field(default_factory=DataConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
 
     def to_dict(self) -> dict[str, Any]:

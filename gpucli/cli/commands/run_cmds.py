@@ -55,6 +55,9 @@ def launch(
     env: list[str] = typer.Option([], "--env", metavar="NAME", help="A secret by name (repeatable), e.g. --env "
                                   "WANDB_API_KEY: its value comes from your environment or `gpucli keys` (HF_TOKEN "
                                   "also from `hf auth login`) into the pod's 0600 env file, never a command line."),
+    tracker: str = typer.Option(None, "--tracker", help="Also log the bundled trainer's metrics to wandb or "
+                                "trackio (the package must be on the pod: gpucli[wandb], gpucli[trackio]); the run's "
+                                "name and config are attached. wandb takes WANDB_API_KEY by name (--env)."),
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
@@ -102,6 +105,11 @@ def launch(
         raise UsageError("--setup, --checkpoints, --metrics-regex and --grace go with --run (your own code)")
     if profile is None:
         raise UsageError("--profile is required", hint="gpucli profiles lists them")
+    if tracker is not None:
+        from gpucli.run.secretenv import tracker_settings
+
+        extra_set, env = tracker_settings(tracker, own=task is not None, env=env)
+        set_ = [*set_, *extra_set]
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
     req = LaunchRequest(
         profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
