@@ -14,6 +14,7 @@ PKG = ROOT / "gpucli"
 # What each floor may import from gpucli (besides itself). Floors are listed top to bottom; nothing
 # imports upward. `cloud` may read the catalogue (`plan`) to name GPUs and turn offers into setups.
 ALLOWED = {
+    "__main__": {"cli"},  # `python -m gpucli`: the CLI's entry, nothing else
     "cli": {"run", "plan", "cloud", "ssh", "settings", "errors", "__init__"},
     "run": {"plan", "cloud", "ssh", "settings", "errors", "__init__"},
     "cloud": {"plan", "settings", "errors", "__init__"},
