@@ -7,6 +7,7 @@ Like the rest of the core, nothing here prints: results are returned, progress g
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -68,6 +69,7 @@ class LiveStatus(RunStatus):
     """A run's status with its data preparation (None: the run prepares nothing, or has not started to)."""
 
     prepare: PrepareStatus | None = None
+    gpus: Any = None  # gpucli.run.gpuwatch.GpuReport: nvidia-smi on the host, None where not sampled
 
 
 def _int(value: Any) -> int | None:
@@ -158,12 +160,15 @@ def live_status(record: RunRecord) -> RunStatus:
         st = status_of(host, record)
         prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
                                  training_started=st.step is not None or st.last_event is not None)
+        from gpucli.run.gpuwatch import read_report
+
+        gpus = read_report(host, record)
     if record.active and st.state in ("finished", "failed"):
         runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
-    return with_prepare(st, prep)
+    return dataclasses.replace(with_prepare(st, prep), gpus=gpus)
 
 
 def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None

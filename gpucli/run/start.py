@@ -145,6 +145,7 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     record = record.with_(status="running", pid=pid, started_at=now_iso(), pid_ident=identify(host, resolved.python, pid))
     save(record)
     on_event(f"trainer started (pid {pid})")
+    _start_gpu_sampler(host, resolved, pid, on_event)
     watchdog_pid = start_watchdog(host, resolved, record)
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
@@ -195,6 +196,7 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
                           pid_ident=identify(host, resolved.python, pid))
     save(record)
     on_event(f"job started (pid {pid}): {own.task.run}")
+    _start_gpu_sampler(host, resolved, pid, on_event)
     watchdog_pid = start_watchdog(host, resolved, record)
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
@@ -202,6 +204,19 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
     if own.task.setup:
         ownrun.wait_for_setup(host, wd, lambda: host.is_running(pid), on_event=on_event)
     return record
+
+
+def _start_gpu_sampler(host: Host, resolved: ResolvedLaunch, pid: int, on_event: EventFn) -> None:
+    """nvidia-smi samples beside the job (gpucli.run.gpuwatch); a failure to start it is a notice only."""
+    from gpucli.run.gpuwatch import start_sampler
+
+    try:
+        sampler = start_sampler(host, resolved, pid)
+    except GpucliError as exc:
+        on_event(f"GPU sampler not started ({exc}); status shows no GPU use")
+        return
+    if sampler is not None:
+        on_event(f"GPU sampler started (pid {sampler}): status and tail show GPU use")
 
 
 def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
