@@ -75,6 +75,56 @@ def forward(
                      hint="run the command again")
 
 
+def logs(
+    run: str = RUN_ARG,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new output until the job ends "
+                                "(resumes at the same byte after a dropped connection)."),
+    since: str = typer.Option(None, "--since", metavar="T", help="Only lines from T on: a duration (30s, 10m, "
+                              "2h, 1d, by the pod's clock) or a time (2026-01-31T14:00, UTC), by the lines' "
+                              "own timestamps."),
+    node: int = typer.Option(0, "--node", min=0, metavar="R", help="Node R of a run over several machines "
+                             "(default 0)."),
+    timestamps: bool = typer.Option(False, "--timestamps", "-t", help="Prefix each line with the pod's clock "
+                                    "when it was read."),
+    poll: float = typer.Option(1.0, "--poll", help="Seconds between reads when following."),
+) -> None:
+    """The job's raw console output (console.log): everything it printed, with the pod's clock."""
+    from gpucli.cli import render
+    from gpucli.cli import render_logs as show
+    from gpucli.run import logs as core
+    from gpucli.run import records as runs
+    from gpucli.run.targets import open_host
+
+    record = core.for_node(runs.resolve(run, on_bad=render.warn), node)
+    path = f"{record.workdir}/{core.FILE}"
+    where = f"{record.ssh.host}" if record.ssh else "this machine"
+    with open_host(record) as host:
+        first = core.read_chunk(host, path, 0, max_bytes=1)
+        show.header(record.name, where, first.pod_time, first.size)
+        since_filter = core.SinceFilter(core.parse_since(since, first.pod_time)) if since else None
+        offset = 0 if since_filter else (core.start_offset(host, path) if first.size > 0 else 0)
+        while not follow and first.size >= 0:  # what is there now, in bounded chunks
+            chunk = core.read_chunk(host, path, offset)
+            batch = since_filter.feed(chunk.lines) if since_filter else list(chunk.lines)
+            show.lines(batch, pod_time=chunk.pod_time if timestamps else None)
+            if chunk.offset == offset or chunk.offset >= chunk.size:
+                break
+            offset = chunk.offset
+    if not follow and since_filter is not None and not since_filter.stamped:
+        show.lines(since_filter.flush())
+        render.warn("no line of this log carries a timestamp: --since could not filter it")
+    if not follow:
+        return
+    for chunk in core.follow(lambda: open_host(record), record, offset, poll_s=poll, on_reconnect=render.warn):
+        if chunk.restarted:
+            show.restarted(record.name)
+        batch = since_filter.feed(chunk.lines) if since_filter else list(chunk.lines)
+        show.lines(batch, pod_time=chunk.pod_time if timestamps else None)
+    if since_filter is not None:
+        show.lines(since_filter.flush())
+
+
 def register(app: typer.Typer) -> None:
+    app.command("logs")(logs)
     app.command("ssh-config")(ssh_config)
     app.command("forward")(forward)
