@@ -49,6 +49,9 @@ def secrets_env(names: tuple[str, ...] = ()) -> dict[str, str]:
         value = os.environ.get(var) or keys.get(key)
         if value:
             env[var] = value
+    hook = os.environ.get("GPUCLI_WEBHOOK_URL") or keys.get("webhook")
+    if hook:
+        env["GPUCLI_WEBHOOK_URL"] = hook
     if os.environ.get("TELEGRAM_API_BASE"):
         env["TELEGRAM_API_BASE"] = os.environ["TELEGRAM_API_BASE"]
     if names:

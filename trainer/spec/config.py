@@ -288,6 +288,9 @@ class NotificationsConfig:
     """Which events alert (see ``trainer.watch.notify.EVENTS``)."""
     cost_update_hours: float | None = 4.0
     """A cost_update (hours, limits.price_per_hour_usd, $ so far) every this many hours; None = never."""
+    webhook_url: str | None = None
+    """Slack, Discord, ntfy or JSON webhook for the same events (default: $GPUCLI_WEBHOOK_URL, which
+    ``gpucli keys set webhook URL`` puts in the pod's env file). '${VAR}' is read from the environment."""
 
 
 TRACKERS = ("none", "wandb", "trackio")

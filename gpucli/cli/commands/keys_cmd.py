@@ -41,6 +41,10 @@ def set_key(
         # unknown options reach us as values (see ignore_unknown_options): never store "--json" as a key
         raise UsageError(f"the value starts with '-': it looks like an option, not a {what}",
                          hint=f"run `gpucli keys set {key}` and paste the value at the prompt")
+    if key == "webhook":
+        from gpucli.run.webhook import check_url
+
+        check_url(value)
     if key == "telegram-chat" and not _CHAT_ID.match(value):
         raise UsageError("a Telegram chat id is a number (e.g. 123456789 or -100123...) or @channel_name")
     path = save_key(key, value)
