@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import typer
 
-RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).")
+from gpucli.cli.complete import run_names
+
+RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
+                         autocompletion=run_names)
 
 
 def ssh_config(
@@ -40,7 +43,7 @@ def ssh_config(
 
 
 def forward(
-    run: str = typer.Argument(..., help="Run name."),
+    run: str = typer.Argument(..., help="Run name.", autocompletion=run_names),
     ports: str = typer.Argument(..., metavar="PORT[:LOCAL]", help="The port on the run's host, and the local "
                                 "one (default: the same; 0: any free one)."),
     json_: bool = typer.Option(False, "--json", help="Print the local URL as JSON when the tunnel is up."),

@@ -7,7 +7,10 @@ from typing import Any
 
 import typer
 
-RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).")
+from gpucli.cli.complete import run_names
+
+RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
+                         autocompletion=run_names)
 JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -265,7 +268,7 @@ def down(
     render.downed(result)
 
 
-def sync(run: str = typer.Argument(..., help="Run name."),
+def sync(run: str = typer.Argument(..., help="Run name.", autocompletion=run_names),
          paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/.")) -> None:
     """Push more data to a running pod (incremental; resumable)."""
     from gpucli.cli import render_runs as render

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import typer
 
+from gpucli.cli.complete import run_names
+
 
 def tensorboard(
-    run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run)."),
+    run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
+                         autocompletion=run_names),
     port: int = typer.Option(6006, "--port", min=0, max=65535, help="Local port (default 6006; 0: any free one)."),
 ) -> None:
     """TensorBoard for a run on localhost: started on the pod and tunnelled over its SSH, or local."""
