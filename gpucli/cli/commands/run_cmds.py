@@ -155,7 +155,7 @@ def resume(
     render.launched(record, json_=json_)
 
 
-def mirror(run: str = RUN_ARG) -> None:
+def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
     from gpucli.cli import render_runs as render
     from gpucli.run import records as runs
@@ -165,6 +165,12 @@ def mirror(run: str = RUN_ARG) -> None:
     record = runs.resolve(run, on_bad=render.warn)
     with open_host(record) as host, render.transfer_progress("mirroring") as progress:
         result = mirror_once(host, record, progress=progress, on_event=render.info)
+    if json_:
+        from gpucli.cli import render_json
+        from gpucli.run.mirror import mirror_root
+
+        render_json.mirrored(record, result, mirror_root(record.name))
+        return
     render.mirrored(record, result)
 
 
@@ -173,6 +179,7 @@ def watch(
     mirror_: bool = typer.Option(True, "--mirror/--no-mirror", help="Copy each new checkpoint to this machine."),
     recover: bool = typer.Option(False, "--recover", help="Resume on a new pod when a spot pod is taken away."),
     poll: float = typer.Option(30.0, "--poll", help="Seconds between checks."),
+    json_: bool = typer.Option(False, "--json", help="Each notice as a JSON line, then how the watch ended."),
 ) -> None:
     """Stay attached to a run: mirror checkpoints, notice preemption, and (with --recover) resume."""
     from gpucli.cli import render_runs as render
@@ -182,6 +189,13 @@ def watch(
 
     if not poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {poll}")
+    if json_:
+        from gpucli.cli import render_json
+
+        how = lifecycle.watch(run, load_catalog(), mirror=mirror_, recover=recover, poll_s=poll,
+                              on_notice=render_json.notice)
+        render_json.watch_ended(run or "", how)
+        return
     lifecycle.watch(run, load_catalog(), mirror=mirror_, recover=recover, poll_s=poll, on_notice=render.notice)
 
 
@@ -253,11 +267,20 @@ def down(
     strays: bool = typer.Option(False, "--strays", help="Find gpucli-labelled pods no run owns, and end them."),
     keep: bool = typer.Option(False, "--keep-pod", help="Stop the trainer but leave the pod running."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --strays: end them without asking."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON (with --strays: they are ended only with --yes)."),
 ) -> None:
     """Stop the trainer (it writes an emergency checkpoint), then release the machine."""
     from gpucli.cli import render_runs as render
     from gpucli.run import control
 
+    if strays and json_:
+        from gpucli.cli import render_json
+
+        found = control.find_strays(on_notice=render.notice)
+        if found and yes:
+            control.end_strays(found, on_notice=render.notice)
+        render_json.strays(found, ended=bool(found and yes))
+        return
     if strays:
         found = control.find_strays(on_notice=render.notice)
         render.strays(found)
@@ -265,15 +288,26 @@ def down(
             control.end_strays(found, on_notice=render.notice)
         return
     result = control.down(run, keep_pod=keep, on_step=render.info, on_notice=render.notice)
+    if json_:
+        from gpucli.cli import render_json
+
+        render_json.downed(result)
+        return
     render.downed(result)
 
 
 def sync(run: str = typer.Argument(..., help="Run name.", autocompletion=run_names),
-         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/.")) -> None:
+         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/."),
+         json_: bool = typer.Option(False, "--json", help="One JSON line per path sent.")) -> None:
     """Push more data to a running pod (incremental; resumable)."""
     from gpucli.cli import render_runs as render
     from gpucli.run.control import sync_paths
 
+    if json_:
+        from gpucli.cli import render_json
+
+        sync_paths(run, paths, on_synced=render_json.synced)
+        return
     sync_paths(run, paths, on_synced=render.synced)
 
 
