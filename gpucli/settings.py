@@ -71,19 +71,57 @@ def write_private(path: Path, text: str) -> None:
             tmp.unlink()
 
 
+def config_home() -> Path:
+    """Where the user's settings live (keys.json, config.yaml): ``$XDG_CONFIG_HOME/gpucli`` (default
+    ``~/.config/gpucli``) on Linux; with ``GPUCLI_HOME`` set, and on macOS and Windows, gpucli's home."""
+    if os.environ.get("GPUCLI_HOME") or sys.platform == "darwin" or os.name == "nt":
+        return home()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    path = Path(base).expanduser() / "gpucli"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def keys_path() -> Path:
+    return config_home() / "keys.json"
+
+
+def legacy_keys_path() -> Path:
+    """Where keys.json was before it moved to :func:`config_home` (gpucli's data home)."""
     return home() / "keys.json"
 
 
-def load_keys() -> dict[str, str]:
-    path = keys_path()
-    if not path.exists():
-        return {}
+def _read_keys(path: Path) -> dict[str, str]:
     try:
         data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: cannot read keys: {exc}") from exc
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _move_legacy_keys() -> None:
+    """Move keys.json from the data home to the config home, once (0600 from the first byte). A move
+    that fails leaves the old file, which :func:`load_keys` still reads."""
+    old, new = legacy_keys_path(), keys_path()
+    if old == new or not old.is_file() or new.exists():
+        return
+    try:
+        write_private(new, old.read_text())
+        old.unlink()
+    except OSError:
+        pass
+
+
+def load_keys() -> dict[str, str]:
+    """keys.json (the config home's; the old data-home file still read for what it alone holds)."""
+    _move_legacy_keys()
+    keys = _read_keys(keys_path())
+    old = legacy_keys_path()
+    if old != keys_path() and old.is_file():
+        keys = {**_read_keys(old), **keys}
+    return keys
 
 
 def save_key(name: str, value: str) -> Path:

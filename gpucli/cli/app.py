@@ -21,6 +21,7 @@ from gpucli.cli.commands import (
     access_cmds,
     calibrate_cmd,
     catalog_cmds,
+    config_cmd,
     doctor_cmd,
     keys_cmd,
     notify_cmd,
@@ -72,6 +73,7 @@ serve_cmd.register(app)
 tensorboard_cmd.register(app)
 doctor_cmd.register(app)
 access_cmds.register(app)
+config_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:

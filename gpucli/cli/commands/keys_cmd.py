@@ -68,7 +68,7 @@ def list_keys(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 @keys_app.command("path")
 def keys_path() -> None:
-    """Print the path of keys.json (GPUCLI_HOME/keys.json)."""
+    """Print the path of keys.json ($XDG_CONFIG_HOME/gpucli/keys.json; GPUCLI_HOME/keys.json when that is set)."""
     from gpucli.cli import render
     from gpucli.settings import keys_path as path
 

@@ -81,10 +81,11 @@ def launch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run import lifecycle, userconfig
     from gpucli.run.launch import LaunchRequest
     from gpucli.run.limits import Limits
 
+    mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
     task = None
     if task_file is not None or code is not None or run_cmd is not None:
         from gpucli.run.task import Task, load_task, with_overrides
@@ -103,11 +104,25 @@ def launch(
             from gpucli.run.targets import get_target
 
             # nothing is rented on local and ssh hosts: the profile only names the machine
-            profile = None if get_target(provider or "local").cloud else "cpu"
+            provider = provider or userconfig.get(mine, "provider")
+            cloud = get_target(provider or "local").cloud
+            profile = userconfig.get(mine, "profile", provider) if cloud else "cpu"
     elif setup or checkpoints or metrics_regex or grace is not None:
         raise UsageError("--setup, --checkpoints, --metrics-regex and --grace go with --run (your own code)")
+    provider = provider or userconfig.get(mine, "provider")
+    profile = profile or userconfig.get(mine, "profile", provider)
+    phase = phase or userconfig.get(mine, "phase", provider)
+    if task is None:  # the bundled trainer's model preset
+        model = model or userconfig.get(mine, "model", provider)
+    disk = disk or userconfig.get(mine, "disk", provider)
+    image = image or userconfig.get(mine, "image", provider)
+    ready_timeout = ready_timeout or userconfig.get(mine, "ready_timeout", provider)
+    python = python or userconfig.get(mine, "python", provider)
+    on_end = on_end or userconfig.get(mine, "on_end", provider)
+    spot = spot or bool(userconfig.get(mine, "spot", provider))
     if profile is None:
-        raise UsageError("--profile is required", hint="gpucli profiles lists them")
+        raise UsageError("--profile is required", hint="gpucli profiles lists them (or set one: "
+                                                       "gpucli config set profile NAME)")
     if tracker is not None:
         from gpucli.run.secretenv import tracker_settings
 
