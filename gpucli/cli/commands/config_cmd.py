@@ -70,5 +70,17 @@ def path() -> None:
     render.line(str(userconfig.path()))
 
 
+def schema(kind: str = typer.Argument(..., metavar="task|run", help="task (task.yaml) or run (run.yaml).")) -> None:
+    """The JSON Schema of task.yaml or run.yaml, for your editor's YAML support."""
+    from gpucli.cli import render
+    from gpucli.errors import UsageError
+    from gpucli.run import schemas
+
+    if kind not in schemas.SCHEMAS:
+        raise UsageError(f"no schema {kind!r}: task or run")
+    render.line(schemas.render(kind).rstrip("\n"))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")
+    app.command("schema")(schema)
