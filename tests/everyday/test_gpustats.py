@@ -146,3 +146,13 @@ def test_a_gpu_launch_starts_the_sampler_beside_own_code(capsys, tmp_path, sshd,
     code, text, err = cli(capsys, "status", "gpujob")
     assert code == 0, err
     assert "GPUs: not sampled (nvidia-smi not found on this host)" in text
+
+
+def test_tail_once_shows_the_gpus(capsys, tmp_path, ssh_run):
+    wd = Path(ssh_run.workdir)
+    gpustats.main(["--out", str(wd / "gpu.jsonl"), "--pid", str(os.getpid()), "--interval", "0", "--max-samples",
+                   "1", "--nvidia-smi", str(_fake_smi(tmp_path, "l40s.csv"))])
+    (wd / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 2.5, "time": 1.0}) + "\n")
+    code, text, err = cli(capsys, "tail", "r1", "--no-follow")
+    assert code == 0, err
+    assert "GPU 1 NVIDIA L40S: util 85%, mem 39.2/45 GiB, power 298/350 W, 57 C" in text

@@ -168,3 +168,26 @@ def test_lookup_order(monkeypatch, tmp_path):
     assert resolve(["HF_TOKEN"]) == {"HF_TOKEN": "from-env"}
     save_key("MY_TOKEN", "generic")
     assert lookup("MY_TOKEN") == ("generic", "gpucli keys (MY_TOKEN)")
+
+
+def test_bundled_trainer_gets_env_secrets_by_name(capsys, tmp_path, monkeypatch, isolated_home):
+    from tests.support.cli import FAST_TRAINER
+
+    value = "trainer-secret-" + os.urandom(8).hex()
+    monkeypatch.setenv("A_SECRET", value)
+    code, out, err = cli(capsys, "launch", "--profile", "cpu", "--name", "tr-sec", "--env", "A_SECRET",
+                         *FAST_TRAINER[:-2], "--steps", "3")
+    assert code == 0, err
+    record = runs.load("tr-sec")
+    assert record.launch["request"]["env_names"] == ["A_SECRET"]
+    env_file = Path(record.workdir) / "env"
+    assert f"A_SECRET={value}" in env_file.read_text() or f"A_SECRET='{value}'" in env_file.read_text()
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    wait_for(lambda: runs.load("tr-sec").status != "running" or not any(
+        value.encode() in c for c in _cmdlines()), 5, "a look at the process table")
+    for cmdline in _cmdlines():
+        assert value.encode() not in cmdline
+    code, out2, err2 = cli(capsys, "down", "tr-sec")
+    for f in _files(isolated_home, skip={env_file}):
+        assert value.encode() not in f.read_bytes(), f
+    assert value not in out + err + out2 + err2
