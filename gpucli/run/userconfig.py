@@ -8,6 +8,7 @@
       image: runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04
     vast:
       ready_timeout: 900
+      reliability: 0.98       # only offers at least this reliable (as the provider reports it)
 
 What wins, first found: the command line, then task.yaml, then this file, then the built-in defaults
 (:mod:`gpucli.run.defaults`). Every value is checked when it is set and again when it is read (one
@@ -26,7 +27,7 @@ from gpucli.errors import UsageError
 PROVIDERS = ("local", "ssh", "runpod", "vast")
 TOP = {"provider": "provider", "profile": "str", "phase": "phase", "model": "str", "on_end": "on_end"}
 PER_PROVIDER = {"disk": "gb", "image": "str", "ready_timeout": "seconds", "python": "str", "on_end": "on_end",
-                "spot": "bool"}
+                "spot": "bool", "reliability": "fraction"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,14 @@ def check_value(key: Key, value: Any, *, where: str = "") -> Any:
         if v in ("false", "no", "off", "0"):
             return False
         raise UsageError(f"{label}: expected true or false, got {value!r}")
+    if kind == "fraction":
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and 0 < number <= 1):
+            raise UsageError(f"{label}: expected a fraction in (0, 1], e.g. 0.98, got {value!r}")
+        return number
     if kind in ("gb", "seconds"):
         try:
             number = float(value) if not isinstance(value, bool) else math.nan

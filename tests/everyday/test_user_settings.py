@@ -84,3 +84,21 @@ def test_a_broken_config_file_is_one_line(capsys):
     path().write_text("runpod: {disk: lots}\n")
     code, out, err = cli(capsys, "launch", "--profile", "cpu", "--dry-run")
     assert code != 0 and "runpod.disk" in err
+
+
+def test_reliability_default_filters_the_offers_a_launch_takes(capsys, vast_emulator):
+    from gpucli.errors import NoCapacityError
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.run.targets import get_target
+
+    target, catalog = get_target("vast"), load_catalog()
+    before = target.choose_offers(catalog, "rtx4090", 2, spot=False)
+    assert before and all(o.reliability is not None for o in before)
+    best = max(o.reliability for o in before)
+    assert cli(capsys, "config", "set", "vast.reliability", str(best))[0] == 0
+    kept = target.choose_offers(catalog, "rtx4090", 2, spot=False)
+    assert kept and all(o.reliability >= best for o in kept)
+    assert cli(capsys, "config", "set", "vast.reliability", "1")[0] == 0
+    with pytest.raises(NoCapacityError, match="reliability >= 1"):
+        target.choose_offers(catalog, "rtx4090", 2, spot=False)
+    assert cli(capsys, "config", "set", "vast.reliability", "1.5")[0] != 0

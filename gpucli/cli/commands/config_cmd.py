@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 config_app = typer.Typer(help="Your launch defaults: provider, profile, and per provider disk, image, "
-                              "ready_timeout, python, on_end, spot (e.g. gpucli config set runpod.disk 100).",
+                              "ready_timeout, python, on_end, spot, reliability (e.g. gpucli config set vast.reliability 0.98).",
                          no_args_is_help=True)
 
 

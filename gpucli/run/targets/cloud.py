@@ -153,6 +153,14 @@ class CloudTarget:
         if not offers:
             raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else ""),
                                   hint="see `gpucli offers` for what is available")
+        from gpucli.run import userconfig
+
+        least = userconfig.get(userconfig.load(), "reliability", self.name)  # gpucli config set vast.reliability
+        if least is not None:
+            offers = [o for o in offers if o.reliability is not None and o.reliability >= least]
+            if not offers:
+                raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name} at reliability >= {least:g}",
+                                      hint=f"lower it (gpucli config set {self.name}.reliability ...) or unset it")
 
         def price(o: Offer) -> float:
             if spot and o.spot_price_per_hour_usd is not None:
