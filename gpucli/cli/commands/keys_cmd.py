@@ -11,14 +11,16 @@ import typer
 _CHAT_ID = re.compile(r"^(-?\d{1,20}|@[A-Za-z][A-Za-z0-9_]{3,})$")
 
 
-keys_app = typer.Typer(help="API keys and tokens: runpod, vast, telegram (bot token), telegram-chat (chat id).",
+keys_app = typer.Typer(help="API keys and tokens: runpod, vast, telegram (bot token), telegram-chat (chat id), hf, "
+                            "wandb, webhook (alert URL), or any NAME a launch passes with --env NAME.",
                        no_args_is_help=True)
 
 
 # ignore_unknown_options: a group chat id such as -1001234567890 is a value, not an unknown option.
 @keys_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_key(
-    name: str = typer.Argument(..., help="runpod, vast, telegram (bot token) or telegram-chat (chat id)."),
+    name: str = typer.Argument(..., help="runpod, vast, telegram (bot token), telegram-chat (chat id), hf, wandb, "
+                               "webhook, or an UPPER_CASE name for `launch --env NAME`."),
     value: str = typer.Argument(None, help="The value. Omit it to be asked without echo (or pipe it on stdin); "
                                 "a value on the command line stays in your shell history."),
 ) -> None:
