@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,19 +83,57 @@ def write_private(path: Path, text: str) -> None:
             tmp.unlink()
 
 
+def config_home() -> Path:
+    """Where the user's settings live (keys.json, config.yaml): ``$XDG_CONFIG_HOME/gpucli`` (default
+    ``~/.config/gpucli``) on Linux; with ``GPUCLI_HOME`` set, and on macOS and Windows, gpucli's home."""
+    if os.environ.get("GPUCLI_HOME") or sys.platform == "darwin" or os.name == "nt":
+        return home()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    path = Path(base).expanduser() / "gpucli"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def keys_path() -> Path:
+    return config_home() / "keys.json"
+
+
+def legacy_keys_path() -> Path:
+    """Where keys.json was before it moved to :func:`config_home` (gpucli's data home)."""
     return home() / "keys.json"
 
 
-def load_keys() -> dict[str, str]:
-    path = keys_path()
-    if not path.exists():
-        return {}
+def _read_keys(path: Path) -> dict[str, str]:
     try:
         data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: cannot read keys: {exc}") from exc
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _move_legacy_keys() -> None:
+    """Move keys.json from the data home to the config home, once (0600 from the first byte). A move
+    that fails leaves the old file, which :func:`load_keys` still reads."""
+    old, new = legacy_keys_path(), keys_path()
+    if old == new or not old.is_file() or new.exists():
+        return
+    try:
+        write_private(new, old.read_text())
+        old.unlink()
+    except OSError:
+        pass
+
+
+def load_keys() -> dict[str, str]:
+    """keys.json (the config home's; the old data-home file still read for what it alone holds)."""
+    _move_legacy_keys()
+    keys = _read_keys(keys_path())
+    old = legacy_keys_path()
+    if old != keys_path() and old.is_file():
+        keys = {**_read_keys(old), **keys}
+    return keys
 
 
 def save_key(name: str, value: str) -> Path:
@@ -120,18 +159,26 @@ KEYS: dict[str, KeySpec] = {k.name: k for k in (
     KeySpec("vast", "VAST_API_KEY", "vast.ai API key"),
     KeySpec("telegram", "TELEGRAM_BOT_TOKEN", "Telegram bot token"),
     KeySpec("telegram-chat", "TELEGRAM_CHAT_ID", "Telegram chat id"),
-    KeySpec("hf", "HF_TOKEN", "Hugging Face token (hf:// data)"),
+    KeySpec("hf", "HF_TOKEN", "Hugging Face token (hf:// data, --env HF_TOKEN)"),
+    KeySpec("wandb", "WANDB_API_KEY", "Weights & Biases API key (--env WANDB_API_KEY)"),
+    KeySpec("webhook", "GPUCLI_WEBHOOK_URL", "alert webhook URL (Slack, Discord or ntfy)"),
 )}
 _KEY_ALIASES = {"vastai": "vast", "vast.ai": "vast", "telegram-token": "telegram", "telegram-chat-id": "telegram-chat"}
 
 
 def key_spec(name: str) -> KeySpec:
     """The key called ``name`` (case, ``_`` for ``-`` and the usual aliases accepted)."""
+    for spec in KEYS.values():
+        if name.strip() == spec.env_var:
+            return spec
     key = name.strip().lower().replace("_", "-")
     key = _KEY_ALIASES.get(key, key)
-    if key not in KEYS:
-        raise UnknownNameError("key", name, KEYS)
-    return KEYS[key]
+    if key in KEYS:
+        return KEYS[key]
+    if re.fullmatch(r"[A-Z_][A-Z0-9_]*", name.strip()) and not name.startswith("GPUCLI_"):
+        # any other secret a run asks for by name (--env NAME): stored under that very name
+        return KeySpec(name.strip(), name.strip(), f"{name.strip()} (for --env {name.strip()})")
+    raise UnknownNameError("key", name, KEYS)
 
 
 def lookup_key(name: str) -> tuple[str, str] | None:

@@ -14,6 +14,7 @@ PKG = ROOT / "gpucli"
 # What each floor may import from gpucli (besides itself). Floors are listed top to bottom; nothing
 # imports upward. `cloud` may read the catalogue (`plan`) to name GPUs and turn offers into setups.
 ALLOWED = {
+    "__main__": {"cli"},  # `python -m gpucli`: the CLI's entry, nothing else
     "cli": {"run", "plan", "cloud", "ssh", "settings", "errors", "__init__"},
     "run": {"plan", "cloud", "ssh", "pod", "settings", "errors", "__init__"},  # pod: procid, the liveness test
     "cloud": {"plan", "settings", "errors", "__init__"},
@@ -241,13 +242,15 @@ def test_no_import_cycle_anywhere():
 # within its own package). What a run is, where it lives, what is read from it, how it starts, the kinds
 # of job, then the life of a run on top.
 RUN_FLOORS = {
-    "defaults": 0, "limits": 0, "task": 0, "notify": 0,
-    "records": 1,
+    "defaults": 0, "limits": 0, "task": 0.5, "notify": 0,
+    "webhook": 0, "secretenv": 0,
+    "records": 1, "userconfig": 1, "schemas": 1,
+    "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
     "monitor": 5, "launch": 5, "owner": 5,
-    "requirements": 6, "money": 6, "harvest": 6,
+    "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6,
     "runend": 7, "start": 7, "resumescript": 7,
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "lifecycle": 9,

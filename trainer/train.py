@@ -51,6 +51,7 @@ from trainer.watch.components import (
 from trainer.watch.metrics import MetricsLogger, SpikeDetector, memory_gib, mfu, peak_flops, safe_exp
 from trainer.watch.notify import read_log_tail
 from trainer.watch.tcf import TCFTracker
+from trainer.watch.trackers import open_tracker
 
 log = logging.getLogger("trainer")
 print0 = log.info  # rank 0 logs at INFO; the other ranks only warnings and errors
@@ -127,6 +128,8 @@ class Trainer:
         self.clock = RunClock(cfg.limits, started_at, checkpoint_bytes=12 * self.raw.num_params(),
                               val_batches=t.val_batches)
         self.metrics = MetricsLogger(self.out_dir, enabled=d.master)
+
+        self.metrics.tracker = open_tracker(cfg, d.master, self.out_dir, print0)
         self.alerts = make_alerts(cfg, d.master)
         self.checkpoints = Checkpointer(self.out_dir / "checkpoints", d, self.raw, self.optimizer, self.fsdp, print0,
                                         keep_last=t.keep_last, metrics=self.metrics, alerts=self.alerts)

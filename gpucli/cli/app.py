@@ -20,8 +20,10 @@ import typer.main
 
 from gpucli import __version__
 from gpucli.cli.commands import (
+    access_cmds,
     calibrate_cmd,
     catalog_cmds,
+    config_cmd,
     doctor_cmd,
     keys_cmd,
     notify_cmd,
@@ -36,7 +38,7 @@ app = typer.Typer(
     name="gpucli",
     help="Plan, rent, train and harvest language-model runs on rented GPUs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish); run names complete
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -72,6 +74,8 @@ notify_cmd.register(app)
 serve_cmd.register(app)
 tensorboard_cmd.register(app)
 doctor_cmd.register(app)
+access_cmds.register(app)
+config_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:

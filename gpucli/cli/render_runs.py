@@ -218,6 +218,9 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
     for k, v in rows:
         t.add_row(k, v)
     out().print(t)
+    from gpucli.cli.render_gpu import print_gpus
+
+    print_gpus(getattr(st, "gpus", None))
     if st.log_tail:
         out().print("[dim]last lines of train.log:[/]")
         for line in st.log_tail:
@@ -373,6 +376,9 @@ def tail_once(record: RunRecord, update: TailUpdate, *, json_: bool) -> None:
             from gpucli.run.monitor import summarize
 
             o.print(_loss_line(record, rows, summarize(record, rows, alive=True)), highlight=False)
+        from gpucli.cli.render_gpu import print_gpus
+
+        print_gpus(getattr(update, "gpus", None))
     if update.end is not None:
         _print_end(record, rows, update.end, json_=json_)
 
@@ -399,10 +405,17 @@ def tail_live(record: RunRecord, stream: Iterator[TailUpdate], *, json_: bool) -
     o = out()
     activity: str | None = "connecting"
 
+    from gpucli.cli.render_gpu import summary as gpu_summary
+
+    gpus: Any = None
+
     def footer() -> Text:
+        g = gpu_summary(gpus)
+        warning = getattr(gpus, "idle_warning", None)
+        extra = (f"\n{g}" if g else "") + (f"\n{warning}" if warning else "")
         if activity:
-            return Text(f"{record.name}: {activity}")
-        return Text(_loss_line(record, rows, summarize(record, rows, alive=True)))
+            return Text(f"{record.name}: {activity}{extra}")
+        return Text(_loss_line(record, rows, summarize(record, rows, alive=True)) + extra)
 
     with Live(footer(), console=o, refresh_per_second=2, transient=True) as live:
         for update in stream:
@@ -412,6 +425,7 @@ def tail_live(record: RunRecord, stream: Iterator[TailUpdate], *, json_: bool) -
                 if line:
                     live.console.print(line, highlight=False)
             activity, end = update.activity, update.end or end
+            gpus = getattr(update, "gpus", None) or gpus
             live.update(footer())
     if end is None or rows:
         o.print(footer())

@@ -21,11 +21,13 @@ from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
 from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
 from gpucli.run import procs
 from gpucli.run import records as runs
+from gpucli.run.gpuwatch import read_report
 from gpucli.run.lifecycle import Notice, NoticeFn
 from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
+from gpucli.run.sshconfig import remove_entry
 from gpucli.run.targets import TARGETS, get_target, open_host
 from gpucli.run.targets.onstart import RESTARTS
 
@@ -91,6 +93,7 @@ class LiveStatus(RunStatus):
     """A run's status with its data preparation (None: the run prepares nothing, or has not started to)."""
 
     prepare: PrepareStatus | None = None
+    gpus: Any = None  # gpucli.run.gpuwatch.GpuReport: nvidia-smi on the host, None where not sampled
 
 
 def _int(value: Any) -> int | None:
@@ -192,6 +195,7 @@ def _live_status(record: RunRecord) -> RunStatus:
         prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
                                  training_started=st.step is not None or st.last_event is not None)
         restarts = _container_restarts(host, record)
+        gpus = read_report(host, record)
     if restarts:
         st = dataclasses.replace(st, restarts=restarts)
     if record.active and st.state in ("finished", "failed"):
@@ -199,7 +203,7 @@ def _live_status(record: RunRecord) -> RunStatus:
                                cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
-    return with_prepare(st, prep)
+    return dataclasses.replace(with_prepare(st, prep), gpus=gpus)
 
 
 def _container_restarts(host: Host, record: RunRecord) -> int | None:
@@ -273,6 +277,8 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
                                end_reason=record.end_reason or ("down" if was_running else None), cost_usd=cost,
                                message=exc.message[:500]))
         raise
+    if not keep_pod:
+        remove_entry(record.name)  # `ssh gpucli-<run>` would reach the next pod on that address
     cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
     was_pending = record.status == TERMINATE_PENDING
     saved = record.with_(status="stopped" if (record.active or was_pending) else record.status,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
 from gpucli.run import records
+from gpucli.run.gpuwatch import read_report
 from gpucli.run.monitor import (
     LOG_TAIL_BYTES,
     RunStatus,
@@ -43,6 +44,10 @@ class TailUpdate:
     rows: tuple[dict[str, Any], ...] = ()
     activity: str | None = None
     end: RunStatus | None = None
+    gpus: Any = None  # gpucli.run.gpuwatch.GpuReport, read now and then (None: not read this time)
+
+
+GPU_EVERY_S = 15.0  # how often following reads the host's GPU samples
 
 
 def prepare_line(row: dict[str, Any]) -> str | None:
@@ -169,7 +174,8 @@ def snapshot(host: Host, record: RunRecord) -> TailUpdate:
     if _gone(host, record):
         rows += _read_rows(host, record.workdir, offset, tail)[0]  # what it wrote as it died
         return TailUpdate(tuple(rows), activity, _end(host, record, rows, gone=True))
-    return TailUpdate(tuple(rows), activity)
+
+    return TailUpdate(tuple(rows), activity, gpus=read_report(host, record))
 
 
 def follow_run(host_factory: Callable[[], Host], record: RunRecord, *, poll_s: float = 1.0,
@@ -198,6 +204,7 @@ def _follow(host_factory: Callable[[], Host], record: RunRecord, poll_s: float,
     down_since: float | None = None
     delay = 0.5
     checked = -float("inf")
+    gpu_read = -float("inf")
     try:
         while True:
             end = None
@@ -215,6 +222,9 @@ def _follow(host_factory: Callable[[], Host], record: RunRecord, poll_s: float,
                         rows, seen = rows + more, seen + more
                         end = _end(host, record, seen, gone=True)
                 activity = _activity(files, host, record, seen)
+                gpus = None
+                if time.monotonic() - gpu_read >= GPU_EVERY_S:
+                    gpu_read, gpus = time.monotonic(), read_report(host, record)
                 down_since, delay = None, 0.5
             except (TransferError, ConnectionFailed, OSError) as exc:
                 down_since = down_since or time.monotonic()
@@ -230,7 +240,7 @@ def _follow(host_factory: Callable[[], Host], record: RunRecord, poll_s: float,
                 except (ConnectionFailed, OSError, TransferError):
                     pass
                 continue
-            yield TailUpdate(tuple(rows), activity, end)
+            yield TailUpdate(tuple(rows), activity, end, gpus)
             if end is not None:
                 return
             if not rows:

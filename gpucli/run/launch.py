@@ -28,6 +28,7 @@ from gpucli.run.datasources import DataSource, parse_data, pod_plan
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
 from gpucli.run.records import PlannedSpeed
+from gpucli.run.secretenv import check_names
 from gpucli.run.targets import get_target
 from gpucli.settings import volume_mount
 from trainer.spec.config import DEMO_MAX_BYTES, JOB_STARTED_ENV, ConfigError
@@ -64,6 +65,7 @@ class LaunchRequest:
     disk_gb: int | None = None  # cloud pods
     ready_timeout_s: float | None = None  # per offer tried
     force: bool = False  # launch although the provider's balance is below the run's cost (never kept in the record)
+    env_names: tuple[str, ...] = ()  # --env NAME: secrets by name (gpucli.run.secretenv); never their values
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -72,6 +74,8 @@ class LaunchRequest:
         # An unknown name says which names there are; a target that needs --host says so.
         get_target(req.provider).endpoint(req.host, req.identity)
         req.limits.checked()
+        if req.env_names:
+            req = dataclasses.replace(req, env_names=check_names(req.env_names))
         for flag, value in (("--bid", req.bid_per_gpu_usd), ("--val-interval", req.val_interval),
                             ("--checkpoint-interval", req.checkpoint_interval), ("--disk", req.disk_gb),
                             ("--ready-timeout", req.ready_timeout_s)):
@@ -101,6 +105,10 @@ class LaunchRequest:
         if self.volume_size_gb is None:
             del data["volume_size_gb"]
         data["extra"] = list(self.extra)
+        if self.env_names:
+            data["env_names"] = list(self.env_names)
+        else:
+            del data["env_names"]  # records without --env stay as they were
         return {"request": data}
 
     @classmethod
@@ -120,6 +128,7 @@ class LaunchRequest:
         req["limits"] = Limits.from_json(req["limits"])
         req["data"] = str(req["data"]) if req.get("data") else None
         req["extra"] = tuple(req.get("extra") or ())
+        req["env_names"] = tuple(str(n) for n in req.get("env_names") or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in req.items() if k in known})
 
@@ -153,6 +162,7 @@ class ResolvedLaunch:
     volume_size_gb: int | None = None  # --volume-size: the GB of the volume created when there is none
     data_plan: Mapping[str, Any] | None = None  # datasource.json: what gpucli/pod/fetch.py does first
     disk: DiskNeed | None = None  # the checkpoints, data and headroom the run folder's disk must hold
+    env_names: tuple[str, ...] = ()  # secrets by name, their values read when the env file is written
 
     @property
     def pod_disk_gb(self) -> int:
@@ -327,6 +337,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         cfg["data"]["max_bytes"] = 8_000_000
     overrides = tuple(req.extra)
     cfg, checked = _with_overrides(cfg, overrides)
+    if checked.tracking.backend != "none" and not checked.tracking.run_name:
+        cfg.setdefault("tracking", {})["run_name"] = run_name  # the tracker's run is named as gpucli's
     # What the trainer will really do once the overrides are in: the plan, limits and record follow it.
     micro, accum, seq_len = checked.training.batch_size, checked.training.grad_accum_steps, checked.training.seq_len
     steps = checked.resolved_max_steps()
@@ -356,7 +368,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
-        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk)
+        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

@@ -27,6 +27,7 @@ from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.owner import this_launcher
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
+from gpucli.run.secretenv import resolve as secrets_present
 from gpucli.run.targets import get_target, open_host
 from gpucli.settings import watch_poll_s
 
@@ -111,6 +112,7 @@ def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None
     (a resume mounts it again)."""
     req = req.checked()
     job = job if job is not None else job_for(task)  # a missing folder or a bad grace is said before any offer is searched
+    secrets_present(req.env_names + job.secret_names())  # a missing secret is said before anything is rented
     if run_name is not None:
         return _prepare(catalog, req, run_name, job, volume_id)
     # The name is claimed before anything else, so two launches at once never share one.

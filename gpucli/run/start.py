@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError
 from gpucli.run.checkpoints import checkpoint_step
+from gpucli.run.gpuwatch import start_sampler
 from gpucli.run.launch import ResolvedLaunch
 from gpucli.run.owner import handover_path, marker_path, this_launcher
 from gpucli.run.procs import PROCID, identify
 from gpucli.run.records import RunRecord, now_iso, parse_iso
+from gpucli.run.secretenv import resolve
 from gpucli.run.targets.podside import write_watchdog_env
 from gpucli.settings import (
     load_keys,
@@ -49,17 +51,23 @@ def trainer_package_dir() -> Path:
     return Path(spec.origin).resolve().parent
 
 
-def secrets_env() -> dict[str, str]:
+def secrets_env(names: tuple[str, ...] = ()) -> dict[str, str]:
     """The pod's 0600 env file: Telegram's token and chat id when configured (and the API base a test
-    points elsewhere). Nothing else of this machine's environment goes to the pod."""
+    points elsewhere), and the secrets asked for by name (``--env``, ``env_from_local``: see
+    :mod:`gpucli.run.secretenv`). Nothing else of this machine's environment goes to the pod."""
     keys = load_keys()
     env = {}
     for var, key in (("TELEGRAM_BOT_TOKEN", "telegram"), ("TELEGRAM_CHAT_ID", "telegram-chat")):
         value = os.environ.get(var) or keys.get(key)
         if value:
             env[var] = value
+    hook = os.environ.get("GPUCLI_WEBHOOK_URL") or keys.get("webhook")
+    if hook:
+        env["GPUCLI_WEBHOOK_URL"] = hook
     if os.environ.get("TELEGRAM_API_BASE"):
         env["TELEGRAM_API_BASE"] = os.environ["TELEGRAM_API_BASE"]
+    if names:
+        env.update(resolve(names))
     return env
 
 
@@ -102,9 +110,21 @@ def start_job(host: Host, resolved: ResolvedLaunch, record: RunRecord, command: 
     record = record.with_(status="running", pid=pid, started_at=now_iso(), pid_ident=identify(host, resolved.python, pid))
     hand_over(host, wd, record)
     save(record)
+    _start_gpu_sampler(host, resolved, pid, on_event)
     on_event(f"{what} started (pid {pid}){detail}; the watchdog (pid {record.watchdog_pid}) ends the run's "
              "billing when it is over or stuck")
     return record
+
+
+def _start_gpu_sampler(host: Host, resolved: ResolvedLaunch, pid: int, on_event: EventFn) -> None:
+    """nvidia-smi samples beside the job (gpucli.run.gpuwatch); a failure to start it is a notice only."""
+    try:
+        sampler = start_sampler(host, resolved, pid)
+    except GpucliError as exc:
+        on_event(f"GPU sampler not started ({exc}); status shows no GPU use")
+        return
+    if sampler is not None:
+        on_event(f"GPU sampler started (pid {sampler}): status and tail show GPU use")
 
 
 def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:

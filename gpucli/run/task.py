@@ -12,7 +12,8 @@
     spot: false
     grace: 60                   # seconds between SIGTERM and SIGKILL for the job (its own checkpoint)
     limits: {budget: 40, hours: 6, stall_minutes: 30}
-    env: {WANDB_MODE: offline}
+    env: {WANDB_MODE: offline}  # plain settings; read again from this file on a resume
+    env_from_local: [WANDB_API_KEY, HF_TOKEN]  # secrets by name: values from your environment or `gpucli keys`
 
 Parsed once, here, into the frozen :class:`Task`; every problem is one line naming the file and key
 (unknown keys with a suggestion, wrong types, NaN/infinity, zero or negative limits). CLI options
@@ -34,9 +35,10 @@ from urllib.parse import urlsplit
 import yaml
 
 from gpucli.errors import NotFoundError, UsageError
+from gpucli.run.secretenv import check_names
 
 KEYS = ("run", "code", "setup", "checkpoints", "data", "profile", "provider", "name", "metrics_regex", "spot",
-        "grace", "limits", "env")
+        "grace", "limits", "env", "env_from_local")
 LIMIT_KEYS = {"budget": "budget_usd", "hours": "max_hours", "stall_minutes": "stall_minutes"}
 PROVIDERS = ("local", "ssh", "runpod", "vast")
 _FLAGS = {"budget_usd": "--budget", "max_hours": "--hours", "stall_minutes": "--stall-minutes", "grace_s": "--grace"}
@@ -68,6 +70,7 @@ class Task:
     stall_minutes: float | None = None
     grace_s: float | None = None  # SIGTERM to SIGKILL for the job (default: gpucli.run.jobs.own)
     env: tuple[tuple[str, str], ...] = ()
+    env_from_local: tuple[str, ...] = ()  # secrets by name (gpucli.run.secretenv); values never kept
     source: Path | None = None  # the file it came from
 
     @property
@@ -189,6 +192,11 @@ def parse_task(data: Any, *, file: str = "task.yaml", base: Path = Path(".")) ->
                 raise TaskError(file, f"env.{name}", f"must be a finite number, got {value}")
             pairs.append((name, str(value)))
         fields["env"] = tuple(pairs)
+    names = data.get("env_from_local")
+    if names is not None:
+        if isinstance(names, str) or not isinstance(names, (list, tuple)):
+            raise TaskError(file, "env_from_local", f"expected a list of variable names, got {names!r}")
+        fields["env_from_local"] = check_names(names, where=f"{file}: env_from_local:")
     return Task(**fields)
 
 

@@ -13,6 +13,7 @@ import posixpath
 import re
 import select
 import shlex
+import shutil
 import socket
 import threading
 import time
@@ -70,6 +71,22 @@ def norm(path: str) -> str:
     return path[2:] if path.startswith("~/") else path
 
 
+def _jump_socket(pm: Any, t: SshTarget) -> Any:
+    """A ProxyJump as OpenSSH makes it: ``ssh -W host:port JUMP`` with the user's ~/.ssh/config (the
+    jump host's name, key and known_hosts are the user's own), its stdio the socket paramiko talks over.
+    Only names and a port are on that command line."""
+    exe = shutil.which("ssh")
+    if exe is None:
+        raise ConnectionFailed(f"ProxyJump {t.proxy_jump} needs the ssh client, and it is not installed")
+    config = Path.home() / ".ssh" / "config"
+    argv = [exe, *(["-F", str(config)] if config.is_file() else []), "-o", "BatchMode=yes",
+            "-W", f"{t.host}:{t.port}", "--", str(t.proxy_jump)]
+    try:
+        return pm.ProxyCommand(" ".join(shlex.quote(a) for a in argv))
+    except (pm.SSHException, OSError) as exc:
+        raise ConnectionFailed(f"ProxyJump {t.proxy_jump}: {exc}") from exc
+
+
 class Connection:
     """One SSH connection (a paramiko Transport) plus one lazily opened SFTP channel, and what runs
     on it: commands with deadlines and detached processes. :class:`gpucli.ssh.Remote` adds files
@@ -112,12 +129,15 @@ class Connection:
         """Open the transport, check the host key against the pin, authenticate."""
         pm = _paramiko.load()
         t = self.target
-        try:
-            sock = socket.create_connection((t.host, t.port), timeout=self.connect_timeout_s)
-        except OSError as exc:
-            raise ConnectionFailed(f"cannot reach {t.host}:{t.port}: {exc}",
-                                   hint="is the machine up and the port right?") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if t.proxy_jump:
+            sock = _jump_socket(pm, t)
+        else:
+            try:
+                sock = socket.create_connection((t.host, t.port), timeout=self.connect_timeout_s)
+            except OSError as exc:
+                raise ConnectionFailed(f"cannot reach {t.host}:{t.port}: {exc}",
+                                       hint="is the machine up and the port right?") from exc
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport = pm.Transport(sock, default_window_size=WINDOW_BYTES,
                                  default_max_packet_size=PACKET_BYTES)
         try:

@@ -27,6 +27,7 @@ class SshTarget:
     user: str = "root"
     identity_file: str | None = None
     host_key: str | None = None
+    proxy_jump: str | None = None  # ~/.ssh/config ProxyJump: reached through `ssh -W` to that jump host
 
     def __str__(self) -> str:
         return f"{self.user}@{self.host}" + (f":{self.port}" if self.port != 22 else "")

@@ -277,6 +277,27 @@ class NotificationsConfig:
     """Which events alert (every one of ``trainer.spec.alerts.EVENTS`` unless listed)."""
     cost_update_hours: float | None = 4.0
     """A cost_update (hours, limits.price_per_hour_usd, $ so far) every this many hours; None = never."""
+    webhook_url: str | None = None
+    """Slack, Discord, ntfy or JSON webhook for the same events (default: $GPUCLI_WEBHOOK_URL, which
+    ``gpucli keys set webhook URL`` puts in the pod's env file). '${VAR}' is read from the environment."""
+
+
+TRACKERS = ("none", "wandb", "trackio")
+
+
+@dataclass
+class TrackingConfig:
+    """An experiment tracker besides metrics.jsonl and TensorBoard (off by default; the package is an
+    optional extra: ``pip install gpucli[wandb]`` or ``gpucli[trackio]``)."""
+
+    backend: str = "none"
+    """none, wandb (Weights & Biases: WANDB_API_KEY by name, ``gpucli launch --env WANDB_API_KEY``) or
+    trackio (local, or a Hugging Face Space with HF_TOKEN)."""
+    project: str = "gpucli"
+    run_name: str | None = None
+    """Default: the gpucli run's name."""
+    space_id: str | None = None
+    """trackio only: a Hugging Face Space (ORG/NAME) to sync to; default: local files only."""
 
 
 @dataclass
@@ -300,6 +321,7 @@ class Config:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     data: DataConfig = field(default_factory=DataConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
 
     def to_dict(self) -> dict[str, Any]:

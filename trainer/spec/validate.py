@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from trainer.spec.alerts import EVENTS
-from trainer.spec.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, Config, ConfigError
+from trainer.spec.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, TRACKERS, Config, ConfigError
 from trainer.spec.modelspec import MLP_KINDS, NORMS, POSITIONS
 from trainer.spec.presets import MODELS, lookup
 
@@ -55,6 +55,8 @@ def validate(cfg: Config) -> None:
     if not math.isfinite(r.improvement_reward_scale) or r.improvement_reward_scale < 0:
         raise ConfigError(f"training.refinement.improvement_reward_scale must be >= 0 and finite, "
                           f"got {r.improvement_reward_scale!r}")
+    if cfg.tracking.backend not in TRACKERS:
+        raise ConfigError(f"tracking.backend must be one of {', '.join(TRACKERS)}, got {cfg.tracking.backend!r}")
     positive("limits.max_hours", cfg.limits.max_hours)
     positive("limits.budget_usd", cfg.limits.budget_usd)
     positive("limits.price_per_hour_usd", cfg.limits.price_per_hour_usd)

@@ -27,6 +27,7 @@ from trainer.spec.config import Config, FaultsConfig, expand_env
 from trainer.watch.metrics import MetricsLogger, safe_exp
 from trainer.watch.notify import Notifier
 from trainer.watch.tcf import MemoryTCF
+from trainer.watch.webhook import Fanout, WebhookNotifier
 
 # ------------------------------------------------------------------------------------------ alerts
 
@@ -93,13 +94,23 @@ class NoAlerts:
 
 
 def make_alerts(cfg: Config, master: bool) -> Alerts:
-    """Telegram on rank 0 when enabled and a token and chat id are set; otherwise :class:`NoAlerts`."""
+    """Telegram on rank 0 when enabled and a token and chat id are set, and a webhook when one is
+    configured (both at once through :class:`trainer.watch.webhook.Fanout`); otherwise :class:`NoAlerts`."""
     tg = cfg.notifications.telegram
-    if not (tg.enabled and master):
+    if not master:
         return NoAlerts()
-    n = Notifier(expand_env(tg.bot_token), expand_env(tg.chat_id), enabled=True,
-                 events=cfg.notifications.events, timeout_s=tg.timeout_s)
-    return n if n.enabled else NoAlerts()
+    senders: list[Any] = []
+    if tg.enabled:
+        n = Notifier(expand_env(tg.bot_token), expand_env(tg.chat_id), enabled=True,
+                     events=cfg.notifications.events, timeout_s=tg.timeout_s)
+        senders += [n] if n.enabled else []
+
+    hook = WebhookNotifier(expand_env(cfg.notifications.webhook_url), events=cfg.notifications.events,
+                           timeout_s=tg.timeout_s)  # $GPUCLI_WEBHOOK_URL when the config names none
+    senders += [hook] if hook.enabled else []
+    if not senders:
+        return NoAlerts()
+    return senders[0] if len(senders) == 1 else Fanout(senders)  # type: ignore[return-value]
 
 
 class CostUpdates:

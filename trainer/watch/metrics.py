@@ -81,6 +81,7 @@ class MetricsLogger:
         self.enabled = enabled
         self._f = None
         self._tb = None
+        self.tracker: Any = None  # trainer.watch.trackers.Tracker: train and val rows go to it too
         if not enabled:
             return
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -106,11 +107,16 @@ class MetricsLogger:
                 if k in ("step", "time", "kind") or not isinstance(v, (int, float)) or isinstance(v, bool):
                     continue
                 self._tb.add_scalar(f"{prefix}/{k}" if "/" not in k else k, v, row["step"])
+        if self.tracker is not None and row.get("kind") in ("train", "val"):
+            self.tracker.log(row)
 
     def event(self, event: str, **fields: Any) -> None:
         self.write({"kind": "event", "event": event, **fields})
 
     def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.finish()
+            self.tracker = None
         if self._f is not None:
             self._f.close()
             self._f = None

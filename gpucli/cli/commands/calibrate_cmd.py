@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from gpucli.cli.complete import run_names
 
-def calibrate(run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run)."),
+
+def calibrate(run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
+                         autocompletion=run_names),
               json_: bool = typer.Option(False, "--json", help="Print the entry as JSON.")) -> None:
     """Measure a run's tokens/s and MFU from its metrics and add them to GPUCLI_HOME/calibration.yaml."""
     import json

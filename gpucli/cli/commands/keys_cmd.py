@@ -11,14 +11,16 @@ import typer
 _CHAT_ID = re.compile(r"^(-?\d{1,20}|@[A-Za-z][A-Za-z0-9_]{3,})$")
 
 
-keys_app = typer.Typer(help="API keys and tokens: runpod, vast, telegram (bot token), telegram-chat (chat id).",
+keys_app = typer.Typer(help="API keys and tokens: runpod, vast, telegram (bot token), telegram-chat (chat id), hf, "
+                            "wandb, webhook (alert URL), or any NAME a launch passes with --env NAME.",
                        no_args_is_help=True)
 
 
 # ignore_unknown_options: a group chat id such as -1001234567890 is a value, not an unknown option.
 @keys_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_key(
-    name: str = typer.Argument(..., help="runpod, vast, telegram (bot token) or telegram-chat (chat id)."),
+    name: str = typer.Argument(..., help="runpod, vast, telegram (bot token), telegram-chat (chat id), hf, wandb, "
+                               "webhook, or an UPPER_CASE name for `launch --env NAME`."),
     value: str = typer.Argument(None, help="The value. Omit it to be asked without echo (or pipe it on stdin); "
                                 "a value on the command line stays in your shell history."),
 ) -> None:
@@ -41,6 +43,10 @@ def set_key(
         # unknown options reach us as values (see ignore_unknown_options): never store "--json" as a key
         raise UsageError(f"the value starts with '-': it looks like an option, not a {what}",
                          hint=f"run `gpucli keys set {key}` and paste the value at the prompt")
+    if key == "webhook":
+        from gpucli.run.webhook import check_url
+
+        check_url(value)
     if key == "telegram-chat" and not _CHAT_ID.match(value):
         raise UsageError("a Telegram chat id is a number (e.g. 123456789 or -100123...) or @channel_name")
     path = save_key(key, value)
@@ -64,7 +70,7 @@ def list_keys(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 @keys_app.command("path")
 def keys_path() -> None:
-    """Print the path of keys.json (GPUCLI_HOME/keys.json)."""
+    """Print the path of keys.json ($XDG_CONFIG_HOME/gpucli/keys.json; GPUCLI_HOME/keys.json when that is set)."""
     from gpucli.cli import render
     from gpucli.settings import keys_path as path
 

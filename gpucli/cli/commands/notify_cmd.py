@@ -14,10 +14,20 @@ def notify_test(
     message: str = typer.Option("gpucli test message: Telegram alerts work.", "--message", "-m",
                                 help="Text to send."),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Seconds to wait for Telegram."),
+    webhook: bool = typer.Option(False, "--webhook", help="Send it to your webhook (Slack, Discord, ntfy: "
+                                 "`gpucli keys set webhook URL`) instead of Telegram."),
 ) -> None:
     """Send a test message to your Telegram chat (token: `gpucli keys set telegram` or TELEGRAM_BOT_TOKEN;
     chat: `gpucli keys set telegram-chat` or TELEGRAM_CHAT_ID)."""
     from gpucli.cli import render
+
+    if webhook:
+        from gpucli.run import webhook as hook
+
+        where = hook.resolve_target()
+        status = hook.send(where, message.replace("Telegram alerts work", "webhook alerts work"), timeout_s=timeout)
+        render.info(f"sent to the {where.kind} webhook from {where.source} (HTTP {status})")
+        return
     from gpucli.run.notify import resolve_target, send_message
 
     target = resolve_target()

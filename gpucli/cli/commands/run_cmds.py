@@ -7,13 +7,16 @@ from typing import Any
 
 import typer
 
-RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).")
+from gpucli.cli.complete import run_names
+
+RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
+                         autocompletion=run_names)
 JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
 
 
 def launch(
     task_file: Path = typer.Argument(None, metavar="[TASK.yaml]", help="Your own code's task file (keys: run, "
-                                     "code, setup, checkpoints, data, profile, provider, limits, env); options "
+                                     "code, setup, checkpoints, data, profile, provider, limits, env, env_from_local); options "
                                      "given here override it."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Profile: cpu, h100, 8xA100, ... (gpucli profiles)."),
     code: str = typer.Option(None, "--code", help="Your own training code: a folder, or git+https://host/org/"
@@ -52,6 +55,12 @@ def launch(
                                         "tried (default 600; the provider is polled every GPUCLI_PROVIDER_POLL_S, "
                                         "default 5)."),
     python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one)."),
+    env: list[str] = typer.Option([], "--env", metavar="NAME", help="A secret by name (repeatable), e.g. --env "
+                                  "WANDB_API_KEY: its value comes from your environment or `gpucli keys` (HF_TOKEN "
+                                  "also from `hf auth login`) into the pod's 0600 env file, never a command line."),
+    tracker: str = typer.Option(None, "--tracker", help="Also log the bundled trainer's metrics to wandb or "
+                                "trackio (the package must be on the pod: gpucli[wandb], gpucli[trackio]); the run's "
+                                "name and config are attached. wandb takes WANDB_API_KEY by name (--env)."),
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
@@ -72,10 +81,11 @@ def launch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run import lifecycle, userconfig
     from gpucli.run.launch import LaunchRequest
     from gpucli.run.limits import Limits
 
+    mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
     task = None
     if task_file is not None or code is not None or run_cmd is not None:
         from gpucli.run.task import Task, load_task, with_overrides
@@ -94,17 +104,36 @@ def launch(
             from gpucli.run.targets import get_target
 
             # nothing is rented on local and ssh hosts: the profile only names the machine
-            profile = None if get_target(provider or "local").cloud else "cpu"
+            provider = provider or userconfig.get(mine, "provider")
+            cloud = get_target(provider or "local").cloud
+            profile = userconfig.get(mine, "profile", provider) if cloud else "cpu"
     elif setup or checkpoints or metrics_regex or grace is not None:
         raise UsageError("--setup, --checkpoints, --metrics-regex and --grace go with --run (your own code)")
+    provider = provider or userconfig.get(mine, "provider")
+    profile = profile or userconfig.get(mine, "profile", provider)
+    phase = phase or userconfig.get(mine, "phase", provider)
+    if task is None:  # the bundled trainer's model preset
+        model = model or userconfig.get(mine, "model", provider)
+    disk = disk or userconfig.get(mine, "disk", provider)
+    image = image or userconfig.get(mine, "image", provider)
+    ready_timeout = ready_timeout or userconfig.get(mine, "ready_timeout", provider)
+    python = python or userconfig.get(mine, "python", provider)
+    on_end = on_end or userconfig.get(mine, "on_end", provider)
+    spot = spot or bool(userconfig.get(mine, "spot", provider))
     if profile is None:
-        raise UsageError("--profile is required", hint="gpucli profiles lists them")
+        raise UsageError("--profile is required", hint="gpucli profiles lists them (or set one: "
+                                                       "gpucli config set profile NAME)")
+    if tracker is not None:
+        from gpucli.run.secretenv import tracker_settings
+
+        extra_set, env = tracker_settings(tracker, own=task is not None, env=env)
+        set_ = [*set_, *extra_set]
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
     req = LaunchRequest(
         profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
-        ready_timeout_s=ready_timeout, force=force,
+        ready_timeout_s=ready_timeout, force=force, env_names=tuple(env),
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes))
     catalog = load_catalog()
@@ -138,7 +167,7 @@ def resume(
     render.launched(record, json_=json_)
 
 
-def mirror(run: str = RUN_ARG) -> None:
+def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
     from gpucli.cli import render_runs as render
     from gpucli.run import records as runs
@@ -148,6 +177,12 @@ def mirror(run: str = RUN_ARG) -> None:
     record = runs.resolve(run, on_bad=render.warn)
     with open_host(record) as host, render.transfer_progress("mirroring") as progress:
         result = mirror_once(host, record, progress=progress, on_event=render.info)
+    if json_:
+        from gpucli.cli import render_json
+        from gpucli.run.mirror import mirror_root
+
+        render_json.mirrored(record, result, mirror_root(record.name))
+        return
     render.mirrored(record, result)
 
 
@@ -156,6 +191,7 @@ def watch(
     mirror_: bool = typer.Option(True, "--mirror/--no-mirror", help="Copy each new checkpoint to this machine."),
     recover: bool = typer.Option(False, "--recover", help="Resume on a new pod when a spot pod is taken away."),
     poll: float = typer.Option(30.0, "--poll", help="Seconds between checks."),
+    json_: bool = typer.Option(False, "--json", help="Each notice as a JSON line, then how the watch ended."),
 ) -> None:
     """Stay attached to a run: mirror checkpoints, notice preemption, and (with --recover) resume."""
     from gpucli.cli import render_runs as render
@@ -165,6 +201,13 @@ def watch(
 
     if not poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {poll}")
+    if json_:
+        from gpucli.cli import render_json
+
+        how = lifecycle.watch(run, load_catalog(), mirror=mirror_, recover=recover, poll_s=poll,
+                              on_notice=render_json.notice)
+        render_json.watch_ended(run or "", how)
+        return
     lifecycle.watch(run, load_catalog(), mirror=mirror_, recover=recover, poll_s=poll, on_notice=render.notice)
 
 
@@ -236,11 +279,20 @@ def down(
     strays: bool = typer.Option(False, "--strays", help="Find gpucli-labelled pods no run owns, and end them."),
     keep: bool = typer.Option(False, "--keep-pod", help="Stop the trainer but leave the pod running."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --strays: end them without asking."),
+    json_: bool = typer.Option(False, "--json", help="Print JSON (with --strays: they are ended only with --yes)."),
 ) -> None:
     """Stop the trainer (it writes an emergency checkpoint), then release the machine."""
     from gpucli.cli import render_runs as render
     from gpucli.run import control
 
+    if strays and json_:
+        from gpucli.cli import render_json
+
+        found = control.find_strays(on_notice=render.notice)
+        if found and yes:
+            control.end_strays(found, on_notice=render.notice)
+        render_json.strays(found, ended=bool(found and yes))
+        return
     if strays:
         found = control.find_strays(on_notice=render.notice)
         render.strays(found)
@@ -248,15 +300,26 @@ def down(
             control.end_strays(found, on_notice=render.notice)
         return
     result = control.down(run, keep_pod=keep, on_step=render.info, on_notice=render.notice)
+    if json_:
+        from gpucli.cli import render_json
+
+        render_json.downed(result)
+        return
     render.downed(result)
 
 
-def sync(run: str = typer.Argument(..., help="Run name."),
-         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/.")) -> None:
+def sync(run: str = typer.Argument(..., help="Run name.", autocompletion=run_names),
+         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/."),
+         json_: bool = typer.Option(False, "--json", help="One JSON line per path sent.")) -> None:
     """Push more data to a running pod (incremental; resumable)."""
     from gpucli.cli import render_runs as render
     from gpucli.run.control import sync_paths
 
+    if json_:
+        from gpucli.cli import render_json
+
+        sync_paths(run, paths, on_synced=render_json.synced)
+        return
     sync_paths(run, paths, on_synced=render.synced)
 
 

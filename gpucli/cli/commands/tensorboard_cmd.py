@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import typer
 
+from gpucli.cli.complete import run_names
+
 
 def tensorboard(
-    run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run)."),
+    run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
+                         autocompletion=run_names),
     port: int = typer.Option(6006, "--port", min=0, max=65535, help="Local port (default 6006; 0: any free one)."),
+    json_: bool = typer.Option(False, "--json", help="Print the URL as one JSON line once TensorBoard answers."),
 ) -> None:
     """TensorBoard for a run on localhost: started on the pod and tunnelled over its SSH, or local."""
     import subprocess
     import sys
     from pathlib import Path
 
+    from gpucli.cli import render_json
     from gpucli.cli import render_serve as render
     from gpucli.errors import NotFoundError
     from gpucli.run import records as runs
@@ -32,7 +37,8 @@ def tensorboard(
             with core.PortForward(core.transport_of(host), remote_port, local_port=port) as fwd:
                 url = f"http://127.0.0.1:{fwd.port}/"
                 core.url_ready(url, what="TensorBoard on the host")
-                render.tensorboard_ready(url, f"run {record.name} (on the host, tunnelled over SSH)")
+                shown = render_json if json_ else render
+                shown.tensorboard_ready(url, f"run {record.name} (on the host, tunnelled over SSH)")
                 fwd.wait()
         return
     logdir = next((d for d in local_dirs if d.is_dir()), None)
@@ -45,7 +51,7 @@ def tensorboard(
     try:
         url = f"http://127.0.0.1:{port}/"
         core.url_ready(url, what="TensorBoard", alive=lambda: proc.poll() is None)
-        render.tensorboard_ready(url, f"run {record.name} ({logdir})")
+        (render_json if json_ else render).tensorboard_ready(url, f"run {record.name} ({logdir})")
         proc.wait()
     finally:
         core.stop_server(proc)  # type: ignore[arg-type]

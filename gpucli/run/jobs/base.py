@@ -63,6 +63,10 @@ class Job(Protocol):
         """Lines for ``launch --dry-run`` beyond the resolved launch."""
         ...
 
+    def secret_names(self) -> tuple[str, ...]:
+        """Secrets the job asks for by name (task.yaml ``env_from_local``), checked before renting."""
+        ...
+
     # -- start ----------------------------------------------------------------------------------
 
     def start(self, host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,

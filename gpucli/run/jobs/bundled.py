@@ -62,6 +62,9 @@ class BundledTrainer:
     def again(self) -> BundledTrainer:
         return self
 
+    def secret_names(self) -> tuple[str, ...]:
+        return ()
+
     def describe(self) -> list[str]:
         return []
 
@@ -100,7 +103,7 @@ class BundledTrainer:
         measured = int(time.time())  # run.yaml's limits are what is left at this moment: the trainer's clock starts here
         config = run_yaml_now(resolved, record)
         host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-        host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env, JOB_STARTED_ENV: str(measured)})
+        host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env, JOB_STARTED_ENV: str(measured)})
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
         if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
             write_resume_script(host, resolved, record)

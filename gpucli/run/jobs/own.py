@@ -23,7 +23,7 @@ import posixpath
 import re
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,9 +33,10 @@ from gpucli.run import harvest
 from gpucli.run.datasources import links_line
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
 from gpucli.run.records import PlannedSpeed, RunRecord
+from gpucli.run.secretenv import task_env_names
 from gpucli.run.start import secrets_env, start_job
 from gpucli.run.targets import get_target
-from gpucli.run.task import GitCode, Task
+from gpucli.run.task import GitCode, Task, load_task
 from gpucli.settings import load_keys, watchdog_grace_s
 from gpucli.ssh import DEFAULT_EXCLUDES, load_ignore, walk_local
 
@@ -66,6 +67,9 @@ class OwnCode:
     def checkpoints_dir(self, workdir: str) -> str:
         return posixpath.normpath(f"{workdir}/code/{self.checkpoints}")
 
+    def secret_names(self) -> tuple[str, ...]:
+        return tuple(self.task.env_from_local)
+
     def describe(self) -> list[str]:
         """The resolved task, a line a key (``--dry-run``)."""
         t = self.task
@@ -78,6 +82,9 @@ class OwnCode:
                  f"grace: {self.grace_s:g} s between SIGTERM and SIGKILL"]
         if t.env:
             lines.append("env: " + ", ".join(k for k, _ in t.env) + " (in the 0600 env file)")
+        if t.env_from_local:
+            lines.append("env_from_local: " + ", ".join(t.env_from_local) + " (values from this machine, in the "
+                         "0600 env file only)")
         return lines
 
     # -- the job contract: resolve -------------------------------------------------------------------
@@ -124,7 +131,7 @@ class OwnCode:
         # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
         stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
         host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
-        host.write_env_file(f"{wd}/env", job_env(self, secrets_env()))
+        host.write_env_file(f"{wd}/env", job_env(self, secrets_env(resolved.env_names + self.task.env_from_local)))
         put_code(host, resolved, self, on_event)
         put_data(host, resolved, on_event)
         if restore is not None:
@@ -197,15 +204,16 @@ def resolve_own(task: Task) -> OwnCode:
 
 
 def task_to_json(task: Task) -> dict[str, Any]:
-    """The task for the run record (``gpucli resume``); no secrets: env values are the user's own
-    non-secret settings, tokens come from ``gpucli keys``."""
+    """The task for the run record (``gpucli resume``); no values of ``env`` or ``env_from_local``,
+    only their names (:mod:`gpucli.run.secretenv`)."""
     data = dataclasses.asdict(task)
     if isinstance(task.code, GitCode):
         data["code"] = {"git": task.code.url, "ref": task.code.ref}
     else:
         data["code"] = str(task.code.resolve())
     data["data"] = str(task.data.resolve()) if task.data else None
-    data["env"] = [list(p) for p in task.env]
+    data["env"] = task_env_names(task.env)
+    data["env_from_local"] = list(task.env_from_local)
     data["source"] = str(task.source) if task.source else None
     return data
 
@@ -216,8 +224,9 @@ def task_from_json(data: Mapping[str, Any]) -> Task:
     code = d.get("code")
     d["code"] = GitCode(code["git"], code.get("ref")) if isinstance(code, Mapping) else Path(code or ".")
     d["data"] = Path(d["data"]) if d.get("data") else None
-    d["env"] = tuple((str(k), str(v)) for k, v in d.get("env") or ())
     d["source"] = Path(d["source"]) if d.get("source") else None
+    d["env"] = task_env_from_names(d.get("env") or (), d["source"])
+    d["env_from_local"] = tuple(str(n) for n in d.get("env_from_local") or ())
     return Task(**d)
 
 
@@ -395,3 +404,24 @@ def wait_for_setup(host: Host, workdir: str, alive: Callable[[], bool], *, timeo
                               hint="see console.log in the run's folder")
         time.sleep(SETUP_POLL_S)
     raise GpucliError(f"--setup still running after {timeout_s:.0f} s; the launch is ended")
+
+
+def task_env_from_names(stored: Iterable[object], source: Path | None) -> tuple[tuple[str, str], ...]:
+    """A recorded task's ``env`` again (``gpucli resume``): names whose values are read from the task
+    file once more. Records of older versions kept ``[name, value]`` pairs; those are taken as they are."""
+    entries = list(stored or ())
+    pairs = [e for e in entries if isinstance(e, (list, tuple)) and len(e) == 2]
+    if len(pairs) == len(entries):
+        return tuple((str(p[0]), str(p[1])) for p in pairs)
+    names = [str(e) for e in entries]
+    if not names:
+        return ()
+    values: dict[str, str] = {}
+    if source is not None and source.is_file():
+        values = dict(load_task(source).env)
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise UsageError(f"task env {', '.join(missing)}: the run record keeps names, not values, and "
+                         f"{source or 'the task file'} no longer gives them",
+                         hint="restore the task file's env: entries, or launch again")
+    return tuple((n, values[n]) for n in names)

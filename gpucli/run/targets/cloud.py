@@ -28,6 +28,7 @@ from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, Lau
 from gpucli.cloud.provision import provision_with_retries
 from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
+from gpucli.run import userconfig
 from gpucli.run.targets.base import PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.onstart import onstart_hook
@@ -227,6 +228,12 @@ class CloudTarget:
         if not offers:
             raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else ""),
                                   hint="see `gpucli offers` for what is available")
+        least = userconfig.get(userconfig.load(), "reliability", self.name)  # gpucli config set vast.reliability
+        if least is not None:
+            offers = [o for o in offers if o.reliability is not None and o.reliability >= least]
+            if not offers:
+                raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name} at reliability >= {least:g}",
+                                      hint=f"lower it (gpucli config set {self.name}.reliability ...) or unset it")
         return sorted(offers, key=lambda o: run_cost(o, spot=spot, hours=hours, transfer_gb=transfer_gb))[:limit]
 
     def plan_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool,

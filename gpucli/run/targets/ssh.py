@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucli.errors import UsageError
+from gpucli.run.sshconfig import target_from_config
 from gpucli.run.targets.base import NoPod
 from gpucli.settings import home
 from gpucli.ssh import Remote, parse_target
@@ -43,6 +44,8 @@ def ssh_shell_argv(record: RunRecord, known_hosts: Path | None = None) -> tuple[
             "-o", "StrictHostKeyChecking=yes", "-t"]
     if record.ssh.identity_file:
         args += ["-i", record.ssh.identity_file]
+    if record.ssh.proxy_jump:
+        args += ["-J", record.ssh.proxy_jump]
     # The remote side runs this line in a shell: the folder is one quoted word there, so a `--workdir`
     # holding `$(...)`, `;` or spaces is a folder name, never a command.
     return [*args, f"{record.ssh.user}@{record.ssh.host}", f"cd {shlex.quote(record.workdir)} && exec $SHELL -l"], None
@@ -65,8 +68,9 @@ class SshServerTarget(NoPod):
     def endpoint(self, host: str | None, identity_file: str | None) -> SshTarget:
         """The endpoint of ``--host user@host[:port]`` (and ``--identity``)."""
         if not host:
-            raise UsageError("--provider ssh needs --host user@host[:port]")
-        return parse_target(host, identity_file=identity_file)
+            raise UsageError("--provider ssh needs --host user@host[:port] (or a Host name of ~/.ssh/config)")
+
+        return target_from_config(host.strip(), identity_file) or parse_target(host, identity_file=identity_file)
 
     def interactive_shell(self, record: RunRecord) -> tuple[list[str], str | None]:
         return ssh_shell_argv(record)

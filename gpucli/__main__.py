@@ -1,0 +1,3 @@
+from gpucli.cli.app import entry
+
+entry()
