@@ -31,7 +31,7 @@ def fake_home(tmp_path, monkeypatch):
     return home
 
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = __import__("pathlib").Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="session")

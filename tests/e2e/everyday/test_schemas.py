@@ -15,7 +15,7 @@ from gpucli.run import schemas
 from gpucli.run.task import parse_task
 from tests.support.cli import cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("kind", ["task", "run"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from gpucli.run import records as runs
 from tests.support.cli import cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_logs_prints_the_console_clean(capsys, ssh_run):

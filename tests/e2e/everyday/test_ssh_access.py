@@ -86,7 +86,7 @@ def test_forward_reaches_a_server_on_the_host(tmp_path, ssh_run, isolated_home):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         local = s.getsockname()[1]
-    env = {**os.environ, "GPUCLI_HOME": str(isolated_home), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "GPUCLI_HOME": str(isolated_home), "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     proc = subprocess.Popen([sys.executable, "-m", "gpucli", "forward", "r1", f"{server.server_port}:{local}", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
