@@ -70,7 +70,7 @@ def status_line() -> Iterator[Any]:
 def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     data = {
         "run": r.name, "provider": r.provider, "profile": r.profile, "phase": r.phase, "model": r.model.name,
-        "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
+        "params": r.model.num_params(), "vocab_size": r.model.vocab_size, "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
         "grad_accum": r.grad_accum, "batch_note": r.batch_note, "steps": r.steps, "seq_len": r.seq_len, "workdir": r.workdir,
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
@@ -86,7 +86,8 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     o = out()
     o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
             f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
-            f"model {r.model.name}, {r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
+            f"model {r.model.name} ({r.model.num_params() / 1e6:,.0f}M params, vocabulary {r.model.vocab_size}), "
+            f"{r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
             f"sequences of {r.seq_len} tokens ({r.fit})")
     if r.batch_note:
         o.print(f"batch: {r.batch_note}", markup=False, highlight=False)

@@ -30,6 +30,8 @@ def plan(
     query: str = typer.Option(None, "--query", "-q", metavar="QUERY",
                               help="With --live: vast.ai query for the offers, e.g. 'num_gpus>=4 reliability>0.98'."),
     provider: str = typer.Option("all", "--provider", help="With --live: vast, runpod or all."),
+    set_: list[str] = typer.Option([], "--set", help="Model override as for launch, e.g. --set model.refine_steps=4: "
+                                   "the model planned is the one the trainer builds."),
     explain: str = typer.Option(None, "--explain", metavar="SETUP",
                                 help="Show how one setup's numbers were computed, e.g. --explain '8x H100 SXM'."),
 ) -> None:
@@ -59,8 +61,16 @@ def plan(
     gpus = tuple(g.strip() for g in gpu.split(",") if g.strip()) if gpu else ()
     for g in gpus:
         catalog.gpu(g)  # unknown names fail here, with suggestions
+    shape = catalog.model(model)
+    if set_:
+        from gpucli.run.launch import resolved_model
+
+        sets = tuple(s if s.startswith("--") else f"--{s}" for s in set_)
+        if any(not s.startswith(("--model.", "--data.tokenizer=", "--data.bpe_vocab_size=")) for s in sets):
+            raise UsageError("plan --set takes model.* (and data.tokenizer, data.bpe_vocab_size) overrides")
+        shape = resolved_model(shape, sets, data_known=False)
     request = PlanRequest(
-        model=catalog.model(model), today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
+        model=shape, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
     setups = None
