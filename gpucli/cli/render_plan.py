@@ -129,8 +129,13 @@ def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
     kind = "spot" if req.spot else "on-demand"
     if any(e.setup.price.offer_id for e in plan.estimates):
         kind = f"live {kind} offer"
-    o.print(f"[bold]{req.model.name}[/]: {si(plan.params)} params, {req.workload}, {plan.tokens_note}; "
-            f"T {plan.seq_len}; {plan.flops_per_token / 1e9:.2f} GFLOP/token; {kind} prices")
+    if req.workload == "generate":
+        names = ", ".join(m.name for m in req.models)
+        o.print(f"[bold]{names}[/]: {si(plan.params)} params{' each' if len(req.models) > 1 else ''}, generate, "
+                f"{plan.tokens_note}; serving engine per GPU (batch = sequences decoded together); {kind} prices")
+    else:
+        o.print(f"[bold]{req.model.name}[/]: {si(plan.params)} params, {req.workload}, {plan.tokens_note}; "
+                f"T {plan.seq_len}; {plan.flops_per_token / 1e9:.2f} GFLOP/token; {kind} prices")
     t = table(f"Pareto front: cost against time ({len(plan.front)} of {len(plan.estimates)} setups)")
     num = {"justify": "right", "no_wrap": True}
     for col, kw in (("#", num), ("setup", {"no_wrap": True}), ("hours", num), ("cost", num), ("$/h", num),
@@ -191,7 +196,8 @@ def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
     if plan.unfit:
         names = ", ".join(f"{e.setup.label} (needs {e.memory_gb:.0f} GB)" for e in plan.unfit[:8])
         more = f" and {len(plan.unfit) - 8} more" if len(plan.unfit) > 8 else ""
-        o.print(f"[red]Does not fit[/] even at micro-batch 1: {names}{more}")
+        o.print(f"[red]Does not fit[/] even at {'batch' if req.workload == 'generate' else 'micro-batch'} 1: "
+                f"{names}{more}")
     if plan.disk is not None:
         d = plan.disk
         o.print(f"Checkpoints: {d.checkpoint_gb:.1f} GB each ({d.weights_gb:.1f} GB weights + {d.optimizer_gb:.1f} GB "

@@ -142,32 +142,6 @@ def train_tokens_per_s(flops_per_token: float, gpu: Gpu, n_gpus: int, mfu: float
     return n_gpus * peak * mfu * scaling_efficiency(n_gpus, gpu.interconnect, defaults) / flops_per_token
 
 
-@dataclass(frozen=True)
-class DecodeMemory:
-    weights_gb: float
-    kv_cache_gb: float
-    overhead_gb: float
-
-    @property
-    def total_gb(self) -> float:
-        return self.weights_gb + self.kv_cache_gb + self.overhead_gb
-
-
-def decode_memory(shape: ModelShape, defaults: Defaults, context_tokens: int | None = None) -> DecodeMemory:
-    ctx = context_tokens or defaults.decode_context_tokens
-    n = count_params(shape).total
-    kv_dim = shape.head_dim * shape.kv_heads
-    kv = 2 * shape.n_layers * kv_dim * ctx * defaults.decode_bytes_per_param
-    return DecodeMemory(weights_gb=n * defaults.decode_bytes_per_param / GB, kv_cache_gb=kv / GB,
-                        overhead_gb=defaults.cuda_overhead_gb)
-
-
-def decode_tokens_per_s(shape: ModelShape, gpu: Gpu, defaults: Defaults) -> float:
-    """One decode stream reads every weight once per token: bandwidth x efficiency / weight bytes."""
-    weight_bytes = count_params(shape).total * defaults.decode_bytes_per_param
-    return gpu.memory_bandwidth_gbps * GB * defaults.decode_bandwidth_efficiency / weight_bytes
-
-
 def parse_quantity(text: str | float | int) -> float:
     """'20B' -> 2e10, '500M' -> 5e8, '3.5k' -> 3500, '1e9' -> 1e9."""
     if isinstance(text, (int, float)):

@@ -21,8 +21,6 @@ from gpucli.plan.estimate import (
     PrepareEstimate,
     choose_micro_batch,
     count_params,
-    decode_memory,
-    decode_tokens_per_s,
     modelled_mfu,
     prepare_estimate,
     scaling_efficiency,
@@ -30,6 +28,7 @@ from gpucli.plan.estimate import (
     train_tokens_per_s,
 )
 from gpucli.plan.pareto import Front, dominates, pareto_front
+from gpucli.plan.serving import ORDERS, generate_assumptions, generate_run, serve_speed
 
 __all__ = [
     "DEFAULT_COUNTS", "MFU_CEILING", "BudgetView", "Estimate", "Explanation", "Front", "Picks", "Plan",
@@ -100,6 +99,13 @@ class PlanRequest:
     mfu: float | None = None  # override the MFU (training)
     tokenizer: str = "byte"  # how the corpus is tokenized on the pod: sets the preparation rate
     pod_cpu_cores: int | None = None  # the pod's cores for preparation (default estimate.POD_CPU_CORES)
+    more_models: tuple[ModelShape, ...] = ()  # generation: the other models sharing the tokens
+    order: str = "parallel"  # generation with several models: parallel (side by side) or sequence
+    context_tokens: int | None = None  # generation: tokens of context a sequence (default: the catalogue's)
+
+    @property
+    def models(self) -> tuple[ModelShape, ...]:
+        return (self.model, *self.more_models)
 
 
 @dataclass(frozen=True)
@@ -310,24 +316,28 @@ def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens:
 
 
 def estimate_generate(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float) -> Estimate:
-    """Seed 003's method: one independent copy of the model per GPU, each decoding its share."""
-    d = catalog.defaults
-    mem = decode_memory(request.model, d)
-    fits = mem.total_gb <= setup.gpu.vram_gb * d.usable_vram_fraction
-    measured = [e for e in catalog.calibration if e.workload == "generate" and e.gpu == setup.gpu.id
-                and e.model == request.model.name]
-    if measured:
-        per_copy, source = measured[-1].tokens_per_s, f"measured: {measured[-1].source} ({measured[-1].date})"
+    """A serving engine per GPU (gpucli/plan/serving.py): the batch the VRAM left after the weights
+    holds, weights read once a step for the whole batch; several models side by side or in turn."""
+    measured = []
+    for m in request.models:
+        hits = [e for e in catalog.calibration if e.workload == "generate" and e.gpu == setup.gpu.id
+                and e.model == m.name]
+        measured.append(hits[-1] if hits else None)
+    run = generate_run(request.models, setup.gpu, setup.n_gpus, tokens, catalog.defaults, order=request.order,
+                       context=request.context_tokens,
+                       measured_tps=[e.tokens_per_s if e else None for e in measured])
+    first, e0 = run.speeds[0], measured[0]
+    if e0 is not None:
+        source = f"measured: {e0.source} ({e0.date})"
     else:
-        per_copy = decode_tokens_per_s(request.model, setup.gpu, d)
-        source = (f"bandwidth {setup.gpu.memory_bandwidth_gbps:.0f} GB/s x {d.decode_bandwidth_efficiency:.0%}"
-                  f" / {mem.weights_gb:.1f} GB of weights")
-    parallel = d.decode_parallel_efficiency if setup.n_gpus > 1 else 1.0
-    tps = per_copy * setup.n_gpus * parallel
-    hours = tokens / tps / 3600.0 * (1 + d.decode_io_overhead_fraction) + d.decode_load_minutes / 60.0
-    return Estimate(setup=setup, fit=Fit.FITS if fits else Fit.NO, memory_gb=mem.total_gb, micro_batch=None,
-                    tokens_per_s=tps, speed_source=source, mfu=None, hours=hours,
-                    cost_usd=hours * setup.usd_per_hour)
+        source = f"serving roofline: {first.describe(setup.gpu, catalog.defaults)}"
+    if len(request.models) > 1:
+        source += f"; {run.layout}"
+    return Estimate(setup=setup, fit=Fit.FITS if run.fits else Fit.NO,
+                    memory_gb=max(s.memory.total_gb for s in run.speeds),
+                    micro_batch=min(s.batch for s in run.speeds) if run.fits else None,
+                    tokens_per_s=run.tokens_per_s, speed_source=source, mfu=None, hours=run.hours,
+                    cost_usd=run.hours * setup.usd_per_hour)
 
 
 def _picks(runnable: Sequence[Estimate], front: Sequence[Estimate], request: PlanRequest) -> Picks:
@@ -353,6 +363,11 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
     """Estimate every setup, then split them into the front, the dominated and the ones that do not fit."""
     if request.workload not in ("train", "generate"):
         raise UsageError(f"unknown workload '{request.workload}'", hint="use train or generate")
+    if request.order not in ORDERS:
+        raise UsageError(f"unknown order '{request.order}'", hint="use parallel or sequence")
+    if request.more_models and request.workload != "generate":
+        raise UsageError("several models are planned for --workload generate only",
+                         hint="plan one model at a time for training")
     params = count_params(request.model).total
     seq_len = request.seq_len or request.model.max_seq_len
     notes: list[str] = []
@@ -398,6 +413,9 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
                      f"{prep.hours * 60:.1f} min ({prep.tokenizer} tokenizer), "
                      f"${prep.hours * cheapest.setup.usd_per_hour:.2f} on {cheapest.setup.label}; it runs under "
                      "the run's --hours/--budget (--explain SETUP shows it per setup)")
+    if request.workload == "generate":
+        notes.extend(generate_assumptions(catalog.defaults, request.models, request.tokens or 0.0, request.order,
+                                          request.context_tokens))
     budget_views: tuple[BudgetView, ...] = ()
     if request.budget_usd is not None:
         budget_views = tuple(
@@ -474,7 +492,8 @@ def explain(catalog: Catalog, plan: Plan, name: str) -> Explanation:
         memory: Any = choose_micro_batch(plan.request.model, catalog.defaults, e.setup.gpu.vram_gb,
                                          e.setup.n_gpus, plan.seq_len).memory
     else:
-        memory = decode_memory(plan.request.model, catalog.defaults)
+        memory = serve_speed(plan.request.model, e.setup.gpu, catalog.defaults,
+                             context=plan.request.context_tokens).memory
     dominated_by = next((by.setup.label for d, by in plan.dominated if d is e), None)
     q = e.setup.price
     return Explanation(

@@ -78,7 +78,7 @@ def _trainer_builds(sets: tuple[str, ...]) -> tuple[bool, object]:
 
 
 def test_the_byte_vocabulary_is_the_tokenizers():
-    from gpucli.run.launch import BYTE_TOKENIZER_VOCAB
+    from gpucli.plan.runmodel import BYTE_TOKENIZER_VOCAB
     from trainer.data.tokenizer import ByteTokenizer
 
     assert ByteTokenizer.vocab_size == BYTE_TOKENIZER_VOCAB

@@ -8,7 +8,13 @@ import typer
 
 
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="Model preset (gpucli models) or nanochat depth dN."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="Model preset (gpucli models) or nanochat depth dN; "
+                                    "generation takes several (--model 7b --model 7b-b: a second model of 7b's shape)."),
+    models: int = typer.Option(1, "--models", help="Generation: this many models of each --model's shape."),
+    order: str = typer.Option("parallel", "--order", help="Generation with several models: parallel (side by "
+                              "side on the GPUs) or sequence (one after another on every GPU)."),
+    context: int = typer.Option(None, "--context", help="Generation: tokens of context a sequence (prompt and "
+                                "output; default 512, seed 003's)."),
     tokens: str = typer.Option(None, "--tokens", help="Tokens to train on or generate: 20B, 500M, 1e9."),
     tokens_per_param: float = typer.Option(20.0, "--tokens-per-param", help="Token budget per parameter "
                                            "when --tokens is not given (20 = Chinchilla)."),
@@ -53,7 +59,8 @@ def plan(
     for name, value, lo, hi in (("--tokens-per-param", tokens_per_param, 1e-9, 1e9),
                                 ("--max-gpus", max_gpus, 1, 1024), ("--budget", budget, 1e-9, 1e12),
                                 ("--price", price, 0, 1e6), ("--mfu", mfu, 1e-6, 1.0),
-                                ("--seq-len", seq_len, 1, 10_000_000)):
+                                ("--seq-len", seq_len, 1, 10_000_000), ("--models", models, 1, 1024),
+                                ("--context", context, 1, 10_000_000)):
         if value is not None and not (lo <= value <= hi):
             raise UsageError(f"{name} must be between {lo:g} and {hi:g}, got {value:g}")
     if plot is not None:
@@ -61,16 +68,23 @@ def plan(
     gpus = tuple(g.strip() for g in gpu.split(",") if g.strip()) if gpu else ()
     for g in gpus:
         catalog.gpu(g)  # unknown names fail here, with suggestions
-    shape = catalog.model(model)
+    shapes = [_model_shape(catalog, name) for name in model]
+    shapes = [s for s in shapes for _ in range(models)]
+    if models > 1:
+        import dataclasses
+
+        shapes = [dataclasses.replace(s, name=f"{s.name}#{i % models + 1}") for i, s in enumerate(shapes)]
+    shape = shapes[0]
     if set_:
-        from gpucli.run.launch import resolved_model
+        from gpucli.plan.runmodel import resolved_model
 
         sets = tuple(s if s.startswith("--") else f"--{s}" for s in set_)
         if any(not s.startswith(("--model.", "--data.tokenizer=", "--data.bpe_vocab_size=")) for s in sets):
             raise UsageError("plan --set takes model.* (and data.tokenizer, data.bpe_vocab_size) overrides")
-        shape = resolved_model(shape, sets, data_known=False)
+        shapes = [resolved_model(s, sets, data_known=False) for s in shapes]
+        shape = shapes[0]
     request = PlanRequest(
-        model=shape, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
+        model=shape, more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
     setups = None
@@ -94,6 +108,25 @@ def plan(
             render_plan.plan_chart(result)
     if plot is not None:
         render_plan.wrote(plot)
+
+
+def _model_shape(catalog, name: str):  # noqa: ANN001, ANN202
+    """A preset, or ``PRESET-TAG`` for another model of a preset's shape (seed 003's four 7B models:
+    --model 7b --model 7b-b ...): planned with the preset's shape under its own name."""
+    import dataclasses
+
+    from gpucli.errors import UnknownNameError
+    from trainer.spec.presets import lookup
+
+    if lookup(name) is None and "-" in name:
+        base, _, tag = name.rpartition("-")
+        spec = lookup(base)
+        if spec is not None and tag:
+            return dataclasses.replace(spec, name=name.strip())
+    try:
+        return catalog.model(name)
+    except UnknownNameError:
+        raise
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")

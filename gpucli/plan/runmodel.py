@@ -1,0 +1,99 @@
+"""The model a run trains, resolved before anything is rented (pure): the preset with every
+``--set model.*`` over it, by the trainer's own resolution (``trainer.spec.resolve``) and checks, and the
+memory fit of the micro-batch the run will use. ``gpucli launch`` (gpucli/run/launch.py), its dry run
+and ``gpucli plan --set`` plan on it, so a shape the trainer would refuse is refused first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucli.errors import NothingFitsError, UsageError
+from gpucli.plan.estimate import Fit, choose_micro_batch
+from gpucli.plan.schema import Catalog, ModelShape
+
+BYTE_TOKENIZER_VOCAB = 257  # trainer/data/tokenizer.py ByteTokenizer: 256 bytes + end of text
+
+
+def run_spec(checked: Any, error: type[Exception], *, data_known: bool = True) -> Any:
+    """The model the trainer will build, from the trainer's own resolution (trainer.spec.resolve):
+    the preset with every ``model.*`` override, and the data's vocabulary where the tokenizer fixes it
+    before the data is prepared (bytes: 257; a BPE: at most ``data.bpe_vocab_size``), as the trainer
+    resolves it on the pod. Otherwise (characters, a tokenizer file) the vocabulary is known only on
+    the pod; a run with no preset and no vocabulary checks its shape here with a stand-in of 64 (the
+    vocabulary changes no other field's validity)."""
+    from trainer.spec.resolve import model_spec
+
+    m = checked.model
+    data_vocab = None if not data_known else BYTE_TOKENIZER_VOCAB if checked.data.tokenizer == "byte" else (
+        checked.data.bpe_vocab_size if checked.data.tokenizer == "bpe" else None)
+    stand_in = data_vocab or (64 if m.preset is None and m.vocab_size is None else None)
+    try:
+        return model_spec(m, data_vocab_size=stand_in)
+    except ValueError as exc:  # SpecError and the resolution's own refusals name the field
+        raise error(str(exc)) from None
+
+
+def check_model(checked: Any, error: type[Exception], *, data_known: bool = True) -> None:
+    """What the trainer checks only once it builds the model, checked here without torch: the shape
+    the preset and the ``model.*`` overrides make (heads dividing the width, what the trainer can
+    build), and sequence lengths within the model's context."""
+    from trainer.spec.modelspec import spec_problem, unsupported_message
+
+    spec = run_spec(checked, error, data_known=data_known)
+    problem = spec_problem(spec)
+    if problem:
+        raise error(f"model.{problem[0]}: {problem[1]}")
+    refusal = unsupported_message(spec)
+    if refusal:
+        raise error(refusal)
+    t = checked.training
+    for name, value in (("training.seq_len", t.seq_len), ("training.stage2_seq_len", t.stage2_seq_len)):
+        if value is not None and value > spec.max_seq_len:
+            raise error(f"{name}={value} exceeds the model's max_seq_len {spec.max_seq_len}")
+    if not spec.memory and (t.stage1_chunk_size or t.stage2_chunk_size):  # as trainer/train.py refuses it
+        raise error("training.stage1_chunk_size/stage2_chunk_size set the memory's chunk size: "
+                    "they need a model with memory (model.memory: true, or model.d_key ...)")
+
+
+def resolved_model(preset: ModelShape, overrides: tuple[str, ...], *, data_known: bool = True) -> ModelShape:
+    """The model a launch trains: ``preset`` with every ``--set model.*`` over it, resolved by the
+    trainer's own function (trainer.spec.resolve) and checked as the trainer checks it, before the
+    batch is chosen, so the fit, the speed and the disk are planned on it. ``data_known``: the run's
+    tokenizer (``data.tokenizer``, bytes by default) sizes the vocabulary as on the pod; ``gpucli plan``
+    has no data and keeps the preset's unless ``data.tokenizer`` is set."""
+    from trainer.spec.config import ConfigError
+    from trainer.spec.load import apply_override, parse_override, validated_config
+
+    raw: dict[str, Any] = {"model": {"preset": preset.name, "max_seq_len": preset.max_seq_len},
+                           "training": {"max_steps": 1}}  # the model alone here; the run's config is checked later
+    try:
+        for item in overrides:
+            item = item if item.startswith("--") else f"--{item}"
+            if item.startswith(("--model.", "--data.tokenizer=", "--data.bpe_vocab_size=")) and "=" in item:
+                apply_override(raw, *parse_override(item))
+        checked = validated_config(raw)
+        data_known = data_known or "tokenizer" in raw.get("data", {})
+        spec = run_spec(checked, ConfigError, data_known=data_known)
+        check_model(checked, ConfigError, data_known=data_known)
+    except ConfigError as exc:
+        raise UsageError(f"trainer config: {exc}",
+                         hint="--set takes section.key=value, with the keys of the trainer's run.yaml") from None
+    return spec
+
+
+def check_fit(catalog: Catalog, model: ModelShape, gpu: Any, n_gpus: int, fit: str, micro: int, seq_len: int) -> None:
+    """A NothingFitsError when the micro-batch the run will use (an override's included) does not fit
+    the planner's memory model, said with the micro-batch that does."""
+    from gpucli.plan.estimate import train_memory
+
+    sharded = n_gpus if fit == Fit.SHARDED.value else 1
+    usable = gpu.vram_gb * catalog.defaults.usable_vram_fraction
+    need = train_memory(model, catalog.defaults, micro, seq_len, sharded)
+    if need.total_gb <= usable:
+        return
+    fits = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, max_micro_batch=micro)
+    hint = (f"--set training.batch_size={fits.memory.micro_batch} fits (raise training.grad_accum_steps to keep "
+            "the batch)" if fits.fit is not Fit.NO else "a larger profile or a smaller --model")
+    raise NothingFitsError(
+        f"micro-batch {micro} x {seq_len} tokens of {model.name or 'the model'} needs {need.total_gb:.1f} GB per GPU "
+        f"on {n_gpus}x {gpu.name} ({usable:.0f} GB usable of {gpu.vram_gb:g})", hint=hint)
