@@ -407,8 +407,12 @@ def explanation(x: Any, *, json_: bool) -> None:
         ("speed from", escape(x.speed_source)),
     ]
     if x.mfu is not None:
+        sf = x.speed_flops_per_token or x.flops_per_token
+        if sf > x.flops_per_token * 1.0001:
+            steps.append(("fp32 memory", f"the memory's fp32 work runs on TF32 at half the BF16 peak: counted twice, "
+                                         f"{sf / 1e9:.3f} GFLOP/token at the BF16 rate"))
         steps.append(("tokens/s", f"{x.n_gpus} GPUs x {x.peak_tflops:g} TFLOP/s x MFU {x.mfu:.1%} x scaling "
-                                  f"{x.scaling:.3f} / {x.flops_per_token / 1e9:.3f} GFLOP = {si(x.tokens_per_s)}"))
+                                  f"{x.scaling:.3f} / {sf / 1e9:.3f} GFLOP = {si(x.tokens_per_s)}"))
     else:
         steps.append(("tokens/s", si(x.tokens_per_s)))
     steps += [

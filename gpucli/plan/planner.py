@@ -24,6 +24,7 @@ from gpucli.plan.estimate import (
     modelled_mfu,
     prepare_estimate,
     scaling_efficiency,
+    speed_flops_per_token,
     train_flops_per_token,
     train_tokens_per_s,
 )
@@ -257,7 +258,7 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
         if shape is None:
             continue
         e_seq = e.seq_len or shape.max_seq_len
-        e_flops = train_flops_per_token(shape, e_seq)
+        e_flops = speed_flops_per_token(shape, e_seq)
         e_gpu = catalog.gpus[e.gpu]
         mfu = e.mfu if e.mfu is not None else e.tokens_per_s * e_flops / (
             e.gpu_count * e_gpu.bf16_dense_tflops * 1e12 * scaling_efficiency(e.gpu_count, e_gpu.interconnect, d))
@@ -381,6 +382,7 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
         tokens_note = (f"{_si(tokens)} tokens = {request.tokens_per_param:g} tokens/param x {_si(params)} params"
                        + (" (Chinchilla)" if request.tokens_per_param == 20 else ""))
     flops = train_flops_per_token(request.model, seq_len)
+    speed_flops = speed_flops_per_token(request.model, seq_len)  # the fp32 memory path at its rate
     if setups is None:
         setups = catalog_setups(catalog, request)
     if not setups:
@@ -389,7 +391,7 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
                                hint="drop --gpu/--spot, raise --max-gpus, or pass --price USD")
     if request.workload == "train":
         memo: dict = {}
-        estimates = [estimate_train(catalog, request, s, tokens, seq_len, flops, memo) for s in setups]
+        estimates = [estimate_train(catalog, request, s, tokens, seq_len, speed_flops, memo) for s in setups]
     else:
         estimates = [estimate_generate(catalog, request, s, tokens) for s in setups]
     runnable = [e for e in estimates if e.runs]
@@ -469,6 +471,7 @@ class Explanation:
     dominated_by: str | None
     prepare: PrepareEstimate | None = None  # data preparation on the pod before training
     prepare_cost_usd: float | None = None  # its hours at this setup's price
+    speed_flops_per_token: float | None = None  # FLOPs/token at the BF16 peak's rate (fp32 memory path at its own)
 
 
 def find_estimate(plan: Plan, name: str) -> Estimate:
@@ -504,5 +507,5 @@ def explain(catalog: Catalog, plan: Plan, name: str) -> Explanation:
         speed_source=e.speed_source, tokens_per_s=e.tokens_per_s, tokens=plan.tokens, hours=e.hours,
         usd_per_gpu_hour=q.usd_per_gpu_hour, price_source=f"{q.source} ({q.age_text})", cost_usd=e.cost_usd,
         memory=memory, fit=e.fit.value, on_front=any(m is e for m in plan.front), dominated_by=dominated_by,
-        prepare=plan.prepare,
+        prepare=plan.prepare, speed_flops_per_token=speed_flops_per_token(plan.request.model, plan.seq_len),
         prepare_cost_usd=plan.prepare.hours * e.setup.usd_per_hour if plan.prepare is not None else None)

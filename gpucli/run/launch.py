@@ -347,13 +347,13 @@ def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: in
         return PlannedSpeed(source="no prediction for CPU runs")
     import datetime as dt
 
-    from gpucli.plan.estimate import train_flops_per_token
+    from gpucli.plan.estimate import speed_flops_per_token
     from gpucli.plan.planner import PlanRequest, PriceQuote, Setup, estimate_train
 
     tokens = float(steps * micro * accum * n_gpus * seq_len)
     req = PlanRequest(model=model, today=dt.date.today(), tokens=tokens)
     setup = Setup(catalog.gpus[gpu_id], n_gpus, PriceQuote((price or 0) / n_gpus, "on-demand", "launch", "", None, False))
-    est = estimate_train(catalog, req, setup, tokens, seq_len, train_flops_per_token(model, seq_len))
+    est = estimate_train(catalog, req, setup, tokens, seq_len, speed_flops_per_token(model, seq_len))
     return PlannedSpeed(tokens_per_s=est.tokens_per_s, hours=est.hours,
                         cost_usd=est.cost_usd if price else None, source=est.speed_source)
 
