@@ -1,8 +1,7 @@
 """Bytes the trainer keeps for backward, per layer and token, measured on this machine's CPU with
 ``torch.autograd.graph.saved_tensors_hooks`` (every tensor autograd saves, each storage counted once).
 
-    python scripts/measure_saved.py            # the grid behind gpucli's Atlas memory constants
-    python scripts/measure_saved.py --check    # the planner's formula against fresh measurements
+    python scripts/measure_saved.py    # the grid behind gpucli's constants, each beside the formula
 
 What is measured: one Atlas memory block's mix (trainer/model/memory.py: projections, features, the
 chunked update, the read, the attention/memory gate), the part a memory block keeps on top of a plain
@@ -81,8 +80,7 @@ GRID = [  # d, dk, dv, chunk, window, poly, T
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="compare gpucli's formula with each measurement")
-    args = ap.parse_args(argv)
+    ap.parse_args(argv)
     torch.set_num_threads(1)
     from gpucli.plan.estimate import memory_activation_bytes_per_token
 
