@@ -59,7 +59,7 @@ def profiles_tables(catalog: Catalog) -> None:
                   "yes" if p.compile else "no", p.description)
     out().print(t)
     c = table("Cluster profiles: per-GPU micro-batch x grad accum = sequences per step, per phase")
-    phases = list(catalog.phases)
+    phases = [ph for ph in catalog.phases if any(ph in cp.phases for cp in catalog.cluster_profiles.values())]
     for col in ["profile", "GPUs"] + [f"{ph}" for ph in phases] + ["notes"]:
         c.add_column(col)
     for cp in catalog.cluster_profiles.values():
@@ -73,12 +73,17 @@ def profiles_tables(catalog: Catalog) -> None:
             cells.append(f"{b.micro_batch} x {b.grad_accum} = {b.micro_batch * b.grad_accum * cp.count}{rate}")
         c.add_row(cp.name, f"{cp.count}x {catalog.gpus[cp.gpu].name}", *cells, cp.description)
     out().print(c)
+    out().print("[dim]A phase without a column takes the fast phase's batch x its batch scale.[/]")
     pt = table("Phases")
     for col in ("phase", "iterations", "matrix LR", "embedding LR", "batch scale", "description"):
         pt.add_column(col)
     for phase in catalog.phases.values():
+        st = phase.stages
+        desc = phase.description + (
+            f" (stage 1: {st.stage1_steps:,} steps, chunk {st.stage1_chunk_size}; stage 2: {st.stage2_steps:,}, "
+            f"chunk {st.stage2_chunk_size})" if st else "")
         pt.add_row(phase.name, str(phase.iterations), f"{phase.matrix_lr:g}", f"{phase.embedding_lr:g}",
-                   f"{phase.batch_scale:g}", phase.description)
+                   f"{phase.batch_scale:g}", desc)
     out().print(pt)
 
 

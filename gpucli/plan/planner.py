@@ -103,6 +103,12 @@ class PlanRequest:
     more_models: tuple[ModelShape, ...] = ()  # generation: the other models sharing the tokens
     order: str = "parallel"  # generation with several models: parallel (side by side) or sequence
     context_tokens: int | None = None  # generation: tokens of context a sequence (default: the catalogue's)
+    stages: tuple[tuple[float, int | None], ...] = ()  # training: (share of the tokens, memory chunk) a stage
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The memory's chunk size in each stage (a memory model's fit is checked at each)."""
+        return tuple(c for _, c in self.stages if c) if self.model.memory else ()
 
     @property
     def models(self) -> tuple[ModelShape, ...]:
@@ -305,7 +311,8 @@ def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens:
     if memo is not None and key in memo:
         fr, (tps, mfu, source) = memo[key]
     else:
-        fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len)
+        fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len,
+                                chunks=request.chunks)
         tps, mfu, source = _train_speed(catalog, request, setup, flops)
         if memo is not None:
             memo[key] = (fr, (tps, mfu, source))
@@ -382,7 +389,9 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
         tokens_note = (f"{_si(tokens)} tokens = {request.tokens_per_param:g} tokens/param x {_si(params)} params"
                        + (" (Chinchilla)" if request.tokens_per_param == 20 else ""))
     flops = train_flops_per_token(request.model, seq_len)
-    speed_flops = speed_flops_per_token(request.model, seq_len)  # the fp32 memory path at its rate
+    # The fp32 memory path at its rate; each stage at its own chunk (time goes with FLOPs: shares weigh them).
+    speed_flops = sum(share * speed_flops_per_token(request.model, seq_len, chunk)
+                      for share, chunk in (request.stages if request.model.memory and request.stages else ((1.0, None),)))
     if setups is None:
         setups = catalog_setups(catalog, request)
     if not setups:
@@ -493,7 +502,7 @@ def explain(catalog: Catalog, plan: Plan, name: str) -> Explanation:
     p = count_params(plan.request.model)
     if plan.request.workload == "train":
         memory: Any = choose_micro_batch(plan.request.model, catalog.defaults, e.setup.gpu.vram_gb,
-                                         e.setup.n_gpus, plan.seq_len).memory
+                                         e.setup.n_gpus, plan.seq_len, chunks=plan.request.chunks).memory
     else:
         memory = serve_speed(plan.request.model, e.setup.gpu, catalog.defaults,
                              context=plan.request.context_tokens).memory

@@ -81,19 +81,54 @@ def resolved_model(preset: ModelShape, overrides: tuple[str, ...], *, data_known
     return spec
 
 
-def check_fit(catalog: Catalog, model: ModelShape, gpu: Any, n_gpus: int, fit: str, micro: int, seq_len: int) -> None:
+def check_fit(catalog: Catalog, model: ModelShape, gpu: Any, n_gpus: int, fit: str, micro: int, seq_len: int,
+              chunks: tuple[int, ...] = ()) -> None:
     """A NothingFitsError when the micro-batch the run will use (an override's included) does not fit
     the planner's memory model, said with the micro-batch that does."""
-    from gpucli.plan.estimate import train_memory
+    from gpucli.plan.estimate import peak_train_memory
 
     sharded = n_gpus if fit == Fit.SHARDED.value else 1
     usable = gpu.vram_gb * catalog.defaults.usable_vram_fraction
-    need = train_memory(model, catalog.defaults, micro, seq_len, sharded)
+    need = peak_train_memory(model, catalog.defaults, micro, seq_len, sharded, chunks)
     if need.total_gb <= usable:
         return
-    fits = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, max_micro_batch=micro)
+    fits = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, max_micro_batch=micro,
+                              chunks=chunks)
     hint = (f"--set training.batch_size={fits.memory.micro_batch} fits (raise training.grad_accum_steps to keep "
             "the batch)" if fits.fit is not Fit.NO else "a larger profile or a smaller --model")
     raise NothingFitsError(
         f"micro-batch {micro} x {seq_len} tokens of {model.name or 'the model'} needs {need.total_gb:.1f} GB per GPU "
         f"on {n_gpus}x {gpu.name} ({usable:.0f} GB usable of {gpu.vram_gb:g})", hint=hint)
+
+
+def training_overrides(overrides: tuple[str, ...]) -> dict[str, Any]:
+    """The ``--set training.KEY=VALUE`` values, parsed as the trainer parses them (bad ones are left to
+    the full config check)."""
+    from trainer.spec.config import ConfigError
+    from trainer.spec.load import parse_override
+
+    out: dict[str, Any] = {}
+    for item in overrides:
+        item = item if item.startswith("--") else f"--{item}"
+        if item.startswith("--training.") and "=" in item:
+            try:
+                key, value = parse_override(item)
+            except ConfigError:
+                continue
+            out[key.split(".", 1)[1]] = value
+    return out
+
+
+def run_stages(phase_stages: Any, overrides: tuple[str, ...]) -> Any:
+    """The run's two stages (``gpucli.plan.schema.Stages``): the phase's, with any ``--set
+    training.stage1_steps`` ... over them; None for a one-stage run."""
+    from gpucli.plan.schema import Stages
+
+    t = training_overrides(overrides)
+    keys = ("stage1_steps", "stage2_steps", "stage1_chunk_size", "stage2_chunk_size")
+    base = {k: getattr(phase_stages, k) for k in keys} if phase_stages is not None else {}
+    base.update({k: t[k] for k in keys if isinstance(t.get(k), int) and not isinstance(t.get(k), bool)})
+    if not isinstance(base.get("stage1_steps"), int):
+        return None
+    return Stages(stage1_steps=base["stage1_steps"], stage2_steps=base.get("stage2_steps") or 0,
+                  stage1_chunk_size=base.get("stage1_chunk_size"), stage2_chunk_size=base.get("stage2_chunk_size"))

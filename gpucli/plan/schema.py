@@ -113,6 +113,26 @@ class ClusterProfile:
 
 
 @dataclass(frozen=True)
+class Stages:
+    """Two training stages (seed 000's TNT): steps and the memory's chunk size in each. A model without
+    memory runs both stages at the same settings (the chunk sizes are the memory's)."""
+
+    stage1_steps: int
+    stage2_steps: int
+    stage1_chunk_size: int | None = None
+    stage2_chunk_size: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.stage1_steps + self.stage2_steps
+
+    def shares(self) -> tuple[tuple[float, int | None], ...]:
+        """(share of the steps, chunk size) per stage."""
+        return ((self.stage1_steps / self.steps, self.stage1_chunk_size),
+                (self.stage2_steps / self.steps, self.stage2_chunk_size or self.stage1_chunk_size))
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     description: str
@@ -123,6 +143,7 @@ class Phase:
     # seed 002's refinement knobs (trainer/model/refine.py); a launch writes them for a model with refine_steps
     supervision_weight_base: float | None = None
     improvement_reward_scale: float | None = None
+    stages: Stages | None = None  # two stages with their own steps and memory chunk sizes (seed 000)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,14 @@ from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
 from gpucli.plan.disk import DiskNeed
 from gpucli.plan.estimate import Fit, choose_micro_batch
-from gpucli.plan.runmodel import check_fit, check_model, resolved_model, run_spec
+from gpucli.plan.runmodel import (
+    check_fit,
+    check_model,
+    resolved_model,
+    run_spec,
+    run_stages,
+    training_overrides,
+)
 from gpucli.run.datasources import DataSource
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
@@ -169,6 +176,9 @@ def _profile_batch(profile: SingleProfile | ClusterProfile, phase_name: str, bat
     """(samples per GPU per step, grad accum) as the profile gives them for the phase."""
     if isinstance(profile, ClusterProfile):
         pb = profile.phases.get(phase_name)
+        if pb is None and "fast" in profile.phases:  # a phase the profile has no row for: its first phase's
+            fast = profile.phases["fast"]  # batch, scaled as a single-GPU profile's is
+            return max(1, round(fast.micro_batch * batch_scale)), fast.grad_accum
         if pb is None:
             raise UsageError(f"profile {profile.name} has no settings for phase '{phase_name}'",
                              hint=f"its phases: {', '.join(profile.phases)}")
@@ -236,6 +246,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     n_gpus = profile.count
     preset = catalog.model(req.model or DEFAULTS.model_for(gpu is not None))
     overrides = tuple(req.extra)
+    stages = run_stages(phase.stages, overrides)
     # Every --set first: the fit, the speed and the disk are planned on the model the trainer builds.
     model = resolved_model(preset, overrides)
     seq_len = model.max_seq_len
@@ -244,7 +255,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     micro = samples
     batch_note = None
     if gpu is not None:
-        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len)
+        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, chunks=_chunks(model, stages))
         if fr.fit is Fit.NO:
             raise NothingFitsError(
                 f"model {model.name} does not fit on {n_gpus}x {gpu.name} even at micro-batch 1 "
@@ -258,7 +269,10 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # never train a different model than the one planned (a RoPE preset with a position table)
         raise UsageError(refusal, hint="pick a preset the trainer builds (gpucli models) or set its fields with --set")
     limits = req.limits
-    steps = limits.max_steps or phase.iterations
+    asked_steps = training_overrides(overrides).get("max_steps")
+    # Without --steps, a two-stage run goes through both stages (never the fast phase's iterations).
+    steps = limits.max_steps or (asked_steps if isinstance(asked_steps, int) else None) or (
+        stages.steps if stages else phase.iterations)
     val_interval = req.val_interval or max(10, steps // 20)
     ckpt_interval = req.checkpoint_interval or max(val_interval, steps // 10)
     price = limits.price_per_hour_usd
@@ -301,6 +315,11 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     }
     knobs = {k: v for k, v in (("supervision_weight_base", phase.supervision_weight_base),
                                 ("improvement_reward_scale", phase.improvement_reward_scale)) if v is not None}
+    if stages is not None:
+        cfg["training"].update(stage1_steps=stages.stage1_steps, stage2_steps=stages.stage2_steps)
+        if model.memory:  # the chunk sizes are the memory's (the trainer refuses them without one)
+            cfg["training"].update({k: v for k, v in (("stage1_chunk_size", stages.stage1_chunk_size),
+                                                      ("stage2_chunk_size", stages.stage2_chunk_size)) if v})
     if getattr(model, "refine_steps", 0) and knobs:
         cfg["training"]["refinement"] = knobs  # the phase's (seed 002's) refinement loss weights
     if gpu is None and not req.data:
@@ -309,7 +328,9 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     # What the trainer will really do once the overrides are in: the plan, limits and record follow it.
     micro, accum, seq_len = checked.training.batch_size, checked.training.grad_accum_steps, checked.training.seq_len
     if gpu is not None:
-        check_fit(catalog, model, gpu, n_gpus, fit, micro, seq_len)
+        t = checked.training
+        run_chunks = tuple(c for c in (t.stage1_chunk_size or 2048, t.stage2_chunk_size) if c) if model.memory else ()
+        check_fit(catalog, model, gpu, n_gpus, fit, micro, seq_len, run_chunks)
     steps = checked.resolved_max_steps()
     set_limits = {k: v for k, v in (cfg.get("limits") or {}).items() if k in limits.run_yaml()}
     limits = limits.with_(max_steps=steps, **set_limits).checked()
@@ -329,7 +350,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
         cmd = (f"export {JOB_STARTED_ENV}=$(date +%s) && {shlex.quote(py)} ../fetch.py --spec ../datasource.json"
                f" && {cmd}")
-    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price)
+    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price,
+                       run_stages(None, tuple(f"--training.{k}={v}" for k, v in cfg["training"].items())))
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,
@@ -340,8 +362,17 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk)
 
 
+def _chunks(model: ModelShape, stages: Any) -> tuple[int, ...]:
+    """The memory's chunk size in each stage (none without a memory)."""
+    if not model.memory:
+        return ()
+    if stages is None:
+        return (2048,)
+    return tuple(c for _, c in stages.shares() if c) or (2048,)
+
+
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,
-             accum: int, seq_len: int, price: float | None) -> PlannedSpeed:
+             accum: int, seq_len: int, price: float | None, stages: Any = None) -> PlannedSpeed:
     """What the planner predicts for this run (GPU setups only), kept for plan-against-actual."""
     if gpu_id is None:
         return PlannedSpeed(source="no prediction for CPU runs")
@@ -353,7 +384,10 @@ def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: in
     tokens = float(steps * micro * accum * n_gpus * seq_len)
     req = PlanRequest(model=model, today=dt.date.today(), tokens=tokens)
     setup = Setup(catalog.gpus[gpu_id], n_gpus, PriceQuote((price or 0) / n_gpus, "on-demand", "launch", "", None, False))
-    est = estimate_train(catalog, req, setup, tokens, seq_len, speed_flops_per_token(model, seq_len))
+    # Each stage at its own memory chunk: time goes with FLOPs, so the steps' shares weigh them.
+    shares = stages.shares() if stages is not None and model.memory else ((1.0, None),)
+    flops = sum(share * speed_flops_per_token(model, seq_len, chunk) for share, chunk in shares)
+    est = estimate_train(catalog, req, setup, tokens, seq_len, flops)
     return PlannedSpeed(tokens_per_s=est.tokens_per_s, hours=est.hours,
                         cost_usd=est.cost_usd if price else None, source=est.speed_source)
 

@@ -36,6 +36,8 @@ def plan(
     query: str = typer.Option(None, "--query", "-q", metavar="QUERY",
                               help="With --live: vast.ai query for the offers, e.g. 'num_gpus>=4 reliability>0.98'."),
     provider: str = typer.Option("all", "--provider", help="With --live: vast, runpod or all."),
+    phase: str = typer.Option(None, "--phase", help="Training phase (gpucli profiles): a two-stage phase (tnt) "
+                              "plans each stage at its own memory chunk size."),
     set_: list[str] = typer.Option([], "--set", help="Model override as for launch, e.g. --set model.refine_steps=4: "
                                    "the model planned is the one the trainer builds."),
     explain: str = typer.Option(None, "--explain", metavar="SETUP",
@@ -79,12 +81,20 @@ def plan(
         from gpucli.plan.runmodel import resolved_model
 
         sets = tuple(s if s.startswith("--") else f"--{s}" for s in set_)
-        if any(not s.startswith(("--model.", "--data.tokenizer=", "--data.bpe_vocab_size=")) for s in sets):
-            raise UsageError("plan --set takes model.* (and data.tokenizer, data.bpe_vocab_size) overrides")
+        if any(not s.startswith(("--model.", "--data.tokenizer=", "--data.bpe_vocab_size=", "--training.stage"))
+               for s in sets):
+            raise UsageError("plan --set takes model.* (and data.tokenizer, data.bpe_vocab_size, "
+                             "training.stage*) overrides")
         shapes = [resolved_model(s, sets, data_known=False) for s in shapes]
         shape = shapes[0]
+    stages = ()
+    if phase is not None:
+        from gpucli.plan.runmodel import run_stages
+
+        st = run_stages(catalog.phase(phase).stages, tuple(f"--{x}" if not x.startswith("--") else x for x in set_))
+        stages = st.shares() if st is not None else ()
     request = PlanRequest(
-        model=shape, more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
+        model=shape, stages=stages, more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
     setups = None
