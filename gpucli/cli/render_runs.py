@@ -132,7 +132,8 @@ def _disk_dict(r: ResolvedLaunch) -> dict[str, Any] | None:
     return {"weights_gb": c.weights_gb, "optimizer_gb": c.optimizer_gb, "per_rank_optimizer_gb": c.per_rank_optimizer_gb,
             "checkpoint_gb": c.checkpoint_gb, "keep_last": d.keep_last, "checkpoints_at_once": c.at_once,
             "checkpoints_gb": c.disk_gb, "data_gb": d.data_gb, "headroom_gb": d.headroom_gb, "need_gb": d.need_gb,
-            "have_gb": d.have_gb, "where": d.where, "fits": d.fits}
+            "have_gb": d.have_gb, "where": d.where, "fits": d.fits, "checkpoints_written": d.written,
+            "checkpoints_written_note": d.written_note, "all_kept_gb": d.all_kept_gb}
 
 
 def _disk_lines(r: ResolvedLaunch) -> list[str]:
@@ -158,7 +159,9 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
             f"{size(c.optimizer_gb)}{per_rank}); keep_last {d.keep_last} + the best + the one being written = "
             f"{c.at_once} at once = {size(c.disk_gb)}",
             f"disk: {size(c.disk_gb)} checkpoints + {data} + {size(d.headroom_gb)} headroom = "
-            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")]
+            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")
+            ] + ([f"checkpoints written: {d.written} ({d.written_note}); keeping them all would need "
+                  f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else [])
 
 
 def launched(record: RunRecord, *, json_: bool) -> None:

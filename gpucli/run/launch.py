@@ -53,6 +53,7 @@ class LaunchRequest:
     bid_per_gpu_usd: float | None = None
     val_interval: int | None = None
     checkpoint_interval: int | None = None
+    checkpoint_every_s: float | None = None  # --checkpoint-every 1h: also a checkpoint each this many seconds
     extra: tuple[str, ...] = ()  # more --section.key=value trainer overrides
     workdir: str | None = None  # the run's folder on the host (default: per target)
     on_end: str | None = None  # what the watchdog does to a cloud pod when the run is over: stop | terminate
@@ -73,6 +74,7 @@ class LaunchRequest:
         req.limits.checked()
         for flag, value in (("--bid", req.bid_per_gpu_usd), ("--val-interval", req.val_interval),
                             ("--checkpoint-interval", req.checkpoint_interval), ("--disk", req.disk_gb),
+                            ("--checkpoint-every", req.checkpoint_every_s),
                             ("--ready-timeout", req.ready_timeout_s)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} must be a positive number, got {value}")
@@ -304,6 +306,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
             "min_lr": phase.matrix_lr / 10, "warmup_steps": max(1, min(100, steps // 20)),
             "val_interval": val_interval, "checkpoint_interval": ckpt_interval, "seq_len": seq_len,
             "log_interval": max(1, min(10, steps // 100)),
+            **({"checkpoint_every_s": req.checkpoint_every_s} if req.checkpoint_every_s else {}),
         },
         "limits": limits.run_yaml(),
         "hardware": {"device": "cpu" if gpu is None else "cuda",
@@ -352,7 +355,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
                f" && {cmd}")
     planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price,
                        run_stages(None, tuple(f"--training.{k}={v}" for k, v in cfg["training"].items())))
-    disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
+    disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source,
+                      _written(checked, steps, planned.hours, limits))
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,
         gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
@@ -435,8 +439,31 @@ def _free_gb(workdir: str) -> tuple[float, str]:
     return shutil.disk_usage(p).free / 1e9, f"free space on {p}"
 
 
+def _written(checked: Any, steps: int, planned_hours: float | None, limits: Limits) -> tuple[int, str]:
+    """How many checkpoints the run writes, over the hours it runs: the planned hours of its steps, cut
+    by --hours and by what --budget buys at the price."""
+    from gpucli.plan.disk import checkpoints_written
+
+    t = checked.training
+    caps = [(planned_hours, f"the {steps:,} steps' planned {planned_hours:.1f} h" if planned_hours else "")]
+    if limits.max_hours:
+        caps.append((limits.max_hours, f"--hours {limits.max_hours:g}"))
+    if limits.budget_usd and limits.price_per_hour_usd:
+        h = limits.budget_usd / limits.price_per_hour_usd
+        caps.append((h, f"the {h:.1f} h ${limits.budget_usd:g} buys at ${limits.price_per_hour_usd:g}/h"))
+    known = [(h, why) for h, why in caps if h]
+    hours, why = min(known) if known else (None, "")
+    n = checkpoints_written(steps, t.checkpoint_interval, hours, t.checkpoint_every_s)
+    every = f"every {t.checkpoint_interval:,} steps"
+    if t.checkpoint_every_s:
+        every += f" and every {t.checkpoint_every_s / 3600:g} h" if t.checkpoint_every_s >= 3600 else \
+            f" and every {t.checkpoint_every_s / 60:g} min"
+    return n, f"{every}, over {why}" if why else every
+
+
 def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: int, target: Any,
-               req: LaunchRequest, workdir: str, source: DataSource | None) -> DiskNeed:
+               req: LaunchRequest, workdir: str, source: DataSource | None,
+               written: tuple[int, str] | None = None) -> DiskNeed:
     """The run's checkpoints (its own model, optimizer, keep_last, GPU count and sharding), data and
     headroom, against the disk its folder will be on where that is known before renting."""
     from gpucli.plan.disk import checkpoint_disk, disk_need
@@ -463,7 +490,9 @@ def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: i
         have, where = _free_gb(workdir)
     else:
         have, where = None, "the host's disk"  # known once connected: the trainer checks before each checkpoint
-    return disk_need(ck, keep_last=t.keep_last, data_gb=_data_gb(source, checked), have_gb=have, where=where)
+    n, note = written or (None, "")
+    return disk_need(ck, keep_last=t.keep_last, data_gb=_data_gb(source, checked), have_gb=have, where=where,
+                     written=n, written_note=note)
 
 
 def check_disk(r: ResolvedLaunch, *, volume_gb: float | None = None) -> None:
@@ -491,3 +520,20 @@ def check_disk(r: ResolvedLaunch, *, volume_gb: float | None = None) -> None:
     raise UsageError(f"{need.where} cannot hold this run: {c.at_once} checkpoints of {c.checkpoint_gb:.1f} GB "
                      f"(keep_last {need.keep_last} + the best + the one being written) + {data} + "
                      f"{need.headroom_gb:.1f} GB headroom = {need.need_gb:.1f} GB", hint=fix)
+
+
+def parse_checkpoint_every(text: str) -> dict[str, Any]:
+    """``--checkpoint-every``: ``1h``/``30m``/``90s`` -> checkpoint_every_s; a plain number -> steps."""
+    s = text.strip().lower()
+    if s.isdigit():
+        if int(s) < 1:
+            raise UsageError(f"--checkpoint-every must be at least 1 step, got {text}")
+        return {"checkpoint_interval": int(s)}
+    from gpucli.plan.estimate import parse_duration_hours
+
+    if not s or s[-1] not in "smhd":
+        raise UsageError(f"--checkpoint-every: '{text}' is neither a duration (1h, 30m) nor a number of steps")
+    try:
+        return {"checkpoint_every_s": parse_duration_hours(s) * 3600.0}
+    except ValueError as exc:
+        raise UsageError(f"--checkpoint-every: {exc}") from None

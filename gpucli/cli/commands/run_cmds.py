@@ -54,6 +54,8 @@ def launch(
     python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one)."),
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
+    checkpoint_every: str = typer.Option(None, "--checkpoint-every", help="A checkpoint every 1h, 30m, ... of "
+                                         "training (besides the step interval), or every N steps (a number)."),
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
     stall_minutes: float | None = typer.Option(None, "--stall-minutes", help="The pod's watchdog ends a run with no new "
                                         "metrics for this long (default 30)."),
@@ -100,6 +102,10 @@ def launch(
     if profile is None:
         raise UsageError("--profile is required", hint="gpucli profiles lists them")
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
+    if checkpoint_every is not None:
+        from gpucli.run.launch import parse_checkpoint_every
+
+        given.update(parse_checkpoint_every(checkpoint_every))
     req = LaunchRequest(
         profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
