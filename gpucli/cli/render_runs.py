@@ -86,13 +86,15 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     o = out()
     o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
             f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
-            f"model {r.model.name} ({r.model.num_params() / 1e6:,.0f}M params, vocabulary {r.model.vocab_size}), "
-            f"{r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
-            f"sequences of {r.seq_len} tokens ({r.fit})")
+            + (f"your own code ({r.planned.source})" if r.own_code and r.planned.tokens_per_s is None else
+               f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params" if r.own_code else
+               f"model {r.model.name} ({r.model.num_params() / 1e6:,.0f}M params, vocabulary {r.model.vocab_size}), "
+               f"{r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
+               f"sequences of {r.seq_len} tokens ({r.fit})"))
     if r.batch_note:
         o.print(f"batch: {r.batch_note}", markup=False, highlight=False)
     if r.price_per_hour_usd:
-        o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps}, hours "
+        o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps or '-'}, hours "
                 f"{r.limits.max_hours or '-'}, budget {money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, "
                 f"stall {r.limits.stall_minutes:g} min")
     if r.planned.hours is not None:

@@ -104,6 +104,7 @@ class PlanRequest:
     order: str = "parallel"  # generation with several models: parallel (side by side) or sequence
     context_tokens: int | None = None  # generation: tokens of context a sequence (default: the catalogue's)
     stages: tuple[tuple[float, int | None], ...] = ()  # training: (share of the tokens, memory chunk) a stage
+    tokens_from: str = "--tokens"  # how --tokens was counted ("50,000 examples x 3 epochs x 512 tokens")
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -381,7 +382,7 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
     notes: list[str] = []
     if request.tokens is not None:
         tokens = float(request.tokens)
-        tokens_note = f"{_si(tokens)} tokens (--tokens)"
+        tokens_note = f"{_si(tokens)} tokens ({request.tokens_from})"
     elif request.workload == "generate":
         raise UsageError("--workload generate needs --tokens N (how many tokens to generate)")
     else:

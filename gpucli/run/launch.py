@@ -54,6 +54,9 @@ class LaunchRequest:
     val_interval: int | None = None
     checkpoint_interval: int | None = None
     checkpoint_every_s: float | None = None  # --checkpoint-every 1h: also a checkpoint each this many seconds
+    own_params: float | None = None  # own code: --params, its model's size (for the estimate)
+    own_seq_len: int | None = None  # own code: --seq-len
+    own_tokens: float | None = None  # own code: --tokens it trains on
     extra: tuple[str, ...] = ()  # more --section.key=value trainer overrides
     workdir: str | None = None  # the run's folder on the host (default: per target)
     on_end: str | None = None  # what the watchdog does to a cloud pod when the run is over: stop | terminate
@@ -156,6 +159,7 @@ class ResolvedLaunch:
     volume_size_gb: int | None = None  # --volume-size: the GB of the volume created when there is none
     data_plan: Mapping[str, Any] | None = None  # datasource.json: what gpucli/pod/fetch.py does first
     disk: DiskNeed | None = None  # the checkpoints, data and headroom the run folder's disk must hold
+    own_code: bool = False  # the user's own code runs, not the bundled trainer
 
     @property
     def pod_disk_gb(self) -> int:

@@ -99,19 +99,32 @@ def plan_own(catalog: Catalog, req: LaunchRequest, task: Task) -> tuple[Resolved
     """``--dry-run`` of an own-code launch: the resolved launch (its command is the job runner's) and task."""
     from gpucli.run.ownrun import resolve_own
 
-    req = _own_request(req.checked())
+    asked = req.checked()
+    req = _own_request(asked)
     own = resolve_own(task)
-    return _own_resolved(resolve(catalog, req, run_name=run_name_for(catalog, req, task)), own), own
+    return _own_resolved(resolve(catalog, req, run_name=run_name_for(catalog, req, task)), own, catalog, asked), own
 
 
-def _own_resolved(resolved: ResolvedLaunch, own: OwnCode) -> ResolvedLaunch:
+def _own_resolved(resolved: ResolvedLaunch, own: OwnCode, catalog: Catalog, req: LaunchRequest) -> ResolvedLaunch:
     """The trainer's resolution with the job runner as its command and no step count (the job's
-    own code decides how many steps it takes)."""
+    own code decides how many steps it takes); the time, cost and disk of a model of the size the
+    launch names (--model or --params, with --tokens), or a plain word that there is none."""
+    from gpucli.plan.disk import disk_need
+    from gpucli.plan.owncode import OWN_KEEP_LAST, own_code_estimate
     from gpucli.run.ownrun import job_command
     from gpucli.run.records import PlannedSpeed
 
-    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=None,
-                                   planned=PlannedSpeed(source="no prediction for your own code"))
+    est = own_code_estimate(catalog, gpu_id=resolved.gpu_id, n_gpus=resolved.n_gpus,
+                            usd_per_hour=resolved.price_per_hour_usd, model=resolved.model if req.model else None,
+                            params=req.own_params, seq_len=req.own_seq_len, tokens=req.own_tokens)
+    planned = PlannedSpeed(source=est.missing or est.source, tokens_per_s=est.tokens_per_s, hours=est.hours,
+                           cost_usd=est.cost_usd)
+    disk = None if est.checkpoint is None else disk_need(
+        est.checkpoint, keep_last=OWN_KEEP_LAST, data_gb=None, have_gb=None,
+        where=f"your code's checkpoints (AdamW and keep_last {OWN_KEEP_LAST} assumed; {est.shape_note})")
+    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=disk,
+                                   planned=planned, own_code=True,
+                                   model=est.shape if est.shape is not None else resolved.model)
     return dataclasses.replace(resolved, command=job_command(resolved, own))
 
 
@@ -149,7 +162,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, task: Task | None 
 
     own = resolve_own(task)  # a missing folder or a bad grace is said before any offer is searched
     prepared = _prepare_trainer(catalog, _own_request(req), name, volume_id, own=True)
-    return dataclasses.replace(prepared, resolved=_own_resolved(prepared.resolved, own), own=own)
+    return dataclasses.replace(prepared, resolved=_own_resolved(prepared.resolved, own, catalog, req), own=own)
 
 
 def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id: str | None = None,

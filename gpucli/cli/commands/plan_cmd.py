@@ -16,6 +16,10 @@ def plan(
     context: int = typer.Option(None, "--context", help="Generation: tokens of context a sequence (prompt and "
                                 "output; default 512, seed 003's)."),
     tokens: str = typer.Option(None, "--tokens", help="Tokens to train on or generate: 20B, 500M, 1e9."),
+    examples: str = typer.Option(None, "--examples", help="Training examples (with --epochs; each --seq-len tokens)."),
+    epochs: float = typer.Option(None, "--epochs", help="Passes over --examples."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer steps (with --batch sequences a step)."),
+    batch: int = typer.Option(None, "--batch", help="Sequences a step (with --steps)."),
     tokens_per_param: float = typer.Option(20.0, "--tokens-per-param", help="Token budget per parameter "
                                            "when --tokens is not given (20 = Chinchilla)."),
     seq_len: int = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
@@ -65,6 +69,20 @@ def plan(
                                 ("--context", context, 1, 10_000_000)):
         if value is not None and not (lo <= value <= hi):
             raise UsageError(f"{name} must be between {lo:g} and {hi:g}, got {value:g}")
+    for name, value, lo, hi in (("--epochs", epochs, 1e-6, 1e6), ("--steps", steps, 1, 1e12), ("--batch", batch, 1, 1e9)):
+        if value is not None and not (lo <= value <= hi):
+            raise UsageError(f"{name} must be between {lo:g} and {hi:g}, got {value:g}")
+    counted = _tokens_from_counts(examples, epochs, steps, batch, seq_len or catalog.model(model[0]).max_seq_len)
+    if counted is not None:
+        if n_tokens is not None:
+            raise UsageError("--tokens and --examples/--epochs or --steps/--batch both say how much to train",
+                             hint="use one of them")
+        n_tokens = counted
+        t = seq_len or catalog.model(model[0]).max_seq_len
+        tokens_from = (f"{examples} examples x {epochs:g} epochs x {t} tokens" if examples is not None else
+                       f"{steps:,} steps x {batch:,} sequences x {t} tokens")
+    else:
+        tokens_from = "--tokens"
     if plot is not None:
         plot = _check_plot_path(plot)
     gpus = tuple(g.strip() for g in gpu.split(",") if g.strip()) if gpu else ()
@@ -94,7 +112,7 @@ def plan(
         st = run_stages(catalog.phase(phase).stages, tuple(f"--{x}" if not x.startswith("--") else x for x in set_))
         stages = st.shares() if st is not None else ()
     request = PlanRequest(
-        model=shape, stages=stages, more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
+        model=shape, stages=stages, tokens_from=tokens_from, more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
     setups = None
@@ -118,6 +136,30 @@ def plan(
             render_plan.plan_chart(result)
     if plot is not None:
         render_plan.wrote(plot)
+
+
+def _tokens_from_counts(examples: str | None, epochs: float | None, steps: int | None, batch: int | None,
+                       seq_len: int) -> float | None:
+    """Tokens from examples x epochs or steps x batch, each sequence ``seq_len`` tokens (seed 001 counts
+    "50,000 training examples, 10,000 iterations" at a batch)."""
+    from gpucli.errors import UsageError
+    from gpucli.plan.estimate import parse_quantity
+
+    if (examples is None) != (epochs is None):
+        raise UsageError("--examples and --epochs go together (tokens = examples x epochs x --seq-len)")
+    if (steps is None) != (batch is None):
+        raise UsageError("--steps and --batch go together (tokens = steps x batch x --seq-len)")
+    if examples is not None and steps is not None:
+        raise UsageError("give --examples/--epochs or --steps/--batch, not both")
+    if examples is not None:
+        try:
+            n = parse_quantity(examples)
+        except ValueError as exc:
+            raise UsageError(f"--examples: {exc}") from None
+        return n * float(epochs or 0) * seq_len
+    if steps is not None:
+        return float(steps) * float(batch or 0) * seq_len
+    return None
 
 
 def _model_shape(catalog, name: str):  # noqa: ANN001, ANN202

@@ -24,6 +24,10 @@ def launch(
                                     "the code folder (default checkpoints/): fetch-best and the mirror read it."),
     metrics_regex: str = typer.Option(None, "--metrics-regex", help="Regex with named groups step and loss "
                                       "(or val_loss) for log lines gpucli does not know."),
+    params: str = typer.Option(None, "--params", help="Your own code: its model's size (680M, 1.3B) for a time, "
+                               "cost and disk estimate (or --model PRESET)."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Your own code: its sequence length (for the estimate)."),
+    tokens: str = typer.Option(None, "--tokens", help="Your own code: the tokens it trains on (20B, 500M)."),
     grace: float = typer.Option(None, "--grace", help="Seconds your job gets between SIGTERM and SIGKILL to save "
                                 "(default 60; below the watchdog's grace)."),
     phase: str = typer.Option(None, "--phase", help="Training phase: fast (default) or extreme."),
@@ -97,8 +101,22 @@ def launch(
 
             # nothing is rented on local and ssh hosts: the profile only names the machine
             profile = None if get_target(provider or "local").cloud else "cpu"
-    elif setup or checkpoints or metrics_regex or grace is not None:
-        raise UsageError("--setup, --checkpoints, --metrics-regex and --grace go with --run (your own code)")
+    elif setup or checkpoints or metrics_regex or grace is not None or params or seq_len or tokens:
+        raise UsageError("--setup, --checkpoints, --metrics-regex, --grace, --params, --seq-len and --tokens go "
+                         "with --run (your own code)")
+    if params or seq_len is not None or tokens:
+        from gpucli.plan.estimate import parse_quantity
+
+        try:
+            given_own = {"own_params": parse_quantity(params) if params else None,
+                         "own_tokens": parse_quantity(tokens) if tokens else None}
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if seq_len is not None and seq_len < 1:
+            raise UsageError(f"--seq-len must be at least 1, got {seq_len}")
+        given_own["own_seq_len"] = seq_len
+    else:
+        given_own = {}
     if profile is None:
         raise UsageError("--profile is required", hint="gpucli profiles lists them")
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
@@ -107,7 +125,7 @@ def launch(
 
         given.update(parse_checkpoint_every(checkpoint_every))
     req = LaunchRequest(
-        profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
+        profile=profile, **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force,
