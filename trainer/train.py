@@ -121,8 +121,7 @@ class Trainer:
         self.last_train_loss: float | None = None
         self.last_val_loss: float | None = None
         self.last_ckpt_step = -1
-        self.last_ckpt_time = time.monotonic()  # training.checkpoint_every_s counts from here
-        self.ckpt_due = False  # agreed by every rank in stop_reason()
+        self.last_ckpt_time, self.ckpt_due = time.monotonic(), False  # checkpoint_every_s; agreed in stop_reason
         self.last_val_step = -1
 
         # fp32 weights + AdamW's two moments: what a checkpoint writes (gpucli.plan.disk says the same)

@@ -447,3 +447,10 @@ def explanation(x: Any, *, json_: bool) -> None:
     for k, v in steps:
         t.add_row(k, v)
     o.print(t)
+    if getattr(x, "constants", ()):
+        c = table("Constants: each with its source, or marked an assumption")
+        for col in ("constant", "value", "source"):
+            c.add_column(col)
+        for name, value, source in x.constants:
+            c.add_row(name, escape(value), escape(source))
+        o.print(c)

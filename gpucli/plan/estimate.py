@@ -153,6 +153,12 @@ def speed_flops_per_token(shape: ModelShape, seq_len: int | None = None, chunk: 
     return shape.train_flops_per_token(t, memory_chunk=chunk) + extra
 
 
+# The bundled trainer's fused loss (trainer/model/gpt.py FusedLinearCrossEntropy) never stores the logits
+# of the micro-batch: it computes loss and gradients 8192 rows at a time, so only one chunk's bf16 logits and
+# their gradient exist at once. Charging every token's logits overstated the measured peaks by 11-140 %.
+LOSS_CHUNK_ROWS = 8192
+
+
 def train_memory(shape: ModelShape, defaults: Defaults, micro_batch: int, seq_len: int,
                  sharded_over: int = 1, chunk: int | None = None) -> Memory:
     """Per-GPU memory of bf16-autocast AdamW training (fp32 master weights)."""
@@ -165,7 +171,7 @@ def train_memory(shape: ModelShape, defaults: Defaults, micro_batch: int, seq_le
     return Memory(
         weights_gb=weights / GB, grads_gb=grads / GB, optimizer_gb=optimizer / GB,
         activations_gb=tokens * activation_bytes_per_token(shape, seq_len, chunk) / GB,
-        logits_gb=tokens * shape.vocab_size * defaults.logits_bytes_per_token_vocab / GB,
+        logits_gb=min(tokens, LOSS_CHUNK_ROWS) * shape.vocab_size * defaults.logits_bytes_per_token_vocab / GB,
         overhead_gb=defaults.cuda_overhead_gb, micro_batch=micro_batch, seq_len=seq_len,
         sharded_over=sharded_over)
 

@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
 
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import CalibrationEntry, Catalog, Gpu, ModelShape, Price
@@ -29,12 +28,12 @@ from gpucli.plan.estimate import (
     train_tokens_per_s,
 )
 from gpucli.plan.pareto import Front, dominates, pareto_front
-from gpucli.plan.serving import ORDERS, generate_assumptions, generate_run, serve_speed
+from gpucli.plan.serving import ORDERS, generate_assumptions, generate_run
 
 __all__ = [
-    "DEFAULT_COUNTS", "MFU_CEILING", "BudgetView", "Estimate", "Explanation", "Front", "Picks", "Plan",
+    "DEFAULT_COUNTS", "MFU_CEILING", "BudgetView", "Estimate", "Front", "Picks", "Plan",
     "PlanRequest", "PriceQuote", "Setup", "catalog_setups", "choose_price", "dominates", "estimate_generate",
-    "estimate_train", "explain", "find_estimate", "make_plan", "pareto_front",
+    "estimate_train", "make_plan", "pareto_front",
 ]
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
@@ -105,6 +104,7 @@ class PlanRequest:
     context_tokens: int | None = None  # generation: tokens of context a sequence (default: the catalogue's)
     stages: tuple[tuple[float, int | None], ...] = ()  # training: (share of the tokens, memory chunk) a stage
     tokens_from: str = "--tokens"  # how --tokens was counted ("50,000 examples x 3 epochs x 512 tokens")
+    provider: str | None = None  # plan with this provider's catalogue prices (else surveys'), never another's
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -189,12 +189,15 @@ def _quote(price: Price, today: dt.date, stale_after_days: int) -> PriceQuote:
                                price.usd_per_hour_high / (price.count if price.per == "node" and price.count else 1)))
 
 
-def choose_price(prices: Sequence[Price], n_gpus: int, kind: str) -> Price | None:
+def choose_price(prices: Sequence[Price], n_gpus: int, kind: str, provider: str | None = None) -> Price | None:
     """The price a setup is planned with: the newest dated one that applies, then the cheapest.
 
-    Per-GPU prices apply to any count; a whole-machine price only to its own count.
+    Per-GPU prices apply to any count; a whole-machine price only to its own count. ``provider``: only
+    that provider's prices, else the ones that name no provider (surveys), never another provider's.
     """
     usable = [p for p in prices if p.kind == kind and (p.per == "gpu" or p.count == n_gpus)]
+    if provider is not None:
+        usable = [p for p in usable if p.provider == provider] or [p for p in usable if p.provider is None]
     if not usable:
         return None
     return min(usable, key=lambda p: (-(p.as_of.toordinal() if p.as_of else 0), p.usd_per_gpu_hour))
@@ -214,7 +217,7 @@ def catalog_setups(catalog: Catalog, request: PlanRequest) -> list[Setup]:
             if request.price_per_gpu_hour is not None:
                 quote = PriceQuote(request.price_per_gpu_hour, kind, "--price", "given", None, False)
             else:
-                price = choose_price(prices, n, kind)
+                price = choose_price(prices, n, kind, request.provider)
                 if price is None:
                     continue
                 quote = _quote(price, request.today, catalog.defaults.stale_after_days)
@@ -291,14 +294,22 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
     notes = []
     if count_rank:
         notes.append(f"from {e.gpu_count} GPUs to {n}")
-    if shape_rank:
-        # Both shapes on the target GPU: the model's constants come from one GPU's kernel profile, so
-        # it moves MFU across shapes only; another GPU keeps the entry's MFU and is said so below.
-        moved = modelled_mfu(request.model, seq, gpu) / modelled_mfu(shape, e.seq_len or shape.max_seq_len, gpu)
+    if shape_rank or gpu_rank:
+        # The step-time model (matmuls and attention at their shares of the peak, pointwise and loss bytes
+        # over the memory bandwidth) on each side: another shape, and for another GPU its own peak and
+        # bandwidth, so a GPU with less bandwidth for its FLOPs gets a lower MFU. An estimate, said so.
+        e_gpu_spec = catalog.gpus[e.gpu]
+        moved = (modelled_mfu(request.model, seq, gpu)
+                 / modelled_mfu(shape, e.seq_len or shape.max_seq_len, e_gpu_spec))
         mfu *= moved
-        notes.append(f"x{moved:.2f} by the step-time model for {flops / e_flops:.2g}x the FLOPs/token")
-    if gpu_rank:
-        notes.append("another GPU" + ("" if gpu_rank == 1 else ", another architecture"))
+        why = []
+        if shape_rank:
+            why.append(f"{flops / e_flops:.2g}x the FLOPs/token")
+        if gpu_rank:
+            why.append(f"another GPU, estimated for {gpu.name}: roofline of its {gpu.bf16_dense_tflops:g} TFLOP/s and "
+                       f"{gpu.memory_bandwidth_gbps:g} GB/s against the measured GPU's"
+                       + ("" if gpu_rank == 1 else ", another architecture"))
+        notes.append(f"x{moved:.2f} by the step-time model ({'; '.join(why)})")
     mfu = min(MFU_CEILING, max(0.01, mfu))
     tps = train_tokens_per_s(flops, gpu, n, mfu, d)
     return tps, mfu, f"MFU {mfu:.0%} from {what}" + (f" ({'; '.join(notes)})" if notes else "")
@@ -447,75 +458,3 @@ def _si(x: float) -> str:
         if abs(x) >= factor:
             return f"{x / factor:.3g}{suffix}"
     return f"{x:.3g}"
-
-
-# --------------------------------------------------------------------------------------------------
-# --explain
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """The chain behind one setup's estimate, each step with its inputs (all numbers, no prose)."""
-
-    setup: str
-    params: int
-    flop_params: int
-    n_layers: int
-    d_model: int
-    seq_len: int
-    flops_per_token: float
-    peak_tflops: float
-    n_gpus: int
-    mfu: float | None
-    scaling: float
-    speed_source: str
-    tokens_per_s: float
-    tokens: float
-    hours: float
-    usd_per_gpu_hour: float
-    price_source: str
-    cost_usd: float
-    memory: Any  # estimate.Memory for training, DecodeMemory for generation
-    fit: str
-    on_front: bool
-    dominated_by: str | None
-    prepare: PrepareEstimate | None = None  # data preparation on the pod before training
-    prepare_cost_usd: float | None = None  # its hours at this setup's price
-    speed_flops_per_token: float | None = None  # FLOPs/token at the BF16 peak's rate (fp32 memory path at its own)
-
-
-def find_estimate(plan: Plan, name: str) -> Estimate:
-    """An estimate by its label ('8x H100 SXM'), forgiving case, spaces and the GPU's id ('8xh100-sxm')."""
-    def norm(text: str) -> str:
-        return "".join(ch for ch in text.lower() if ch.isalnum())
-
-    want = norm(name)
-    for e in plan.estimates:
-        if want in (norm(e.setup.label), norm(f"{e.setup.n_gpus}x{e.setup.gpu.id}"),
-                    *(norm(f"{e.setup.n_gpus}x{a}") for a in e.setup.gpu.aliases)):
-            return e
-    raise UsageError(f"no setup '{name}' in this plan",
-                     hint="setups look like '" + "', '".join(e.setup.label for e in plan.front[:3]) + "'")
-
-
-def explain(catalog: Catalog, plan: Plan, name: str) -> Explanation:
-    e = find_estimate(plan, name)
-    p = count_params(plan.request.model)
-    if plan.request.workload == "train":
-        memory: Any = choose_micro_batch(plan.request.model, catalog.defaults, e.setup.gpu.vram_gb,
-                                         e.setup.n_gpus, plan.seq_len, chunks=plan.request.chunks).memory
-    else:
-        memory = serve_speed(plan.request.model, e.setup.gpu, catalog.defaults,
-                             context=plan.request.context_tokens).memory
-    dominated_by = next((by.setup.label for d, by in plan.dominated if d is e), None)
-    q = e.setup.price
-    return Explanation(
-        setup=e.setup.label, params=p.total, flop_params=p.flop_params, n_layers=plan.request.model.n_layers,
-        d_model=plan.request.model.d_model, seq_len=plan.seq_len, flops_per_token=plan.flops_per_token,
-        peak_tflops=e.setup.gpu.bf16_dense_tflops, n_gpus=e.setup.n_gpus, mfu=e.mfu,
-        scaling=scaling_efficiency(e.setup.n_gpus, e.setup.gpu.interconnect, catalog.defaults),
-        speed_source=e.speed_source, tokens_per_s=e.tokens_per_s, tokens=plan.tokens, hours=e.hours,
-        usd_per_gpu_hour=q.usd_per_gpu_hour, price_source=f"{q.source} ({q.age_text})", cost_usd=e.cost_usd,
-        memory=memory, fit=e.fit.value, on_front=any(m is e for m in plan.front), dominated_by=dominated_by,
-        prepare=plan.prepare, speed_flops_per_token=speed_flops_per_token(plan.request.model, plan.seq_len),
-        prepare_cost_usd=plan.prepare.hours * e.setup.usd_per_hour if plan.prepare is not None else None)

@@ -132,3 +132,51 @@ def run_stages(phase_stages: Any, overrides: tuple[str, ...]) -> Any:
         return None
     return Stages(stage1_steps=base["stage1_steps"], stage2_steps=base.get("stage2_steps") or 0,
                   stage1_chunk_size=base.get("stage1_chunk_size"), stage2_chunk_size=base.get("stage2_chunk_size"))
+
+
+def stage_chunks(model: ModelShape, stages: Any) -> tuple[int, ...]:
+    """The memory's chunk size in each stage (none without a memory)."""
+    if not model.memory:
+        return ()
+    if stages is None:
+        return (2048,)
+    return tuple(c for _, c in stages.shares() if c) or (2048,)
+
+
+def checkpoints_planned(checked: Any, steps: int, planned_hours: float | None, limits: Any) -> tuple[int, str]:
+    """How many checkpoints the run writes, over the hours it runs: the planned hours of its steps, cut
+    by --hours and by what --budget buys at the price."""
+    from gpucli.plan.disk import checkpoints_written
+
+    t = checked.training
+    caps = [(planned_hours, f"the {steps:,} steps' planned {planned_hours:.1f} h" if planned_hours else "")]
+    if limits.max_hours:
+        caps.append((limits.max_hours, f"--hours {limits.max_hours:g}"))
+    if limits.budget_usd and limits.price_per_hour_usd:
+        h = limits.budget_usd / limits.price_per_hour_usd
+        caps.append((h, f"the {h:.1f} h ${limits.budget_usd:g} buys at ${limits.price_per_hour_usd:g}/h"))
+    known = [(h, why) for h, why in caps if h]
+    hours, why = min(known) if known else (None, "")
+    n = checkpoints_written(steps, t.checkpoint_interval, hours, t.checkpoint_every_s)
+    every = f"every {t.checkpoint_interval:,} steps"
+    if t.checkpoint_every_s:
+        every += f" and every {t.checkpoint_every_s / 3600:g} h" if t.checkpoint_every_s >= 3600 else \
+            f" and every {t.checkpoint_every_s / 60:g} min"
+    return n, f"{every}, over {why}" if why else every
+
+
+def parse_checkpoint_every(text: str) -> dict[str, Any]:
+    """``--checkpoint-every``: ``1h``/``30m``/``90s`` -> checkpoint_every_s; a plain number -> steps."""
+    s = text.strip().lower()
+    if s.isdigit():
+        if int(s) < 1:
+            raise UsageError(f"--checkpoint-every must be at least 1 step, got {text}")
+        return {"checkpoint_interval": int(s)}
+    from gpucli.plan.estimate import parse_duration_hours
+
+    if not s or s[-1] not in "smhd":
+        raise UsageError(f"--checkpoint-every: '{text}' is neither a duration (1h, 30m) nor a number of steps")
+    try:
+        return {"checkpoint_every_s": parse_duration_hours(s) * 3600.0}
+    except ValueError as exc:
+        raise UsageError(f"--checkpoint-every: {exc}") from None

@@ -21,9 +21,11 @@ from gpucli.plan.estimate import Fit, choose_micro_batch
 from gpucli.plan.runmodel import (
     check_fit,
     check_model,
+    checkpoints_planned,
     resolved_model,
     run_spec,
     run_stages,
+    stage_chunks,
     training_overrides,
 )
 from gpucli.run.datasources import DataSource
@@ -261,7 +263,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     micro = samples
     batch_note = None
     if gpu is not None:
-        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, chunks=_chunks(model, stages))
+        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, chunks=stage_chunks(model, stages))
         if fr.fit is Fit.NO:
             raise NothingFitsError(
                 f"model {model.name} does not fit on {n_gpus}x {gpu.name} even at micro-batch 1 "
@@ -285,7 +287,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     if price is None and gpu is not None:
         from gpucli.plan.planner import choose_price
 
-        p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand")
+        p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand",
+                         target.name if target.cloud else None)  # the provider's own price, never another's
         price = p.usd_per_gpu_hour * n_gpus if p else None
     if limits.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
@@ -360,7 +363,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price,
                        run_stages(None, tuple(f"--training.{k}={v}" for k, v in cfg["training"].items())))
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source,
-                      _written(checked, steps, planned.hours, limits))
+                      checkpoints_planned(checked, steps, planned.hours, limits))
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,
         gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
@@ -368,15 +371,6 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk)
-
-
-def _chunks(model: ModelShape, stages: Any) -> tuple[int, ...]:
-    """The memory's chunk size in each stage (none without a memory)."""
-    if not model.memory:
-        return ()
-    if stages is None:
-        return (2048,)
-    return tuple(c for _, c in stages.shares() if c) or (2048,)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,
@@ -443,28 +437,6 @@ def _free_gb(workdir: str) -> tuple[float, str]:
     return shutil.disk_usage(p).free / 1e9, f"free space on {p}"
 
 
-def _written(checked: Any, steps: int, planned_hours: float | None, limits: Limits) -> tuple[int, str]:
-    """How many checkpoints the run writes, over the hours it runs: the planned hours of its steps, cut
-    by --hours and by what --budget buys at the price."""
-    from gpucli.plan.disk import checkpoints_written
-
-    t = checked.training
-    caps = [(planned_hours, f"the {steps:,} steps' planned {planned_hours:.1f} h" if planned_hours else "")]
-    if limits.max_hours:
-        caps.append((limits.max_hours, f"--hours {limits.max_hours:g}"))
-    if limits.budget_usd and limits.price_per_hour_usd:
-        h = limits.budget_usd / limits.price_per_hour_usd
-        caps.append((h, f"the {h:.1f} h ${limits.budget_usd:g} buys at ${limits.price_per_hour_usd:g}/h"))
-    known = [(h, why) for h, why in caps if h]
-    hours, why = min(known) if known else (None, "")
-    n = checkpoints_written(steps, t.checkpoint_interval, hours, t.checkpoint_every_s)
-    every = f"every {t.checkpoint_interval:,} steps"
-    if t.checkpoint_every_s:
-        every += f" and every {t.checkpoint_every_s / 3600:g} h" if t.checkpoint_every_s >= 3600 else \
-            f" and every {t.checkpoint_every_s / 60:g} min"
-    return n, f"{every}, over {why}" if why else every
-
-
 def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: int, target: Any,
                req: LaunchRequest, workdir: str, source: DataSource | None,
                written: tuple[int, str] | None = None) -> DiskNeed:
@@ -524,20 +496,3 @@ def check_disk(r: ResolvedLaunch, *, volume_gb: float | None = None) -> None:
     raise UsageError(f"{need.where} cannot hold this run: {c.at_once} checkpoints of {c.checkpoint_gb:.1f} GB "
                      f"(keep_last {need.keep_last} + the best + the one being written) + {data} + "
                      f"{need.headroom_gb:.1f} GB headroom = {need.need_gb:.1f} GB", hint=fix)
-
-
-def parse_checkpoint_every(text: str) -> dict[str, Any]:
-    """``--checkpoint-every``: ``1h``/``30m``/``90s`` -> checkpoint_every_s; a plain number -> steps."""
-    s = text.strip().lower()
-    if s.isdigit():
-        if int(s) < 1:
-            raise UsageError(f"--checkpoint-every must be at least 1 step, got {text}")
-        return {"checkpoint_interval": int(s)}
-    from gpucli.plan.estimate import parse_duration_hours
-
-    if not s or s[-1] not in "smhd":
-        raise UsageError(f"--checkpoint-every: '{text}' is neither a duration (1h, 30m) nor a number of steps")
-    try:
-        return {"checkpoint_every_s": parse_duration_hours(s) * 3600.0}
-    except ValueError as exc:
-        raise UsageError(f"--checkpoint-every: {exc}") from None

@@ -81,11 +81,20 @@ def test_nanochat_depth_shapes(cat):
     assert (d32.d_model, d32.n_layers, d32.n_heads) == (2048, 32, 16)
 
 
-@pytest.mark.parametrize("micro_batch,measured_gib", [(16, 11.5), (32, 21.3), (64, 40.8)])
-def test_memory_model_vs_nanogpt_124m(cat, micro_batch, measured_gib):
-    # anchors.md: nanoGPT's own model on one H100, bf16 autocast, compile, fused AdamW.
-    mem = train_memory(cat.model("124m"), cat.defaults, micro_batch, 1024)
-    assert mem.total_gb / GIB == pytest.approx(measured_gib, rel=0.10)
+def test_memory_model_vs_the_bundled_trainers_measured_peaks(cat):
+    # The planner models the bundled trainer, whose fused loss keeps one chunk of logits; nanoGPT's 124M
+    # (anchors.md: 11.5/21.3/40.8 GiB at micro-batch 16/32/64) stores every token's, so it is no longer the
+    # reference. Every measured peak of calibration.yaml (H100, one sitting): never under by more than 5 %,
+    # never over by more than 15 % (they were 10-141 % over when the logits were charged).
+    checked = 0
+    for e in cat.calibration:
+        if e.peak_mem_gib is None or e.micro_batch is None:
+            continue
+        shape = e.shape or cat.models[e.model]
+        mem = train_memory(shape, cat.defaults, e.micro_batch, e.seq_len or shape.max_seq_len)
+        assert 0.95 <= mem.total_gb / GIB / e.peak_mem_gib <= 1.15, (e.model, mem.total_gb / GIB, e.peak_mem_gib)
+        checked += 1
+    assert checked >= 6
 
 
 @pytest.mark.parametrize("micro_batch,measured_gib", [(4, 33.3), (8, 49.2)])

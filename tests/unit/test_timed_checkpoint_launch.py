@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpucli.plan.disk import checkpoints_written
-from gpucli.run.launch import parse_checkpoint_every
+from gpucli.plan.runmodel import parse_checkpoint_every
 from tests.support.cli import cli
 
 SEED_004 = ("launch", "--dry-run", "--provider", "runpod", "--model", "d64", "--profile", "8xH100-PCIe",

@@ -39,7 +39,8 @@ def plan(
                               "catalogue prices; each price names its offer id."),
     query: str = typer.Option(None, "--query", "-q", metavar="QUERY",
                               help="With --live: vast.ai query for the offers, e.g. 'num_gpus>=4 reliability>0.98'."),
-    provider: str = typer.Option("all", "--provider", help="With --live: vast, runpod or all."),
+    provider: str = typer.Option("all", "--provider", help="vast, runpod or all: whose prices (catalogue, or "
+                                 "with --live its offers)."),
     phase: str = typer.Option(None, "--phase", help="Training phase (gpucli profiles): a two-stage phase (tnt) "
                               "plans each stage at its own memory chunk size."),
     set_: list[str] = typer.Option([], "--set", help="Model override as for launch, e.g. --set model.refine_steps=4: "
@@ -112,17 +113,18 @@ def plan(
         st = run_stages(catalog.phase(phase).stages, tuple(f"--{x}" if not x.startswith("--") else x for x in set_))
         stages = st.shares() if st is not None else ()
     request = PlanRequest(
-        model=shape, stages=stages, tokens_from=tokens_from, more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
+        model=shape, stages=stages, tokens_from=tokens_from,
+        provider=None if live or provider.strip().lower() == "all" else _provider_name(provider), more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
     setups = None
     if live:
         setups = _live_setups(catalog, request, query=query, provider=provider)
-    elif query is not None or provider != "all":
-        raise UsageError("--query and --provider only apply with --live")
+    elif query is not None:
+        raise UsageError("--query only applies with --live")
     result = make_plan(catalog, request, setups=setups)
     if explain is not None:
-        from gpucli.plan.planner import explain as explain_setup
+        from gpucli.plan.explain import explain_setup
 
         render_plan.explanation(explain_setup(catalog, result, explain), json_=json_)
         return
@@ -136,6 +138,15 @@ def plan(
             render_plan.plan_chart(result)
     if plot is not None:
         render_plan.wrote(plot)
+
+
+def _provider_name(name: str) -> str:
+    from gpucli.errors import UsageError
+
+    key = name.strip().lower()
+    if key not in ("vast", "runpod"):
+        raise UsageError(f"--provider must be vast, runpod or all, got '{name}'")
+    return key
 
 
 def _tokens_from_counts(examples: str | None, epochs: float | None, steps: int | None, batch: int | None,

@@ -108,7 +108,7 @@ def launch(
         from gpucli.plan.estimate import parse_quantity
 
         try:
-            given_own = {"own_params": parse_quantity(params) if params else None,
+            given_own: dict[str, Any] = {"own_params": parse_quantity(params) if params else None,
                          "own_tokens": parse_quantity(tokens) if tokens else None}
         except ValueError as exc:
             raise UsageError(str(exc)) from None
@@ -121,7 +121,7 @@ def launch(
         raise UsageError("--profile is required", hint="gpucli profiles lists them")
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
     if checkpoint_every is not None:
-        from gpucli.run.launch import parse_checkpoint_every
+        from gpucli.plan.runmodel import parse_checkpoint_every
 
         given.update(parse_checkpoint_every(checkpoint_every))
     req = LaunchRequest(
