@@ -158,7 +158,7 @@ def checkpoints_planned(checked: Any, steps: int, planned_hours: float | None, l
     known = [(h, why) for h, why in caps if h]
     hours, why = min(known) if known else (None, "")
     n = checkpoints_written(steps, t.checkpoint_interval, hours, t.checkpoint_every_s)
-    every = f"every {t.checkpoint_interval:,} steps"
+    every = f"every {t.checkpoint_interval:,} steps" if t.checkpoint_interval < steps else "the final one"
     if t.checkpoint_every_s:
         every += f" and every {t.checkpoint_every_s / 3600:g} h" if t.checkpoint_every_s >= 3600 else \
             f" and every {t.checkpoint_every_s / 60:g} min"

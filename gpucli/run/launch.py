@@ -282,7 +282,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     steps = limits.max_steps or (asked_steps if isinstance(asked_steps, int) else None) or (
         stages.steps if stages else phase.iterations)
     val_interval = req.val_interval or max(10, steps // 20)
-    ckpt_interval = req.checkpoint_interval or max(val_interval, steps // 10)
+    # --checkpoint-every 1h replaces the default step interval (seed 004 saves hourly, nothing else)
+    ckpt_interval = req.checkpoint_interval or (steps if req.checkpoint_every_s else max(val_interval, steps // 10))
     price = limits.price_per_hour_usd
     if price is None and gpu is not None:
         from gpucli.plan.planner import choose_price
