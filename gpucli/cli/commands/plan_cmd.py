@@ -121,7 +121,8 @@ def plan(
     if live:
         setups = _live_setups(catalog, request, query=query, provider=provider)
     elif query is not None:
-        raise UsageError("--query only applies with --live")
+        raise UsageError("--query filters live offers: it can only apply with --live",
+                         hint="--provider alone picks whose catalogue prices are used")
     result = make_plan(catalog, request, setups=setups)
     if explain is not None:
         from gpucli.plan.explain import explain_setup
