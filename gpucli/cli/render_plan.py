@@ -230,7 +230,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
     req = plan.request
     return {
-        "model": req.model.name, "workload": req.workload, "params": plan.params, "tokens": plan.tokens,
+        "model": req.model.name, "models": [m.name for m in req.models], "order": req.order,
+        "workload": req.workload, "params": plan.params, "tokens": plan.tokens,
         "tokens_note": plan.tokens_note, "seq_len": plan.seq_len, "flops_per_token": plan.flops_per_token,
         "spot": req.spot, "budget_usd": req.budget_usd, "deadline_hours": req.deadline_hours,
         "front": [est(e) for e in plan.front],
