@@ -19,6 +19,7 @@ On a GPU (``--device cuda``) the weights and cache are bf16 and generate() runs 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import queue
 import sys
 import time
@@ -83,6 +84,38 @@ def bench_generate(model: GPT, prompts: list[list[int]], new_tokens: int, device
     return sum(firsts) / len(firsts), len(prompts) * new_tokens / busy
 
 
+def measure_cpu(seconds: float = 1.0) -> tuple[float, float]:
+    """(GB/s, TFLOP/s) of this machine as torch sees it: a 256 MB fp32 tensor summed (read once) and a
+    1024^3 fp32 matmul, best of a few repetitions."""
+    big = torch.ones(64 * 1024 * 1024)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best_bw = best_fl = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or best_bw == 0.0:
+        t0 = time.perf_counter()
+        big.sum()
+        best_bw = max(best_bw, big.numel() * 4 / (time.perf_counter() - t0) / 1e9)
+        t0 = time.perf_counter()
+        a @ b
+        best_fl = max(best_fl, 2 * 1024**3 / (time.perf_counter() - t0) / 1e12)
+    return best_bw, best_fl
+
+
+def predicted_tokens_per_s(preset: str, streams: int, context: int, bw_gbps: float, tflops: float) -> tuple[float, str]:
+    """gpucli plan's serving roofline (gpucli/plan/serving.py) for this CPU: its measured bandwidth and
+    matmul rate in place of a datasheet's, fp32 weights, at most ``streams`` sequences decoded together."""
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.plan.schema import Gpu
+    from gpucli.plan.serving import serve_speed
+
+    defaults = dataclasses.replace(load_catalog().defaults, decode_bytes_per_param=4, decode_bandwidth_efficiency=1.0,
+                                   cuda_overhead_gb=0.0)
+    cpu = Gpu(id="cpu", name="this CPU", aliases=(), vram_gb=1e6, architecture="cpu", bf16_dense_tflops=tflops,
+              memory_bandwidth_gbps=bw_gbps, interconnect="pcie", source="measured")
+    s = serve_speed(MODELS[preset], cpu, defaults, context=context, max_sequences=streams, matmul_efficiency=1.0)
+    return s.tokens_per_s, s.bound
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--presets", default="tiny,25m")
@@ -91,7 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--skip-generate", action="store_true", help="only the engine (large models)")
+    ap.add_argument("--predict", action="store_true", help="also print gpucli plan's serving roofline for this "
+                    "machine (its measured bandwidth and matmul rate) beside the engine's tokens/s")
     args = ap.parse_args(argv)
+    measured = measure_cpu() if args.predict and args.device == "cpu" else None
+    if measured:
+        print(f"this CPU: {measured[0]:.1f} GB/s read, {measured[1] * 1e3:.0f} GFLOP/s fp32 matmul")
     streams = [int(s) for s in args.streams.split(",")]
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     print(f"device {args.device}, {torch.get_num_threads()} threads, prompt {args.prompt_tokens} tokens, "
@@ -121,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, first, tps in rows:
                 ratio = f"{tps / ref:.1f}x" if ref else "-"
                 print(f"| {preset} | {s} | {name} | {first * 1000:.0f} | {tps:,.0f} | {ratio} |", flush=True)
+            if measured:
+                want, bound = predicted_tokens_per_s(preset, s, args.prompt_tokens + args.new_tokens, *measured)
+                print(f"| {preset} | {s} | gpucli plan's roofline ({bound}-bound) | - | {want:,.0f} | "
+                      f"engine at {rows[0][2] / want:.0%} of it |", flush=True)
         engine.stop()
     return 0
 

@@ -122,6 +122,7 @@ class Trainer:
         self.last_train_loss: float | None = None
         self.last_val_loss: float | None = None
         self.last_ckpt_step = -1
+        self.last_ckpt_time, self.ckpt_due = time.monotonic(), False  # checkpoint_every_s; agreed in stop_reason
         self.last_val_step = -1
 
         # fp32 weights + AdamW's two moments: what a checkpoint writes (gpucli.plan.disk says the same)
@@ -191,6 +192,7 @@ class Trainer:
             extra["tokenizer.json"] = self.data_dir / "tokenizer.json"
         path = self.checkpoints.save(self.step, meta, extra, kind)  # None: no room on disk (logged, alerted)
         self.last_ckpt_step = self.step
+        self.last_ckpt_time = time.monotonic()
         self.clock.timings.checkpoint(time.perf_counter() - t0)
         if path is None:
             return None
@@ -386,7 +388,10 @@ class Trainer:
 
     def stop_reason(self) -> str | None:
         over_hours, over_budget = self.clock.caps_ahead()
-        flags = self.d.max_flags([float(self.stop_requested), float(over_hours), float(over_budget)])
+        every = self.cfg.training.checkpoint_every_s
+        due = every is not None and time.monotonic() - self.last_ckpt_time >= every
+        flags = self.d.max_flags([float(self.stop_requested), float(over_hours), float(over_budget), float(due)])
+        self.ckpt_due = bool(flags[3])  # one collective: every rank saves on the same step
         if flags[0]:  # every rank stops on the same step
             self.stop_requested = self.stop_requested or int(flags[0])
             return "signal"
@@ -430,9 +435,10 @@ class Trainer:
                 now = time.perf_counter()
                 self.log_row(loss, grad_norm, tokens_since, now - t_log)
                 t_log, tokens_since = now, 0
-            if self.step % t.val_interval == 0 or self.step % t.checkpoint_interval == 0:
+            checkpoint = self.step % t.checkpoint_interval == 0 or self.ckpt_due
+            if self.step % t.val_interval == 0 or checkpoint:
                 self.validate()
-            if self.step % t.checkpoint_interval == 0:
+            if checkpoint:
                 self.save("regular")
                 self.sample_prompts()
             self.faults.after_step(self.step)

@@ -59,7 +59,7 @@ def profiles_tables(catalog: Catalog) -> None:
                   "yes" if p.compile else "no", p.description)
     out().print(t)
     c = table("Cluster profiles: per-GPU micro-batch x grad accum = sequences per step, per phase")
-    phases = list(catalog.phases)
+    phases = [ph for ph in catalog.phases if any(ph in cp.phases for cp in catalog.cluster_profiles.values())]
     for col in ["profile", "GPUs"] + [f"{ph}" for ph in phases] + ["notes"]:
         c.add_column(col)
     for cp in catalog.cluster_profiles.values():
@@ -73,12 +73,17 @@ def profiles_tables(catalog: Catalog) -> None:
             cells.append(f"{b.micro_batch} x {b.grad_accum} = {b.micro_batch * b.grad_accum * cp.count}{rate}")
         c.add_row(cp.name, f"{cp.count}x {catalog.gpus[cp.gpu].name}", *cells, cp.description)
     out().print(c)
+    out().print("[dim]A phase without a column takes the fast phase's batch x its batch scale.[/]")
     pt = table("Phases")
     for col in ("phase", "iterations", "matrix LR", "embedding LR", "batch scale", "description"):
         pt.add_column(col)
     for phase in catalog.phases.values():
+        st = phase.stages
+        desc = phase.description + (
+            f" (stage 1: {st.stage1_steps:,} steps, chunk {st.stage1_chunk_size}; stage 2: {st.stage2_steps:,}, "
+            f"chunk {st.stage2_chunk_size})" if st else "")
         pt.add_row(phase.name, str(phase.iterations), f"{phase.matrix_lr:g}", f"{phase.embedding_lr:g}",
-                   f"{phase.batch_scale:g}", phase.description)
+                   f"{phase.batch_scale:g}", desc)
     out().print(pt)
 
 
@@ -129,8 +134,13 @@ def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
     kind = "spot" if req.spot else "on-demand"
     if any(e.setup.price.offer_id for e in plan.estimates):
         kind = f"live {kind} offer"
-    o.print(f"[bold]{req.model.name}[/]: {si(plan.params)} params, {req.workload}, {plan.tokens_note}; "
-            f"T {plan.seq_len}; {plan.flops_per_token / 1e9:.2f} GFLOP/token; {kind} prices")
+    if req.workload == "generate":
+        names = ", ".join(m.name for m in req.models)
+        o.print(f"[bold]{names}[/]: {si(plan.params)} params{' each' if len(req.models) > 1 else ''}, generate, "
+                f"{plan.tokens_note}; serving engine per GPU (batch = sequences decoded together); {kind} prices")
+    else:
+        o.print(f"[bold]{req.model.name}[/]: {si(plan.params)} params, {req.workload}, {plan.tokens_note}; "
+                f"T {plan.seq_len}; {plan.flops_per_token / 1e9:.2f} GFLOP/token; {kind} prices")
     t = table(f"Pareto front: cost against time ({len(plan.front)} of {len(plan.estimates)} setups)")
     num = {"justify": "right", "no_wrap": True}
     for col, kw in (("#", num), ("setup", {"no_wrap": True}), ("hours", num), ("cost", num), ("$/h", num),
@@ -191,7 +201,8 @@ def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
     if plan.unfit:
         names = ", ".join(f"{e.setup.label} (needs {e.memory_gb:.0f} GB)" for e in plan.unfit[:8])
         more = f" and {len(plan.unfit) - 8} more" if len(plan.unfit) > 8 else ""
-        o.print(f"[red]Does not fit[/] even at micro-batch 1: {names}{more}")
+        o.print(f"[red]Does not fit[/] even at {'batch' if req.workload == 'generate' else 'micro-batch'} 1: "
+                f"{names}{more}")
     if plan.disk is not None:
         d = plan.disk
         o.print(f"Checkpoints: {d.checkpoint_gb:.1f} GB each ({d.weights_gb:.1f} GB weights + {d.optimizer_gb:.1f} GB "
@@ -219,7 +230,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
     req = plan.request
     return {
-        "model": req.model.name, "workload": req.workload, "params": plan.params, "tokens": plan.tokens,
+        "model": req.model.name, "models": [m.name for m in req.models], "order": req.order,
+        "workload": req.workload, "params": plan.params, "tokens": plan.tokens,
         "tokens_note": plan.tokens_note, "seq_len": plan.seq_len, "flops_per_token": plan.flops_per_token,
         "spot": req.spot, "budget_usd": req.budget_usd, "deadline_hours": req.deadline_hours,
         "front": [est(e) for e in plan.front],
@@ -401,8 +413,12 @@ def explanation(x: Any, *, json_: bool) -> None:
         ("speed from", escape(x.speed_source)),
     ]
     if x.mfu is not None:
+        sf = x.speed_flops_per_token or x.flops_per_token
+        if sf > x.flops_per_token * 1.0001:
+            steps.append(("fp32 memory", f"the memory's fp32 work runs on TF32 at half the BF16 peak: counted twice, "
+                                         f"{sf / 1e9:.3f} GFLOP/token at the BF16 rate"))
         steps.append(("tokens/s", f"{x.n_gpus} GPUs x {x.peak_tflops:g} TFLOP/s x MFU {x.mfu:.1%} x scaling "
-                                  f"{x.scaling:.3f} / {x.flops_per_token / 1e9:.3f} GFLOP = {si(x.tokens_per_s)}"))
+                                  f"{x.scaling:.3f} / {sf / 1e9:.3f} GFLOP = {si(x.tokens_per_s)}"))
     else:
         steps.append(("tokens/s", si(x.tokens_per_s)))
     steps += [
@@ -432,3 +448,10 @@ def explanation(x: Any, *, json_: bool) -> None:
     for k, v in steps:
         t.add_row(k, v)
     o.print(t)
+    if getattr(x, "constants", ()):
+        c = table("Constants: each with its source, or marked an assumption")
+        for col in ("constant", "value", "source"):
+            c.add_column(col)
+        for name, value, source in x.constants:
+            c.add_row(name, escape(value), escape(source))
+        o.print(c)

@@ -70,7 +70,7 @@ def status_line() -> Iterator[Any]:
 def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     data = {
         "run": r.name, "provider": r.provider, "profile": r.profile, "phase": r.phase, "model": r.model.name,
-        "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
+        "params": r.model.num_params(), "vocab_size": r.model.vocab_size, "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
         "grad_accum": r.grad_accum, "batch_note": r.batch_note, "steps": r.steps, "seq_len": r.seq_len, "workdir": r.workdir,
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
@@ -86,12 +86,15 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     o = out()
     o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
             f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
-            f"model {r.model.name}, {r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
-            f"sequences of {r.seq_len} tokens ({r.fit})")
+            + (f"your own code ({r.planned.source})" if r.own_code and r.planned.tokens_per_s is None else
+               f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params" if r.own_code else
+               f"model {r.model.name} ({r.model.num_params() / 1e6:,.0f}M params, vocabulary {r.model.vocab_size}), "
+               f"{r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
+               f"sequences of {r.seq_len} tokens ({r.fit})"))
     if r.batch_note:
         o.print(f"batch: {r.batch_note}", markup=False, highlight=False)
     if r.price_per_hour_usd:
-        o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps}, hours "
+        o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps or '-'}, hours "
                 f"{r.limits.max_hours or '-'}, budget {money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, "
                 f"stall {r.limits.stall_minutes:g} min")
     if r.planned.hours is not None:
@@ -131,7 +134,8 @@ def _disk_dict(r: ResolvedLaunch) -> dict[str, Any] | None:
     return {"weights_gb": c.weights_gb, "optimizer_gb": c.optimizer_gb, "per_rank_optimizer_gb": c.per_rank_optimizer_gb,
             "checkpoint_gb": c.checkpoint_gb, "keep_last": d.keep_last, "checkpoints_at_once": c.at_once,
             "checkpoints_gb": c.disk_gb, "data_gb": d.data_gb, "headroom_gb": d.headroom_gb, "need_gb": d.need_gb,
-            "have_gb": d.have_gb, "where": d.where, "fits": d.fits}
+            "have_gb": d.have_gb, "where": d.where, "fits": d.fits, "checkpoints_written": d.written,
+            "checkpoints_written_note": d.written_note, "all_kept_gb": d.all_kept_gb}
 
 
 def _disk_lines(r: ResolvedLaunch) -> list[str]:
@@ -157,7 +161,9 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
             f"{size(c.optimizer_gb)}{per_rank}); keep_last {d.keep_last} + the best + the one being written = "
             f"{c.at_once} at once = {size(c.disk_gb)}",
             f"disk: {size(c.disk_gb)} checkpoints + {data} + {size(d.headroom_gb)} headroom = "
-            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")]
+            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")
+            ] + ([f"checkpoints written: {d.written} ({d.written_note}); keeping them all would need "
+                  f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else [])
 
 
 def launched(record: RunRecord, *, json_: bool) -> None:

@@ -67,6 +67,13 @@ class DiskNeed:
     data_gb: float | None  # None: not known before the launch (downloaded or already on the pod)
     have_gb: float | None  # the disk the run folder is on; None where it is not known before the launch
     where: str  # what ``have_gb`` is: "--disk 50 GB", "volume corpus (200 GB)", "free on /home", ...
+    written: int | None = None  # checkpoints the run writes in all (by steps, by time, the final one)
+    written_note: str = ""  # how that count came about
+
+    @property
+    def all_kept_gb(self) -> float | None:
+        """Disk for keeping every checkpoint written (``training.keep_last`` = written)."""
+        return None if self.written is None else self.written * self.checkpoints.checkpoint_gb
 
     @property
     def headroom_gb(self) -> float:
@@ -94,9 +101,17 @@ class DiskNeed:
         return best
 
 
+def checkpoints_written(steps: int, interval_steps: int, hours: float | None, every_s: float | None) -> int:
+    """Checkpoints a run writes: one each ``interval_steps``, one each ``every_s`` of its ``hours`` (an
+    upper bound: a timed one can fall on a step's), and the final one."""
+    by_steps = steps // interval_steps if interval_steps > 0 else 0
+    by_time = int(hours * 3600 // every_s) if hours is not None and every_s else 0
+    return by_steps + by_time + (0 if by_steps and steps % interval_steps == 0 else 1)
+
+
 def disk_need(checkpoints: CheckpointDisk, *, keep_last: int, data_gb: float | None, have_gb: float | None,
-              where: str) -> DiskNeed:
+              where: str, written: int | None = None, written_note: str = "") -> DiskNeed:
     for name, value in (("data_gb", data_gb), ("have_gb", have_gb)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return DiskNeed(checkpoints, keep_last, data_gb, have_gb, where)
+    return DiskNeed(checkpoints, keep_last, data_gb, have_gb, where, written, written_note)

@@ -82,15 +82,85 @@ class Memory:
                 + self.overhead_gb)
 
 
-def activation_bytes_per_token(shape: ModelShape) -> float:
-    """Bytes kept for backward per token, all layers (Korthikanti et al. with flash attention)."""
+# What one Atlas memory block keeps for backward on top of a plain block, per token: a least-squares fit
+# (max error 2 %) to 18 measurements of the trainer's own AtlasMemory.mix under bf16 autocast on CPU, every
+# tensor autograd saves counted once (scripts/measure_saved.py, torch.autograd.graph.saved_tensors_hooks;
+# BENCHMARKS.md "Atlas memory activations"). The memory runs in fp32: ~7 n x n chunk matrices (29 bytes a
+# token per unit of chunk), the fp32 projections and features, and M and S per chunk (16 x dk x dv / chunk).
+_MEM_PER_CHUNK = 29.12
+_MEM_PER_D = 18.48
+_MEM_PER_DK_DEGREE = 12.0
+_MEM_PER_DK = 34.17
+_MEM_PER_DV = 22.63
+_MEM_STATE_PER_CHUNK = 16.21
+_MEM_PER_WINDOW = 16.67
+_MEM_CONST = -68.23
+DEFAULT_MEMORY_CHUNK = 2048  # the trainer's stage-1 chunk when none is set (seed 000's)
+
+
+def memory_activation_bytes_per_token(d: int, dk: int, dv: int, chunk: int, window: int, poly: int) -> float:
+    """One memory block's saved bytes per token (see the fit above); ``chunk`` as run (at most T)."""
+    return (_MEM_PER_CHUNK * chunk + _MEM_PER_D * d + _MEM_PER_DK_DEGREE * dk * poly + _MEM_PER_DK * dk
+            + _MEM_PER_DV * dv + _MEM_STATE_PER_CHUNK * dk * dv / chunk + _MEM_PER_WINDOW * window + _MEM_CONST)
+
+
+def plain_block_bytes_per_token(shape: ModelShape) -> float:
+    """One plain block (Korthikanti et al. with flash attention)."""
     d, f = shape.d_model, shape.d_ff
-    per_layer = (17 * d + 6 * f) if shape.mlp == "swiglu" else (18 * d + 4 * f)
-    return float(per_layer * shape.n_layers)
+    return float((17 * d + 6 * f) if shape.mlp == "swiglu" else (18 * d + 4 * f))
+
+
+def activation_bytes_per_token(shape: ModelShape, seq_len: int | None = None, chunk: int | None = None) -> float:
+    """Bytes kept for backward per token, all layers: the plain blocks, each block's memory (its chunk
+    as run: ``chunk``, else the trainer's default, at most the sequence) and every refinement step's
+    pass through the shared stack (each step's activations are kept for its backward)."""
+    per_layer = plain_block_bytes_per_token(shape)
+    total = per_layer * shape.n_layers
+    if shape.memory:
+        t = seq_len or shape.max_seq_len
+        c = min(t, chunk or DEFAULT_MEMORY_CHUNK)
+        total += shape.n_layers * memory_activation_bytes_per_token(
+            shape.d_model, shape.key_width, shape.value_width, c, shape.context_window, shape.poly_degree)
+    if shape.refine_steps:
+        total += shape.refine_steps * shape.refine_layers * per_layer
+    return total
+
+
+# The memory runs in fp32 outside autocast (trainer/model/memory.py); the trainer allows TF32 for it
+# (trainer/loop/dist.py), whose dense tensor-core peak is half the BF16 one on NVIDIA's datasheets
+# (A100: 156 vs 312; H100 SXM: 494.7 vs 989.5; L40S and RTX 4090 likewise). Its FLOPs take twice the time.
+TF32_SLOWDOWN = 2.0
+
+
+def memory_fp32_flops_per_token(shape: ModelShape, seq_len: int | None = None, chunk: int | None = None) -> float:
+    """Training FLOPs a token of the memory's fp32 work: its q, k, v, out projections and gates, and the
+    chunked update (ModelSpec.train_flops_per_token's memory term)."""
+    if not shape.memory:
+        return 0.0
+    t = seq_len or shape.max_seq_len
+    c = min(t, chunk or DEFAULT_MEMORY_CHUNK)
+    d, dk, dv = shape.d_model, shape.key_width, shape.value_width
+    update = 3.0 * (6.0 * dk * dv + 2.0 * c * (dk + dv) + 2.0 * c * c)
+    projections = 6.0 * (2 * d * dk + 2 * d * dv + 3 * d)
+    return shape.n_layers * (update + projections)
+
+
+def speed_flops_per_token(shape: ModelShape, seq_len: int | None = None, chunk: int | None = None) -> float:
+    """FLOPs a token as the GPU's BF16 peak sees them: the useful FLOPs, with the fp32 (TF32) memory
+    path counted at its slower rate. Tokens/s = peak x MFU / this."""
+    t = seq_len or shape.max_seq_len
+    extra = (TF32_SLOWDOWN - 1.0) * memory_fp32_flops_per_token(shape, t, chunk)
+    return shape.train_flops_per_token(t, memory_chunk=chunk) + extra
+
+
+# The bundled trainer's fused loss (trainer/model/gpt.py FusedLinearCrossEntropy) never stores the logits
+# of the micro-batch: it computes loss and gradients 8192 rows at a time, so only one chunk's bf16 logits and
+# their gradient exist at once. Charging every token's logits overstated the measured peaks by 11-140 %.
+LOSS_CHUNK_ROWS = 8192
 
 
 def train_memory(shape: ModelShape, defaults: Defaults, micro_batch: int, seq_len: int,
-                 sharded_over: int = 1) -> Memory:
+                 sharded_over: int = 1, chunk: int | None = None) -> Memory:
     """Per-GPU memory of bf16-autocast AdamW training (fp32 master weights)."""
     n = count_params(shape).total
     state = defaults.train_state_bytes_per_param  # 4 weights + 4 grads + 8 AdamW
@@ -100,8 +170,8 @@ def train_memory(shape: ModelShape, defaults: Defaults, micro_batch: int, seq_le
     tokens = micro_batch * seq_len
     return Memory(
         weights_gb=weights / GB, grads_gb=grads / GB, optimizer_gb=optimizer / GB,
-        activations_gb=tokens * activation_bytes_per_token(shape) / GB,
-        logits_gb=tokens * shape.vocab_size * defaults.logits_bytes_per_token_vocab / GB,
+        activations_gb=tokens * activation_bytes_per_token(shape, seq_len, chunk) / GB,
+        logits_gb=min(tokens, LOSS_CHUNK_ROWS) * shape.vocab_size * defaults.logits_bytes_per_token_vocab / GB,
         overhead_gb=defaults.cuda_overhead_gb, micro_batch=micro_batch, seq_len=seq_len,
         sharded_over=sharded_over)
 
@@ -113,21 +183,34 @@ class FitResult:
 
 
 def choose_micro_batch(shape: ModelShape, defaults: Defaults, vram_gb: float, n_gpus: int,
-                       seq_len: int | None = None, max_micro_batch: int | None = None) -> FitResult:
-    """The largest power-of-two micro-batch that fits; sharded across ``n_gpus`` only if it must be."""
+                       seq_len: int | None = None, max_micro_batch: int | None = None,
+                       chunks: tuple[int, ...] = ()) -> FitResult:
+    """The largest power-of-two micro-batch that fits; sharded across ``n_gpus`` only if it must be.
+    ``chunks``: the memory's chunk size in each stage (a memory model must fit in every one)."""
     t = seq_len or shape.max_seq_len
     usable = vram_gb * defaults.usable_vram_fraction
     cap = max_micro_batch or defaults.max_micro_batch
+
+    def need(mb: int, sharded_over: int) -> Memory:
+        return peak_train_memory(shape, defaults, mb, t, sharded_over, chunks)
+
     for sharded_over, fit in ((1, Fit.FITS), (n_gpus, Fit.SHARDED)):
         if fit is Fit.SHARDED and n_gpus < 2:
             break
-        if train_memory(shape, defaults, 1, t, sharded_over).total_gb > usable:
+        if need(1, sharded_over).total_gb > usable:
             continue
         mb = 1
-        while mb * 2 <= cap and train_memory(shape, defaults, mb * 2, t, sharded_over).total_gb <= usable:
+        while mb * 2 <= cap and need(mb * 2, sharded_over).total_gb <= usable:
             mb *= 2
-        return FitResult(fit, train_memory(shape, defaults, mb, t, sharded_over))
-    return FitResult(Fit.NO, train_memory(shape, defaults, 1, t, max(1, n_gpus)))
+        return FitResult(fit, need(mb, sharded_over))
+    return FitResult(Fit.NO, need(1, max(1, n_gpus)))
+
+
+def peak_train_memory(shape: ModelShape, defaults: Defaults, micro_batch: int, seq_len: int, sharded_over: int = 1,
+                      chunks: tuple[int, ...] = ()) -> Memory:
+    """The largest of :func:`train_memory` over the stages' memory chunk sizes."""
+    return max((train_memory(shape, defaults, micro_batch, seq_len, sharded_over, c) for c in (chunks or (None,))),
+               key=lambda m: m.total_gb)
 
 
 def scaling_efficiency(n_gpus: int, interconnect: str, defaults: Defaults) -> float:
@@ -140,32 +223,6 @@ def scaling_efficiency(n_gpus: int, interconnect: str, defaults: Defaults) -> fl
 def train_tokens_per_s(flops_per_token: float, gpu: Gpu, n_gpus: int, mfu: float, defaults: Defaults) -> float:
     peak = gpu.bf16_dense_tflops * 1e12
     return n_gpus * peak * mfu * scaling_efficiency(n_gpus, gpu.interconnect, defaults) / flops_per_token
-
-
-@dataclass(frozen=True)
-class DecodeMemory:
-    weights_gb: float
-    kv_cache_gb: float
-    overhead_gb: float
-
-    @property
-    def total_gb(self) -> float:
-        return self.weights_gb + self.kv_cache_gb + self.overhead_gb
-
-
-def decode_memory(shape: ModelShape, defaults: Defaults, context_tokens: int | None = None) -> DecodeMemory:
-    ctx = context_tokens or defaults.decode_context_tokens
-    n = count_params(shape).total
-    kv_dim = shape.head_dim * shape.kv_heads
-    kv = 2 * shape.n_layers * kv_dim * ctx * defaults.decode_bytes_per_param
-    return DecodeMemory(weights_gb=n * defaults.decode_bytes_per_param / GB, kv_cache_gb=kv / GB,
-                        overhead_gb=defaults.cuda_overhead_gb)
-
-
-def decode_tokens_per_s(shape: ModelShape, gpu: Gpu, defaults: Defaults) -> float:
-    """One decode stream reads every weight once per token: bandwidth x efficiency / weight bytes."""
-    weight_bytes = count_params(shape).total * defaults.decode_bytes_per_param
-    return gpu.memory_bandwidth_gbps * GB * defaults.decode_bandwidth_efficiency / weight_bytes
 
 
 def parse_quantity(text: str | float | int) -> float:
@@ -240,3 +297,4 @@ def prepare_estimate(tokens: float, tokenizer: str = "byte", cores: int = POD_CP
     return PrepareEstimate(tokens, tokenizer, PREPARE_TOKENS_PER_S_PER_CORE[tokenizer], cores,
                            f"scripts/bench_prepare.py, 1 worker ({kind}), BENCHMARKS.md 2026-11-23; "
                            f"assumes workers scale to {cores} cores")
+

@@ -25,6 +25,7 @@ from gpucli.plan.schema import (
     PhaseBatch,
     Price,
     SingleProfile,
+    Stages,
 )
 from trainer.spec.modelspec import MLP_KINDS, NORMS, POSITIONS, SpecError
 
@@ -264,7 +265,17 @@ def _parse_phases(data: Any, file: str) -> dict[str, Phase]:
         where = f"phases.{name}"
         p = r.mapping(raw, where)
         r.unknown_keys(p, {"description", "iterations", "matrix_lr", "embedding_lr", "batch_scale",
-                           "refinement"}, where)
+                           "refinement", "stages"}, where)
+        stages = None
+        if p.get("stages") is not None:
+            sw = f"{where}.stages"
+            st = r.mapping(p["stages"], sw)
+            r.unknown_keys(st, {"stage1_steps", "stage2_steps", "stage1_chunk_size", "stage2_chunk_size"}, sw)
+            stages = Stages(
+                stage1_steps=r.number(st, "stage1_steps", sw, minimum=1, integer=True),
+                stage2_steps=r.number(st, "stage2_steps", sw, minimum=0, integer=True),
+                stage1_chunk_size=r.number(st, "stage1_chunk_size", sw, minimum=1, integer=True, optional=True),
+                stage2_chunk_size=r.number(st, "stage2_chunk_size", sw, minimum=1, integer=True, optional=True))
         ref = r.mapping(p.get("refinement") or {}, f"{where}.refinement")
         r.unknown_keys(ref, {"supervision_weight_base", "improvement_reward_scale"}, f"{where}.refinement")
         knobs = {k: r.number(ref, k, f"{where}.refinement", minimum=0, maximum=1000) if k in ref else None
@@ -274,7 +285,7 @@ def _parse_phases(data: Any, file: str) -> dict[str, Phase]:
             iterations=r.number(p, "iterations", where, minimum=1, integer=True),
             matrix_lr=r.number(p, "matrix_lr", where, minimum=0, maximum=1),
             embedding_lr=r.number(p, "embedding_lr", where, minimum=0, maximum=10),
-            batch_scale=r.number(p, "batch_scale", where, minimum=0.01, maximum=16),
+            batch_scale=r.number(p, "batch_scale", where, minimum=0.01, maximum=16), stages=stages,
             **knobs)
     return phases
 

@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
 
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import CalibrationEntry, Catalog, Gpu, ModelShape, Price
@@ -21,20 +20,20 @@ from gpucli.plan.estimate import (
     PrepareEstimate,
     choose_micro_batch,
     count_params,
-    decode_memory,
-    decode_tokens_per_s,
     modelled_mfu,
     prepare_estimate,
     scaling_efficiency,
+    speed_flops_per_token,
     train_flops_per_token,
     train_tokens_per_s,
 )
 from gpucli.plan.pareto import Front, dominates, pareto_front
+from gpucli.plan.serving import ORDERS, generate_assumptions, generate_run
 
 __all__ = [
-    "DEFAULT_COUNTS", "MFU_CEILING", "BudgetView", "Estimate", "Explanation", "Front", "Picks", "Plan",
+    "DEFAULT_COUNTS", "MFU_CEILING", "BudgetView", "Estimate", "Front", "Picks", "Plan",
     "PlanRequest", "PriceQuote", "Setup", "catalog_setups", "choose_price", "dominates", "estimate_generate",
-    "estimate_train", "explain", "find_estimate", "make_plan", "pareto_front",
+    "estimate_train", "make_plan", "pareto_front",
 ]
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
@@ -100,6 +99,21 @@ class PlanRequest:
     mfu: float | None = None  # override the MFU (training)
     tokenizer: str = "byte"  # how the corpus is tokenized on the pod: sets the preparation rate
     pod_cpu_cores: int | None = None  # the pod's cores for preparation (default estimate.POD_CPU_CORES)
+    more_models: tuple[ModelShape, ...] = ()  # generation: the other models sharing the tokens
+    order: str = "parallel"  # generation with several models: parallel (side by side) or sequence
+    context_tokens: int | None = None  # generation: tokens of context a sequence (default: the catalogue's)
+    stages: tuple[tuple[float, int | None], ...] = ()  # training: (share of the tokens, memory chunk) a stage
+    tokens_from: str = "--tokens"  # how --tokens was counted ("50,000 examples x 3 epochs x 512 tokens")
+    provider: str | None = None  # plan with this provider's catalogue prices (else surveys'), never another's
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The memory's chunk size in each stage (a memory model's fit is checked at each)."""
+        return tuple(c for _, c in self.stages if c) if self.model.memory else ()
+
+    @property
+    def models(self) -> tuple[ModelShape, ...]:
+        return (self.model, *self.more_models)
 
 
 @dataclass(frozen=True)
@@ -175,12 +189,15 @@ def _quote(price: Price, today: dt.date, stale_after_days: int) -> PriceQuote:
                                price.usd_per_hour_high / (price.count if price.per == "node" and price.count else 1)))
 
 
-def choose_price(prices: Sequence[Price], n_gpus: int, kind: str) -> Price | None:
+def choose_price(prices: Sequence[Price], n_gpus: int, kind: str, provider: str | None = None) -> Price | None:
     """The price a setup is planned with: the newest dated one that applies, then the cheapest.
 
-    Per-GPU prices apply to any count; a whole-machine price only to its own count.
+    Per-GPU prices apply to any count; a whole-machine price only to its own count. ``provider``: only
+    that provider's prices, else the ones that name no provider (surveys), never another provider's.
     """
     usable = [p for p in prices if p.kind == kind and (p.per == "gpu" or p.count == n_gpus)]
+    if provider is not None:
+        usable = [p for p in usable if p.provider == provider] or [p for p in usable if p.provider is None]
     if not usable:
         return None
     return min(usable, key=lambda p: (-(p.as_of.toordinal() if p.as_of else 0), p.usd_per_gpu_hour))
@@ -200,7 +217,7 @@ def catalog_setups(catalog: Catalog, request: PlanRequest) -> list[Setup]:
             if request.price_per_gpu_hour is not None:
                 quote = PriceQuote(request.price_per_gpu_hour, kind, "--price", "given", None, False)
             else:
-                price = choose_price(prices, n, kind)
+                price = choose_price(prices, n, kind, request.provider)
                 if price is None:
                     continue
                 quote = _quote(price, request.today, catalog.defaults.stale_after_days)
@@ -251,7 +268,7 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
         if shape is None:
             continue
         e_seq = e.seq_len or shape.max_seq_len
-        e_flops = train_flops_per_token(shape, e_seq)
+        e_flops = speed_flops_per_token(shape, e_seq)
         e_gpu = catalog.gpus[e.gpu]
         mfu = e.mfu if e.mfu is not None else e.tokens_per_s * e_flops / (
             e.gpu_count * e_gpu.bf16_dense_tflops * 1e12 * scaling_efficiency(e.gpu_count, e_gpu.interconnect, d))
@@ -277,14 +294,22 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
     notes = []
     if count_rank:
         notes.append(f"from {e.gpu_count} GPUs to {n}")
-    if shape_rank:
-        # Both shapes on the target GPU: the model's constants come from one GPU's kernel profile, so
-        # it moves MFU across shapes only; another GPU keeps the entry's MFU and is said so below.
-        moved = modelled_mfu(request.model, seq, gpu) / modelled_mfu(shape, e.seq_len or shape.max_seq_len, gpu)
+    if shape_rank or gpu_rank:
+        # The step-time model (matmuls and attention at their shares of the peak, pointwise and loss bytes
+        # over the memory bandwidth) on each side: another shape, and for another GPU its own peak and
+        # bandwidth, so a GPU with less bandwidth for its FLOPs gets a lower MFU. An estimate, said so.
+        e_gpu_spec = catalog.gpus[e.gpu]
+        moved = (modelled_mfu(request.model, seq, gpu)
+                 / modelled_mfu(shape, e.seq_len or shape.max_seq_len, e_gpu_spec))
         mfu *= moved
-        notes.append(f"x{moved:.2f} by the step-time model for {flops / e_flops:.2g}x the FLOPs/token")
-    if gpu_rank:
-        notes.append("another GPU" + ("" if gpu_rank == 1 else ", another architecture"))
+        why = []
+        if shape_rank:
+            why.append(f"{flops / e_flops:.2g}x the FLOPs/token")
+        if gpu_rank:
+            why.append(f"another GPU, estimated for {gpu.name}: roofline of its {gpu.bf16_dense_tflops:g} TFLOP/s and "
+                       f"{gpu.memory_bandwidth_gbps:g} GB/s against the measured GPU's"
+                       + ("" if gpu_rank == 1 else ", another architecture"))
+        notes.append(f"x{moved:.2f} by the step-time model ({'; '.join(why)})")
     mfu = min(MFU_CEILING, max(0.01, mfu))
     tps = train_tokens_per_s(flops, gpu, n, mfu, d)
     return tps, mfu, f"MFU {mfu:.0%} from {what}" + (f" ({'; '.join(notes)})" if notes else "")
@@ -298,7 +323,8 @@ def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens:
     if memo is not None and key in memo:
         fr, (tps, mfu, source) = memo[key]
     else:
-        fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len)
+        fr = choose_micro_batch(request.model, catalog.defaults, setup.gpu.vram_gb, setup.n_gpus, seq_len,
+                                chunks=request.chunks)
         tps, mfu, source = _train_speed(catalog, request, setup, flops)
         if memo is not None:
             memo[key] = (fr, (tps, mfu, source))
@@ -310,24 +336,28 @@ def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens:
 
 
 def estimate_generate(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float) -> Estimate:
-    """Seed 003's method: one independent copy of the model per GPU, each decoding its share."""
-    d = catalog.defaults
-    mem = decode_memory(request.model, d)
-    fits = mem.total_gb <= setup.gpu.vram_gb * d.usable_vram_fraction
-    measured = [e for e in catalog.calibration if e.workload == "generate" and e.gpu == setup.gpu.id
-                and e.model == request.model.name]
-    if measured:
-        per_copy, source = measured[-1].tokens_per_s, f"measured: {measured[-1].source} ({measured[-1].date})"
+    """A serving engine per GPU (gpucli/plan/serving.py): the batch the VRAM left after the weights
+    holds, weights read once a step for the whole batch; several models side by side or in turn."""
+    measured = []
+    for m in request.models:
+        hits = [e for e in catalog.calibration if e.workload == "generate" and e.gpu == setup.gpu.id
+                and e.model == m.name]
+        measured.append(hits[-1] if hits else None)
+    run = generate_run(request.models, setup.gpu, setup.n_gpus, tokens, catalog.defaults, order=request.order,
+                       context=request.context_tokens,
+                       measured_tps=[e.tokens_per_s if e else None for e in measured])
+    first, e0 = run.speeds[0], measured[0]
+    if e0 is not None:
+        source = f"measured: {e0.source} ({e0.date})"
     else:
-        per_copy = decode_tokens_per_s(request.model, setup.gpu, d)
-        source = (f"bandwidth {setup.gpu.memory_bandwidth_gbps:.0f} GB/s x {d.decode_bandwidth_efficiency:.0%}"
-                  f" / {mem.weights_gb:.1f} GB of weights")
-    parallel = d.decode_parallel_efficiency if setup.n_gpus > 1 else 1.0
-    tps = per_copy * setup.n_gpus * parallel
-    hours = tokens / tps / 3600.0 * (1 + d.decode_io_overhead_fraction) + d.decode_load_minutes / 60.0
-    return Estimate(setup=setup, fit=Fit.FITS if fits else Fit.NO, memory_gb=mem.total_gb, micro_batch=None,
-                    tokens_per_s=tps, speed_source=source, mfu=None, hours=hours,
-                    cost_usd=hours * setup.usd_per_hour)
+        source = f"serving roofline: {first.describe(setup.gpu, catalog.defaults)}"
+    if len(request.models) > 1:
+        source += f"; {run.layout}"
+    return Estimate(setup=setup, fit=Fit.FITS if run.fits else Fit.NO,
+                    memory_gb=max(s.memory.total_gb for s in run.speeds),
+                    micro_batch=min(s.batch for s in run.speeds) if run.fits else None,
+                    tokens_per_s=run.tokens_per_s, speed_source=source, mfu=None, hours=run.hours,
+                    cost_usd=run.hours * setup.usd_per_hour)
 
 
 def _picks(runnable: Sequence[Estimate], front: Sequence[Estimate], request: PlanRequest) -> Picks:
@@ -353,12 +383,17 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
     """Estimate every setup, then split them into the front, the dominated and the ones that do not fit."""
     if request.workload not in ("train", "generate"):
         raise UsageError(f"unknown workload '{request.workload}'", hint="use train or generate")
+    if request.order not in ORDERS:
+        raise UsageError(f"unknown order '{request.order}'", hint="use parallel or sequence")
+    if request.more_models and request.workload != "generate":
+        raise UsageError("several models are planned for --workload generate only",
+                         hint="plan one model at a time for training")
     params = count_params(request.model).total
     seq_len = request.seq_len or request.model.max_seq_len
     notes: list[str] = []
     if request.tokens is not None:
         tokens = float(request.tokens)
-        tokens_note = f"{_si(tokens)} tokens (--tokens)"
+        tokens_note = f"{_si(tokens)} tokens ({request.tokens_from})"
     elif request.workload == "generate":
         raise UsageError("--workload generate needs --tokens N (how many tokens to generate)")
     else:
@@ -366,6 +401,9 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
         tokens_note = (f"{_si(tokens)} tokens = {request.tokens_per_param:g} tokens/param x {_si(params)} params"
                        + (" (Chinchilla)" if request.tokens_per_param == 20 else ""))
     flops = train_flops_per_token(request.model, seq_len)
+    # The fp32 memory path at its rate; each stage at its own chunk (time goes with FLOPs: shares weigh them).
+    speed_flops = sum(share * speed_flops_per_token(request.model, seq_len, chunk)
+                      for share, chunk in (request.stages if request.model.memory and request.stages else ((1.0, None),)))
     if setups is None:
         setups = catalog_setups(catalog, request)
     if not setups:
@@ -374,7 +412,7 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
                                hint="drop --gpu/--spot, raise --max-gpus, or pass --price USD")
     if request.workload == "train":
         memo: dict = {}
-        estimates = [estimate_train(catalog, request, s, tokens, seq_len, flops, memo) for s in setups]
+        estimates = [estimate_train(catalog, request, s, tokens, seq_len, speed_flops, memo) for s in setups]
     else:
         estimates = [estimate_generate(catalog, request, s, tokens) for s in setups]
     runnable = [e for e in estimates if e.runs]
@@ -398,6 +436,9 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
                      f"{prep.hours * 60:.1f} min ({prep.tokenizer} tokenizer), "
                      f"${prep.hours * cheapest.setup.usd_per_hour:.2f} on {cheapest.setup.label}; it runs under "
                      "the run's --hours/--budget (--explain SETUP shows it per setup)")
+    if request.workload == "generate":
+        notes.extend(generate_assumptions(catalog.defaults, request.models, request.tokens or 0.0, request.order,
+                                          request.context_tokens))
     budget_views: tuple[BudgetView, ...] = ()
     if request.budget_usd is not None:
         budget_views = tuple(
@@ -417,73 +458,3 @@ def _si(x: float) -> str:
         if abs(x) >= factor:
             return f"{x / factor:.3g}{suffix}"
     return f"{x:.3g}"
-
-
-# --------------------------------------------------------------------------------------------------
-# --explain
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """The chain behind one setup's estimate, each step with its inputs (all numbers, no prose)."""
-
-    setup: str
-    params: int
-    flop_params: int
-    n_layers: int
-    d_model: int
-    seq_len: int
-    flops_per_token: float
-    peak_tflops: float
-    n_gpus: int
-    mfu: float | None
-    scaling: float
-    speed_source: str
-    tokens_per_s: float
-    tokens: float
-    hours: float
-    usd_per_gpu_hour: float
-    price_source: str
-    cost_usd: float
-    memory: Any  # estimate.Memory for training, DecodeMemory for generation
-    fit: str
-    on_front: bool
-    dominated_by: str | None
-    prepare: PrepareEstimate | None = None  # data preparation on the pod before training
-    prepare_cost_usd: float | None = None  # its hours at this setup's price
-
-
-def find_estimate(plan: Plan, name: str) -> Estimate:
-    """An estimate by its label ('8x H100 SXM'), forgiving case, spaces and the GPU's id ('8xh100-sxm')."""
-    def norm(text: str) -> str:
-        return "".join(ch for ch in text.lower() if ch.isalnum())
-
-    want = norm(name)
-    for e in plan.estimates:
-        if want in (norm(e.setup.label), norm(f"{e.setup.n_gpus}x{e.setup.gpu.id}"),
-                    *(norm(f"{e.setup.n_gpus}x{a}") for a in e.setup.gpu.aliases)):
-            return e
-    raise UsageError(f"no setup '{name}' in this plan",
-                     hint="setups look like '" + "', '".join(e.setup.label for e in plan.front[:3]) + "'")
-
-
-def explain(catalog: Catalog, plan: Plan, name: str) -> Explanation:
-    e = find_estimate(plan, name)
-    p = count_params(plan.request.model)
-    if plan.request.workload == "train":
-        memory: Any = choose_micro_batch(plan.request.model, catalog.defaults, e.setup.gpu.vram_gb,
-                                         e.setup.n_gpus, plan.seq_len).memory
-    else:
-        memory = decode_memory(plan.request.model, catalog.defaults)
-    dominated_by = next((by.setup.label for d, by in plan.dominated if d is e), None)
-    q = e.setup.price
-    return Explanation(
-        setup=e.setup.label, params=p.total, flop_params=p.flop_params, n_layers=plan.request.model.n_layers,
-        d_model=plan.request.model.d_model, seq_len=plan.seq_len, flops_per_token=plan.flops_per_token,
-        peak_tflops=e.setup.gpu.bf16_dense_tflops, n_gpus=e.setup.n_gpus, mfu=e.mfu,
-        scaling=scaling_efficiency(e.setup.n_gpus, e.setup.gpu.interconnect, catalog.defaults),
-        speed_source=e.speed_source, tokens_per_s=e.tokens_per_s, tokens=plan.tokens, hours=e.hours,
-        usd_per_gpu_hour=q.usd_per_gpu_hour, price_source=f"{q.source} ({q.age_text})", cost_usd=e.cost_usd,
-        memory=memory, fit=e.fit.value, on_front=any(m is e for m in plan.front), dominated_by=dominated_by,
-        prepare=plan.prepare,
-        prepare_cost_usd=plan.prepare.hours * e.setup.usd_per_hour if plan.prepare is not None else None)

@@ -8,15 +8,17 @@ own descriptions (``trainer/spec/presets.py``), so the model planned is the mode
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.errors import UnknownNameError
+from gpucli.errors import UnknownNameError, UsageError
 from trainer.spec.modelspec import ModelSpec
 from trainer.spec.presets import lookup
 
 INTERCONNECTS = ("nvlink", "pcie")
+_N_X_GPU = re.compile(r"(\d{1,4})\s*[xX]\s*([A-Za-z][\w .-]*)")
 PRICE_KINDS = ("spot", "on-demand", "owned")
 
 ModelShape = ModelSpec
@@ -114,6 +116,26 @@ class ClusterProfile:
 
 
 @dataclass(frozen=True)
+class Stages:
+    """Two training stages (seed 000's TNT): steps and the memory's chunk size in each. A model without
+    memory runs both stages at the same settings (the chunk sizes are the memory's)."""
+
+    stage1_steps: int
+    stage2_steps: int
+    stage1_chunk_size: int | None = None
+    stage2_chunk_size: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.stage1_steps + self.stage2_steps
+
+    def shares(self) -> tuple[tuple[float, int | None], ...]:
+        """(share of the steps, chunk size) per stage."""
+        return ((self.stage1_steps / self.steps, self.stage1_chunk_size),
+                (self.stage2_steps / self.steps, self.stage2_chunk_size or self.stage1_chunk_size))
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     description: str
@@ -124,6 +146,7 @@ class Phase:
     # seed 002's refinement knobs (trainer/model/refine.py); a launch writes them for a model with refine_steps
     supervision_weight_base: float | None = None
     improvement_reward_scale: float | None = None
+    stages: Stages | None = None  # two stages with their own steps and memory chunk sizes (seed 000)
 
 
 @dataclass(frozen=True)
@@ -177,11 +200,46 @@ class Catalog:
         raise UnknownNameError("model", name, list(self.models) + ["dN (nanochat depth N)"])
 
     def profile(self, name: str) -> SingleProfile | ClusterProfile:
+        """A named profile, or ``NxGPU`` for any catalogue GPU and count (``8xH100-PCIe``, ``4xRTX3090``)."""
         for table in (self.single_profiles, self.cluster_profiles):
             for key, value in table.items():
                 if key.lower() == name.strip().lower():
                     return value
-        raise UnknownNameError("profile", name, list(self.single_profiles) + list(self.cluster_profiles))
+        m = _N_X_GPU.fullmatch(name.strip())
+        if m:
+            try:
+                gpu = self.gpu(m.group(2))
+            except UnknownNameError:
+                gpu = self.gpu(m.group(2).replace("-", "").replace(" ", ""))
+            return self.cluster_for(gpu, int(m.group(1)), name.strip())
+        raise UnknownNameError("profile", name, list(self.single_profiles) + list(self.cluster_profiles)
+                               + ["NxGPU (e.g. 8xH100-PCIe, 4xRTX3090)"])
+
+    def cluster_for(self, gpu: Gpu, count: int, name: str | None = None) -> ClusterProfile:
+        """``count`` x ``gpu`` as the named cluster profiles are made (seed 002): every GPU count keeps the
+        same sequences per optimizer step for a phase (its 8x and 4x profiles of one GPU agree: 8xH100 and
+        4xH100 512 fast, 256 extreme; A100 448 and 224), split over the GPUs, with the micro-batch of the
+        named profile of this GPU (else 8xH100's), never more than a GPU's share; grad accumulation makes
+        up the rest. The launch
+        still lowers the micro-batch to what fits in memory, keeping the batch (keep_global_batch)."""
+        if not 1 <= count <= 1024:
+            raise UsageError(f"profile {name or count}: the GPU count must be between 1 and 1024")
+        for cp in self.cluster_profiles.values():
+            if cp.gpu == gpu.id and cp.count == count:
+                return cp
+        base = self.cluster_profiles.get("8xH100") or next(iter(self.cluster_profiles.values()))
+        same_gpu = sorted((cp for cp in self.cluster_profiles.values() if cp.gpu == gpu.id), key=lambda cp: -cp.count)
+        phases = {}
+        for phase_name, pb in base.phases.items():
+            own = next((cp for cp in same_gpu if phase_name in cp.phases), None)
+            ref, ref_count = (own.phases[phase_name], own.count) if own else (pb, base.count)
+            sequences = ref.micro_batch * ref.grad_accum * ref_count
+            per_gpu = max(1, sequences // count)
+            micro = max(1, min(ref.micro_batch, per_gpu))
+            phases[phase_name] = PhaseBatch(micro_batch=micro, grad_accum=max(1, per_gpu // micro), sec_per_step=None)
+        return ClusterProfile(
+            name=name or f"{count}x{gpu.id}", gpu=gpu.id, count=count, phases=phases,
+            description=f"derived: {base.name}'s sequences a step split over {count}x {gpu.name}")
 
     def phase(self, name: str) -> Phase:
         key = name.strip().lower()

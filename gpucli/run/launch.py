@@ -22,8 +22,18 @@ from typing import Any
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
 from gpucli.plan.disk import DiskNeed, checkpoint_disk, disk_need
-from gpucli.plan.estimate import Fit, choose_micro_batch, train_flops_per_token
+from gpucli.plan.estimate import Fit, choose_micro_batch, speed_flops_per_token
 from gpucli.plan.planner import PlanRequest, PriceQuote, Setup, choose_price, estimate_train
+from gpucli.plan.runmodel import (
+    check_fit,
+    check_model,
+    checkpoints_planned,
+    resolved_model,
+    run_spec,
+    run_stages,
+    stage_chunks,
+    training_overrides,
+)
 from gpucli.run.datasources import DataSource, parse_data, pod_plan
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
@@ -33,8 +43,7 @@ from gpucli.run.targets import get_target
 from gpucli.settings import volume_mount
 from trainer.spec.config import DEMO_MAX_BYTES, JOB_STARTED_ENV, ConfigError
 from trainer.spec.load import apply_override, parse_override, validated_config
-from trainer.spec.modelspec import spec_problem, unsupported_message
-from trainer.spec.resolve import model_spec
+from trainer.spec.modelspec import unsupported_message
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,10 @@ class LaunchRequest:
     bid_per_gpu_usd: float | None = None
     val_interval: int | None = None
     checkpoint_interval: int | None = None
+    checkpoint_every_s: float | None = None  # --checkpoint-every 1h: also a checkpoint each this many seconds
+    own_params: float | None = None  # own code: --params, its model's size (for the estimate)
+    own_seq_len: int | None = None  # own code: --seq-len
+    own_tokens: float | None = None  # own code: --tokens it trains on
     extra: tuple[str, ...] = ()  # more --section.key=value trainer overrides
     workdir: str | None = None  # the run's folder on the host (default: per target)
     on_end: str | None = None  # what the watchdog does to a cloud pod when the run is over: stop | terminate
@@ -78,6 +91,7 @@ class LaunchRequest:
             req = dataclasses.replace(req, env_names=check_names(req.env_names))
         for flag, value in (("--bid", req.bid_per_gpu_usd), ("--val-interval", req.val_interval),
                             ("--checkpoint-interval", req.checkpoint_interval), ("--disk", req.disk_gb),
+                            ("--checkpoint-every", req.checkpoint_every_s),
                             ("--ready-timeout", req.ready_timeout_s)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} must be a positive number, got {value}")
@@ -163,6 +177,7 @@ class ResolvedLaunch:
     data_plan: Mapping[str, Any] | None = None  # datasource.json: what gpucli/pod/fetch.py does first
     disk: DiskNeed | None = None  # the checkpoints, data and headroom the run folder's disk must hold
     env_names: tuple[str, ...] = ()  # secrets by name, their values read when the env file is written
+    own_code: bool = False  # the user's own code runs, not the bundled trainer
 
     @property
     def pod_disk_gb(self) -> int:
@@ -185,6 +200,9 @@ def _profile_batch(profile: SingleProfile | ClusterProfile, phase_name: str, bat
     """(samples per GPU per step, grad accum) as the profile gives them for the phase."""
     if isinstance(profile, ClusterProfile):
         pb = profile.phases.get(phase_name)
+        if pb is None and "fast" in profile.phases:  # a phase the profile has no row for: its first phase's
+            fast = profile.phases["fast"]  # batch, scaled as a single-GPU profile's is
+            return max(1, round(fast.micro_batch * batch_scale)), fast.grad_accum
         if pb is None:
             raise UsageError(f"profile {profile.name} has no settings for phase '{phase_name}'",
                              hint=f"its phases: {', '.join(profile.phases)}")
@@ -225,41 +243,11 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
                 raise ConfigError(f"trainer override '{item}' must look like --section.key=value")
             apply_override(cfg, *parse_override(item))
         checked = validated_config(copy.deepcopy(cfg))
-        _check_model(checked, ConfigError)
+        check_model(checked, ConfigError)
     except ConfigError as exc:
         raise UsageError(f"trainer config: {exc}",
                          hint="--set takes section.key=value, with the keys of the trainer's run.yaml") from None
     return cfg, checked
-
-
-def _run_spec(checked: Any, error: type[Exception]) -> Any:
-    """The model the trainer will build, from the trainer's own resolution (trainer.spec.resolve):
-    the preset with every ``model.*`` override. A run with no preset and no vocabulary takes the
-    prepared data's on the pod; a stand-in of 64 checks its shape here (the vocabulary changes no
-    other field's validity)."""
-    m = checked.model
-    stand_in = 64 if m.preset is None and m.vocab_size is None else None
-    try:
-        return model_spec(m, data_vocab_size=stand_in)
-    except ValueError as exc:  # SpecError and the resolution's own refusals name the field
-        raise error(str(exc)) from None
-
-
-def _check_model(checked: Any, error: type[Exception]) -> None:
-    """What the trainer checks only once it builds the model, checked here without torch: the shape
-    the preset and the ``model.*`` overrides make (heads dividing the width, what the trainer can
-    build), and sequence lengths within the model's context."""
-    spec = _run_spec(checked, error)
-    problem = spec_problem(spec)
-    if problem:
-        raise error(f"model.{problem[0]}: {problem[1]}")
-    refusal = unsupported_message(spec)
-    if refusal:
-        raise error(refusal)
-    t = checked.training
-    for name, value in (("training.seq_len", t.seq_len), ("training.stage2_seq_len", t.stage2_seq_len)):
-        if value is not None and value > spec.max_seq_len:
-            raise error(f"{name}={value} exceeds the model's max_seq_len {spec.max_seq_len}")
 
 
 def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedLaunch:
@@ -273,14 +261,18 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         raise UsageError(f"profile {profile.name} has no GPU; {target.name} pods need a GPU profile",
                          hint="pick a GPU profile (gpucli profiles), or --provider local for a CPU run")
     n_gpus = profile.count
-    model = catalog.model(req.model or DEFAULTS.model_for(gpu is not None))
+    preset = catalog.model(req.model or DEFAULTS.model_for(gpu is not None))
+    overrides = tuple(req.extra)
+    stages = run_stages(phase.stages, overrides)
+    # Every --set first: the fit, the speed and the disk are planned on the model the trainer builds.
+    model = resolved_model(preset, overrides)
     seq_len = model.max_seq_len
     samples, accum = _profile_batch(profile, phase.name, phase.batch_scale)
     fit = "cpu"
     micro = samples
     batch_note = None
     if gpu is not None:
-        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len)
+        fr = choose_micro_batch(model, catalog.defaults, gpu.vram_gb, n_gpus, seq_len, chunks=stage_chunks(model, stages))
         if fr.fit is Fit.NO:
             raise NothingFitsError(
                 f"model {model.name} does not fit on {n_gpus}x {gpu.name} even at micro-batch 1 "
@@ -292,12 +284,17 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # never train a different model than the one planned (a RoPE preset with a position table)
         raise UsageError(refusal, hint="pick a preset the trainer builds (gpucli models) or set its fields with --set")
     limits = req.limits
-    steps = limits.max_steps or phase.iterations
+    asked_steps = training_overrides(overrides).get("max_steps")
+    # Without --steps, a two-stage run goes through both stages (never the fast phase's iterations).
+    steps = limits.max_steps or (asked_steps if isinstance(asked_steps, int) else None) or (
+        stages.steps if stages else phase.iterations)
     val_interval = req.val_interval or max(10, steps // 20)
-    ckpt_interval = req.checkpoint_interval or max(val_interval, steps // 10)
+    # --checkpoint-every 1h replaces the default step interval (seed 004 saves hourly, nothing else)
+    ckpt_interval = req.checkpoint_interval or (steps if req.checkpoint_every_s else max(val_interval, steps // 10))
     price = limits.price_per_hour_usd
     if price is None and gpu is not None:
-        p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand")
+        p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand",
+                         target.name if target.cloud else None)  # the provider's own price, never another's
         price = p.usd_per_gpu_hour * n_gpus if p else None
     if limits.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
@@ -313,13 +310,14 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     cfg: dict[str, Any] = {
         # The preset by name: the trainer builds it from the same description the planner counted
         # (trainer/spec/presets.py), every field included; `--set model.X=...` still overrides one field.
-        "model": {"preset": model.name, "max_seq_len": seq_len},
+        "model": {"preset": preset.name, "max_seq_len": preset.max_seq_len},
         "training": {
             "out_dir": "..", "batch_size": micro, "grad_accum_steps": accum, "max_steps": steps,
             "learning_rate": phase.matrix_lr, "embedding_lr": phase.embedding_lr,
             "min_lr": phase.matrix_lr / 10, "warmup_steps": max(1, min(100, steps // 20)),
             "val_interval": val_interval, "checkpoint_interval": ckpt_interval, "seq_len": seq_len,
             "log_interval": max(1, min(10, steps // 100)),
+            **({"checkpoint_every_s": req.checkpoint_every_s} if req.checkpoint_every_s else {}),
         },
         "limits": limits.run_yaml(),
         "hardware": {"device": "cpu" if gpu is None else "cuda",
@@ -331,16 +329,24 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     }
     knobs = {k: v for k, v in (("supervision_weight_base", phase.supervision_weight_base),
                                 ("improvement_reward_scale", phase.improvement_reward_scale)) if v is not None}
+    if stages is not None:
+        cfg["training"].update(stage1_steps=stages.stage1_steps, stage2_steps=stages.stage2_steps)
+        if model.memory:  # the chunk sizes are the memory's (the trainer refuses them without one)
+            cfg["training"].update({k: v for k, v in (("stage1_chunk_size", stages.stage1_chunk_size),
+                                                      ("stage2_chunk_size", stages.stage2_chunk_size)) if v})
     if getattr(model, "refine_steps", 0) and knobs:
         cfg["training"]["refinement"] = knobs  # the phase's (seed 002's) refinement loss weights
     if gpu is None and not req.data:
         cfg["data"]["max_bytes"] = 8_000_000
-    overrides = tuple(req.extra)
     cfg, checked = _with_overrides(cfg, overrides)
     if checked.tracking.backend != "none" and not checked.tracking.run_name:
         cfg.setdefault("tracking", {})["run_name"] = run_name  # the tracker's run is named as gpucli's
     # What the trainer will really do once the overrides are in: the plan, limits and record follow it.
     micro, accum, seq_len = checked.training.batch_size, checked.training.grad_accum_steps, checked.training.seq_len
+    if gpu is not None:
+        t = checked.training
+        run_chunks = tuple(c for c in (t.stage1_chunk_size or 2048, t.stage2_chunk_size) if c) if model.memory else ()
+        check_fit(catalog, model, gpu, n_gpus, fit, micro, seq_len, run_chunks)
     steps = checked.resolved_max_steps()
     set_limits = {k: v for k, v in (cfg.get("limits") or {}).items() if k in limits.run_yaml()}
     limits = limits.with_(max_steps=steps, **set_limits).checked()
@@ -360,8 +366,10 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
         cmd = (f"export {JOB_STARTED_ENV}=$(date +%s) && {shlex.quote(py)} ../fetch.py --spec ../datasource.json"
                f" && {cmd}")
-    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price)
-    disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
+    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price,
+                       run_stages(None, tuple(f"--training.{k}={v}" for k, v in cfg["training"].items())))
+    disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source,
+                      checkpoints_planned(checked, steps, planned.hours, limits))
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,
         gpu_id=gpu.id if gpu else None, gpu_name=gpu.name if gpu else "CPU", n_gpus=n_gpus, micro_batch=micro,
@@ -372,14 +380,17 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,
-             accum: int, seq_len: int, price: float | None) -> PlannedSpeed:
+             accum: int, seq_len: int, price: float | None, stages: Any = None) -> PlannedSpeed:
     """What the planner predicts for this run (GPU setups only), kept for plan-against-actual."""
     if gpu_id is None:
         return PlannedSpeed(source="no prediction for CPU runs")
     tokens = float(steps * micro * accum * n_gpus * seq_len)
     req = PlanRequest(model=model, today=dt.date.today(), tokens=tokens)
     setup = Setup(catalog.gpus[gpu_id], n_gpus, PriceQuote((price or 0) / n_gpus, "on-demand", "launch", "", None, False))
-    est = estimate_train(catalog, req, setup, tokens, seq_len, train_flops_per_token(model, seq_len))
+    # Each stage at its own memory chunk: time goes with FLOPs, so the steps' shares weigh them.
+    shares = stages.shares() if stages is not None and model.memory else ((1.0, None),)
+    flops = sum(share * speed_flops_per_token(model, seq_len, chunk) for share, chunk in shares)
+    est = estimate_train(catalog, req, setup, tokens, seq_len, flops)
     return PlannedSpeed(tokens_per_s=est.tokens_per_s, hours=est.hours,
                         cost_usd=est.cost_usd if price else None, source=est.speed_source)
 
@@ -421,10 +432,11 @@ def _free_gb(workdir: str) -> tuple[float, str]:
 
 
 def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: int, target: Any,
-               req: LaunchRequest, workdir: str, source: DataSource | None) -> DiskNeed:
+               req: LaunchRequest, workdir: str, source: DataSource | None,
+               written: tuple[int, str] | None = None) -> DiskNeed:
     """The run's checkpoints (its own model, optimizer, keep_last, GPU count and sharding), data and
     headroom, against the disk its folder will be on where that is known before renting."""
-    spec = _run_spec(checked, UsageError) or model
+    spec = run_spec(checked, UsageError) or model
     t, hw = checked.training, checked.hardware
     # FSDP as trainer.loop.dist.want_fsdp decides it: asked for, or 16 bytes a parameter past half a GPU.
     sharded = hw.fsdp == "on" or (hw.fsdp == "auto" and n_gpus > 1 and vram_gb is not None
@@ -446,7 +458,9 @@ def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: i
         have, where = _free_gb(workdir)
     else:
         have, where = None, "the host's disk"  # known once connected: the trainer checks before each checkpoint
-    return disk_need(ck, keep_last=t.keep_last, data_gb=_data_gb(source, checked), have_gb=have, where=where)
+    n, note = written or (None, "")
+    return disk_need(ck, keep_last=t.keep_last, data_gb=_data_gb(source, checked), have_gb=have, where=where,
+                     written=n, written_note=note)
 
 
 def check_disk(r: ResolvedLaunch, *, volume_gb: float | None = None) -> None:

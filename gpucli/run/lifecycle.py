@@ -100,7 +100,7 @@ def plan(catalog: Catalog, req: LaunchRequest, task: Task | None = None) -> tupl
     resolved = resolve(catalog, job.request(checked), run_name=run_name_for(catalog, checked, job))
     if job.checks_disk:
         check_disk(resolved)
-    return job.resolved(resolved), job
+    return job.resolved(resolved, catalog, checked), job
 
 
 def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None,
@@ -127,7 +127,7 @@ def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None
 
 def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
              volume_id: str | None = None) -> PreparedLaunch:
-    req = job.request(req)
+    asked, req = req, job.request(req)
     target = get_target(req.provider)
     resolved = resolve(catalog, req, run_name=name)
     if job.checks_disk:  # the bundled trainer's checkpoints, before any offer is searched
@@ -153,7 +153,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         volume = getattr(provision, "volume", None)
         if job.checks_disk and volume is not None:  # an existing volume's size is known now
             check_disk(resolved, volume_gb=volume.size_gb)
-    return PreparedLaunch(req, job.resolved(resolved), provision, target.endpoint(req.host, req.identity), job)
+    return PreparedLaunch(req, job.resolved(resolved, catalog, asked), provision, target.endpoint(req.host, req.identity), job)
 
 
 def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: NoticeFn = _quiet) -> RunRecord:

@@ -151,6 +151,9 @@ class TrainingConfig:
     val_patience: int = 0
     """Stop after this many validations without a new best; 0 = never."""
     checkpoint_interval: int = 1000
+    checkpoint_every_s: float | None = None
+    """Also checkpoint once this many seconds have passed since the last one (seed 004 saves hourly:
+    3600); every rank saves on the same step. None = by steps only."""
     keep_last: int = 3
     """Checkpoints kept besides the best one by val loss."""
     log_interval: int = 10

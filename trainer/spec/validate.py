@@ -37,6 +37,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"training.muon_momentum_warmup_steps must be >= 0 (0 = off), "
                           f"got {t.muon_momentum_warmup_steps}")
     positive("training.max_steps", t.max_steps)
+    positive("training.checkpoint_every_s", t.checkpoint_every_s)
     positive("training.seq_len", t.seq_len)
     positive("training.stage2_seq_len", t.stage2_seq_len)
     positive("training.stage1_chunk_size", t.stage1_chunk_size)

@@ -8,8 +8,18 @@ import typer
 
 
 def plan(
-    model: str = typer.Option(..., "--model", "-m", help="Model preset (gpucli models) or nanochat depth dN."),
+    model: list[str] = typer.Option(..., "--model", "-m", help="Model preset (gpucli models) or nanochat depth dN; "
+                                    "generation takes several (--model 7b --model 7b-b: a second model of 7b's shape)."),
+    models: int = typer.Option(1, "--models", help="Generation: this many models of each --model's shape."),
+    order: str = typer.Option("parallel", "--order", help="Generation with several models: parallel (side by "
+                              "side on the GPUs) or sequence (one after another on every GPU)."),
+    context: int = typer.Option(None, "--context", help="Generation: tokens of context a sequence (prompt and "
+                                "output; default 512, seed 003's)."),
     tokens: str = typer.Option(None, "--tokens", help="Tokens to train on or generate: 20B, 500M, 1e9."),
+    examples: str = typer.Option(None, "--examples", help="Training examples (with --epochs; each --seq-len tokens)."),
+    epochs: float = typer.Option(None, "--epochs", help="Passes over --examples."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer steps (with --batch sequences a step)."),
+    batch: int = typer.Option(None, "--batch", help="Sequences a step (with --steps)."),
     tokens_per_param: float = typer.Option(20.0, "--tokens-per-param", help="Token budget per parameter "
                                            "when --tokens is not given (20 = Chinchilla)."),
     seq_len: int = typer.Option(None, "--seq-len", help="Training sequence length (default: the model's)."),
@@ -30,7 +40,12 @@ def plan(
                               "catalogue prices; each price names its offer id."),
     query: str = typer.Option(None, "--query", "-q", metavar="QUERY",
                               help="With --live: vast.ai query for the offers, e.g. 'num_gpus>=4 reliability>0.98'."),
-    provider: str = typer.Option("all", "--provider", help="With --live: vast, runpod or all."),
+    provider: str = typer.Option("all", "--provider", help="vast, runpod or all: whose prices (catalogue, or "
+                                 "with --live its offers)."),
+    phase: str = typer.Option(None, "--phase", help="Training phase (gpucli profiles): a two-stage phase (tnt) "
+                              "plans each stage at its own memory chunk size."),
+    set_: list[str] = typer.Option([], "--set", help="Model override as for launch, e.g. --set model.refine_steps=4: "
+                                   "the model planned is the one the trainer builds."),
     explain: str = typer.Option(None, "--explain", metavar="SETUP",
                                 help="Show how one setup's numbers were computed, e.g. --explain '8x H100 SXM'."),
 ) -> None:
@@ -52,26 +67,66 @@ def plan(
     for name, value, lo, hi in (("--tokens-per-param", tokens_per_param, 1e-9, 1e9),
                                 ("--max-gpus", max_gpus, 1, 1024), ("--budget", budget, 1e-9, 1e12),
                                 ("--price", price, 0, 1e6), ("--mfu", mfu, 1e-6, 1.0),
-                                ("--seq-len", seq_len, 1, 10_000_000)):
+                                ("--seq-len", seq_len, 1, 10_000_000), ("--models", models, 1, 1024),
+                                ("--context", context, 1, 10_000_000)):
         if value is not None and not (lo <= value <= hi):
             raise UsageError(f"{name} must be between {lo:g} and {hi:g}, got {value:g}")
+    for name, value, lo, hi in (("--epochs", epochs, 1e-6, 1e6), ("--steps", steps, 1, 1e12), ("--batch", batch, 1, 1e9)):
+        if value is not None and not (lo <= value <= hi):
+            raise UsageError(f"{name} must be between {lo:g} and {hi:g}, got {value:g}")
+    counted = _tokens_from_counts(examples, epochs, steps, batch, seq_len or catalog.model(model[0]).max_seq_len)
+    if counted is not None:
+        if n_tokens is not None:
+            raise UsageError("--tokens and --examples/--epochs or --steps/--batch both say how much to train",
+                             hint="use one of them")
+        n_tokens = counted
+        t = seq_len or catalog.model(model[0]).max_seq_len
+        tokens_from = (f"{examples} examples x {epochs:g} epochs x {t} tokens" if examples is not None else
+                       f"{steps:,} steps x {batch:,} sequences x {t} tokens")
+    else:
+        tokens_from = "--tokens"
     if plot is not None:
         plot = _check_plot_path(plot)
     gpus = tuple(g.strip() for g in gpu.split(",") if g.strip()) if gpu else ()
     for g in gpus:
         catalog.gpu(g)  # unknown names fail here, with suggestions
+    shapes = [_model_shape(catalog, name) for name in model]
+    shapes = [s for s in shapes for _ in range(models)]
+    if models > 1:
+        import dataclasses
+
+        shapes = [dataclasses.replace(s, name=f"{s.name}#{i % models + 1}") for i, s in enumerate(shapes)]
+    shape = shapes[0]
+    if set_:
+        from gpucli.plan.runmodel import resolved_model
+
+        sets = tuple(s if s.startswith("--") else f"--{s}" for s in set_)
+        if any(not s.startswith(("--model.", "--data.tokenizer=", "--data.bpe_vocab_size=", "--training.stage"))
+               for s in sets):
+            raise UsageError("plan --set takes model.* (and data.tokenizer, data.bpe_vocab_size, "
+                             "training.stage*) overrides")
+        shapes = [resolved_model(s, sets, data_known=False) for s in shapes]
+        shape = shapes[0]
+    stages = ()
+    if phase is not None:
+        from gpucli.plan.runmodel import run_stages
+
+        st = run_stages(catalog.phase(phase).stages, tuple(f"--{x}" if not x.startswith("--") else x for x in set_))
+        stages = st.shares() if st is not None else ()
     request = PlanRequest(
-        model=catalog.model(model), today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
+        model=shape, stages=stages, tokens_from=tokens_from,
+        provider=None if live or provider.strip().lower() == "all" else _provider_name(provider), more_models=tuple(shapes[1:]), order=order.strip().lower(), context_tokens=context, today=dt.date.today(), workload=workload.strip().lower(), tokens=n_tokens,
         tokens_per_param=tokens_per_param, seq_len=seq_len, spot=spot, gpus=gpus, max_gpus=max_gpus,
         budget_usd=budget, deadline_hours=deadline_h, price_per_gpu_hour=price, mfu=mfu)
     setups = None
     if live:
         setups = _live_setups(catalog, request, query=query, provider=provider)
-    elif query is not None or provider != "all":
-        raise UsageError("--query and --provider only apply with --live")
+    elif query is not None:
+        raise UsageError("--query filters live offers: it can only apply with --live",
+                         hint="--provider alone picks whose catalogue prices are used")
     result = make_plan(catalog, request, setups=setups)
     if explain is not None:
-        from gpucli.plan.planner import explain as explain_setup
+        from gpucli.plan.explain import explain_setup
 
         render_plan.explanation(explain_setup(catalog, result, explain), json_=json_)
         return
@@ -85,6 +140,58 @@ def plan(
             render_plan.plan_chart(result)
     if plot is not None:
         render_plan.wrote(plot)
+
+
+def _provider_name(name: str) -> str:
+    from gpucli.errors import UsageError
+
+    key = name.strip().lower()
+    if key not in ("vast", "runpod"):
+        raise UsageError(f"--provider must be vast, runpod or all, got '{name}'")
+    return key
+
+
+def _tokens_from_counts(examples: str | None, epochs: float | None, steps: int | None, batch: int | None,
+                       seq_len: int) -> float | None:
+    """Tokens from examples x epochs or steps x batch, each sequence ``seq_len`` tokens (seed 001 counts
+    "50,000 training examples, 10,000 iterations" at a batch)."""
+    from gpucli.errors import UsageError
+    from gpucli.plan.estimate import parse_quantity
+
+    if (examples is None) != (epochs is None):
+        raise UsageError("--examples and --epochs go together (tokens = examples x epochs x --seq-len)")
+    if (steps is None) != (batch is None):
+        raise UsageError("--steps and --batch go together (tokens = steps x batch x --seq-len)")
+    if examples is not None and steps is not None:
+        raise UsageError("give --examples/--epochs or --steps/--batch, not both")
+    if examples is not None:
+        try:
+            n = parse_quantity(examples)
+        except ValueError as exc:
+            raise UsageError(f"--examples: {exc}") from None
+        return n * float(epochs or 0) * seq_len
+    if steps is not None:
+        return float(steps) * float(batch or 0) * seq_len
+    return None
+
+
+def _model_shape(catalog, name: str):  # noqa: ANN001, ANN202
+    """A preset, or ``PRESET-TAG`` for another model of a preset's shape (seed 003's four 7B models:
+    --model 7b --model 7b-b ...): planned with the preset's shape under its own name."""
+    import dataclasses
+
+    from gpucli.errors import UnknownNameError
+    from trainer.spec.presets import lookup
+
+    if lookup(name) is None and "-" in name:
+        base, _, tag = name.rpartition("-")
+        spec = lookup(base)
+        if spec is not None and tag:
+            return dataclasses.replace(spec, name=name.strip())
+    try:
+        return catalog.model(name)
+    except UnknownNameError:
+        raise
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")

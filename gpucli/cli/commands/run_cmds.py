@@ -27,6 +27,10 @@ def launch(
                                     "the code folder (default checkpoints/): fetch-best and the mirror read it."),
     metrics_regex: str = typer.Option(None, "--metrics-regex", help="Regex with named groups step and loss "
                                       "(or val_loss) for log lines gpucli does not know."),
+    params: str = typer.Option(None, "--params", help="Your own code: its model's size (680M, 1.3B) for a time, "
+                               "cost and disk estimate (or --model PRESET)."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Your own code: its sequence length (for the estimate)."),
+    tokens: str = typer.Option(None, "--tokens", help="Your own code: the tokens it trains on (20B, 500M)."),
     grace: float = typer.Option(None, "--grace", help="Seconds your job gets between SIGTERM and SIGKILL to save "
                                 "(default 60; below the watchdog's grace)."),
     phase: str = typer.Option(None, "--phase", help="Training phase: fast (default) or extreme."),
@@ -63,6 +67,8 @@ def launch(
                                 "name and config are attached. wandb takes WANDB_API_KEY by name (--env)."),
     set_: list[str] = typer.Option([], "--set", help="Trainer override, e.g. --set training.val_interval=20."),
     val_interval: int = typer.Option(None, "--val-interval", help="Steps between validations."),
+    checkpoint_every: str = typer.Option(None, "--checkpoint-every", help="A checkpoint every 1h, 30m, ... of "
+                                         "training (besides the step interval), or every N steps (a number)."),
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
     stall_minutes: float | None = typer.Option(None, "--stall-minutes", help="The pod's watchdog ends a run with no new "
                                         "metrics for this long (default 30)."),
@@ -107,8 +113,9 @@ def launch(
             provider = provider or userconfig.get(mine, "provider")
             cloud = get_target(provider or "local").cloud
             profile = userconfig.get(mine, "profile", provider) if cloud else "cpu"
-    elif setup or checkpoints or metrics_regex or grace is not None:
-        raise UsageError("--setup, --checkpoints, --metrics-regex and --grace go with --run (your own code)")
+    elif setup or checkpoints or metrics_regex or grace is not None or params or seq_len or tokens:
+        raise UsageError("--setup, --checkpoints, --metrics-regex, --grace, --params, --seq-len and --tokens go "
+                         "with --run (your own code)")
     provider = provider or userconfig.get(mine, "provider")
     profile = profile or userconfig.get(mine, "profile", provider)
     phase = phase or userconfig.get(mine, "phase", provider)
@@ -120,6 +127,19 @@ def launch(
     python = python or userconfig.get(mine, "python", provider)
     on_end = on_end or userconfig.get(mine, "on_end", provider)
     spot = spot or bool(userconfig.get(mine, "spot", provider))
+    if params or seq_len is not None or tokens:
+        from gpucli.plan.estimate import parse_quantity
+
+        try:
+            given_own: dict[str, Any] = {"own_params": parse_quantity(params) if params else None,
+                         "own_tokens": parse_quantity(tokens) if tokens else None}
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if seq_len is not None and seq_len < 1:
+            raise UsageError(f"--seq-len must be at least 1, got {seq_len}")
+        given_own["own_seq_len"] = seq_len
+    else:
+        given_own = {}
     if profile is None:
         raise UsageError("--profile is required", hint="gpucli profiles lists them (or set one: "
                                                        "gpucli config set profile NAME)")
@@ -129,8 +149,12 @@ def launch(
         extra_set, env = tracker_settings(tracker, own=task is not None, env=env)
         set_ = [*set_, *extra_set]
     given: dict[str, Any] = {k: v for k, v in (("phase", phase), ("provider", provider)) if v is not None}
+    if checkpoint_every is not None:
+        from gpucli.plan.runmodel import parse_checkpoint_every
+
+        given.update(parse_checkpoint_every(checkpoint_every))
     req = LaunchRequest(
-        profile=profile, **given, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
+        profile=profile, **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from gpucli.plan.catalog import Catalog
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
     from gpucli.run.records import RunRecord
@@ -39,8 +40,9 @@ class Job(Protocol):
         """The request the trainer's resolution is run on (machine, price, limits)."""
         ...
 
-    def resolved(self, resolved: ResolvedLaunch) -> ResolvedLaunch:
-        """The launch as this kind runs it (its command, its step count)."""
+    def resolved(self, resolved: ResolvedLaunch, catalog: Catalog, asked: LaunchRequest) -> ResolvedLaunch:
+        """The launch as this kind runs it (its command, its step count, its estimate); ``asked``: the
+        request as the user gave it, before :meth:`request`."""
         ...
 
     def default_name(self, profile: str, model: str, phase: str) -> str:

@@ -29,6 +29,7 @@ from gpucli.run.targets import get_target
 from trainer.spec.config import JOB_STARTED_ENV
 
 if TYPE_CHECKING:
+    from gpucli.plan.catalog import Catalog
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
     from gpucli.run.records import RunRecord
@@ -47,7 +48,7 @@ class BundledTrainer:
     def request(self, req: LaunchRequest) -> LaunchRequest:
         return req
 
-    def resolved(self, resolved: ResolvedLaunch) -> ResolvedLaunch:
+    def resolved(self, resolved: ResolvedLaunch, catalog: Catalog, asked: LaunchRequest) -> ResolvedLaunch:
         return resolved
 
     def default_name(self, profile: str, model: str, phase: str) -> str:

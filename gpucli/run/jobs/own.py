@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
+from gpucli.plan.disk import disk_need
+from gpucli.plan.owncode import OWN_KEEP_LAST, own_code_estimate
 from gpucli.run import harvest
 from gpucli.run.datasources import links_line
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
@@ -41,6 +43,7 @@ from gpucli.settings import load_keys, watchdog_grace_s
 from gpucli.ssh import DEFAULT_EXCLUDES, load_ignore, walk_local
 
 if TYPE_CHECKING:
+    from gpucli.plan.catalog import Catalog
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.targets import Host
 
@@ -98,11 +101,21 @@ class OwnCode:
         keeps a memory check for a model that will never be trained from refusing a small GPU."""
         return req if req.model else dataclasses.replace(req, model="tiny")
 
-    def resolved(self, resolved: ResolvedLaunch) -> ResolvedLaunch:
+    def resolved(self, resolved: ResolvedLaunch, catalog: Catalog, asked: LaunchRequest) -> ResolvedLaunch:
         """The trainer's resolution with the job runner as its command and no step count (the job's
-        own code decides how many steps it takes)."""
-        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=None,
-                                       planned=PlannedSpeed(source="no prediction for your own code"))
+        own code decides how many steps it takes); the time, cost and disk of a model of the size the
+        launch names (--model or --params, with --tokens), or a plain word that there is none."""
+        est = own_code_estimate(catalog, gpu_id=resolved.gpu_id, n_gpus=resolved.n_gpus,
+                                usd_per_hour=resolved.price_per_hour_usd, model=resolved.model if asked.model else None,
+                                params=asked.own_params, seq_len=asked.own_seq_len, tokens=asked.own_tokens)
+        planned = PlannedSpeed(source=est.missing or est.source, tokens_per_s=est.tokens_per_s, hours=est.hours,
+                               cost_usd=est.cost_usd)
+        disk = None if est.checkpoint is None else disk_need(
+            est.checkpoint, keep_last=OWN_KEEP_LAST, data_gb=None, have_gb=None,
+            where=f"your code's checkpoints (AdamW and keep_last {OWN_KEEP_LAST} assumed; {est.shape_note})")
+        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=disk,
+                                       planned=planned, own_code=True,
+                                       model=est.shape if est.shape is not None else resolved.model)
         return dataclasses.replace(resolved, command=job_command(resolved, self))
 
     def default_name(self, profile: str, model: str, phase: str) -> str:

@@ -39,7 +39,11 @@ def test_json_listings(capsys):
     assert all(p["source"] and "kind" in p for p in data["prices"])
     code, out, _ = run(capsys, "profiles", "--json")
     data = json.loads(out)
-    assert len(data["single"]) == 9 and len(data["cluster"]) == 6 and len(data["phases"]) == 2
+    # seed 002's fast and extreme, and seed 000's two-stage tnt
+    assert len(data["single"]) == 9 and len(data["cluster"]) == 6 and len(data["phases"]) == 3
+    tnt = {p["name"]: p for p in data["phases"]}["tnt"]
+    assert tnt["stages"] == {"stage1_steps": 80000, "stage2_steps": 8000, "stage1_chunk_size": 2048,
+                             "stage2_chunk_size": 256}
     code, out, _ = run(capsys, "models", "--json")
     by_name = {m["name"]: m for m in json.loads(out)}
     assert by_name["1b"]["params"] == 777_856_512

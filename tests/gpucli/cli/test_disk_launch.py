@@ -9,7 +9,11 @@ import pytest
 
 from gpucli.plan.disk import checkpoint_disk
 from tests.support.cli import cli
-from trainer.spec.presets import MODELS
+from trainer.spec.resolve import resolve_shape
+
+# The demo corpus is read with the byte tokenizer (257 ids): the trainer sizes the preset's embedding
+# and head for it (trainer.spec.resolve), and the launch plans that model.
+BYTE_1B = resolve_shape("1b", data_vocab_size=257)
 
 
 def _dry(capsys, *args: str) -> tuple[int, dict, str]:
@@ -23,7 +27,7 @@ def test_dry_run_states_the_checkpoints_of_the_runs_own_config(capsys):
                            "--set", "training.keep_last=1", "--set", "training.optimizer=muon",
                            "--set", "hardware.fsdp=on")
     assert code == 0, err
-    want = checkpoint_disk(MODELS["1b"], keep_last=1, optimizer="muon", n_gpus=8, sharded=True)
+    want = checkpoint_disk(BYTE_1B, keep_last=1, optimizer="muon", n_gpus=8, sharded=True)
     d = data["disk"]
     assert d["weights_gb"] == pytest.approx(want.weights_gb) and d["optimizer_gb"] == pytest.approx(want.optimizer_gb)
     assert d["per_rank_optimizer_gb"] == pytest.approx(want.optimizer_gb / 8)
@@ -34,7 +38,7 @@ def test_dry_run_states_the_checkpoints_of_the_runs_own_config(capsys):
     # The text lines say the same.
     code, out, _ = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "8xA100", "--model", "1b",
                        "--disk", "200", "--set", "training.keep_last=1")
-    adam = checkpoint_disk(MODELS["1b"], keep_last=1, n_gpus=8)
+    adam = checkpoint_disk(BYTE_1B, keep_last=1, n_gpus=8)
     assert code == 0
     assert f"checkpoints: {adam.checkpoint_gb:.1f} GB each (weights {adam.weights_gb:.1f} GB + optimizer " \
            f"{adam.optimizer_gb:.1f} GB" in out
@@ -45,8 +49,8 @@ def test_a_disk_too_small_is_one_line_with_the_fix(capsys):
     code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--model", "1.31b",
                        "--disk", "60")
     assert code == 2 and "Traceback" not in err
-    assert "--disk 60 GB cannot hold this run: 5 checkpoints of 15.8 GB" in err
-    assert "pass --disk 85" in err and "--set training.keep_last=1 fits" in err
+    assert "--disk 60 GB cannot hold this run: 5 checkpoints of 14.6 GB" in err
+    assert "pass --disk 78" in err and "--set training.keep_last=1 fits" in err
     # the fix it names works
     code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--model", "1.31b",
                        "--disk", "60", "--set", "training.keep_last=1")

@@ -7,7 +7,6 @@ from gpucli.plan.estimate import (
     Fit,
     choose_micro_batch,
     count_params,
-    decode_tokens_per_s,
     parse_duration_hours,
     parse_quantity,
     scaling_efficiency,
@@ -69,9 +68,12 @@ def test_7b_generation_shape(cat):
     assert 7.2e9 < count_params(m).total < 7.4e9
     # Seed 003: "Model weights (float16): ~14 GB".
     assert 14e9 < count_params(m).total * 2 < 15e9
-    # Decode speed is bandwidth bound: 3.35 TB/s * 0.8 / 14.6 GB = 184 tokens/s on an H100 SXM.
-    assert decode_tokens_per_s(m, cat.gpu("h100-sxm"), cat.defaults) == pytest.approx(
-        3350e9 * 0.8 / (count_params(m).total * 2))
+    # One stream is bandwidth bound: 3.35 TB/s x 0.77 / (14.6 GB of weights + its KV cache) on an H100 SXM.
+    from gpucli.plan.serving import kv_bytes_per_token, serve_speed
+
+    one = serve_speed(m, cat.gpu("h100-sxm"), cat.defaults, max_sequences=1)
+    assert one.tokens_per_s == pytest.approx(
+        3350e9 * 0.77 / (count_params(m).total * 2 + kv_bytes_per_token(m, 2) * 512 / 2))
 
 
 def test_nanochat_depth_shapes(cat):
@@ -79,11 +81,20 @@ def test_nanochat_depth_shapes(cat):
     assert (d32.d_model, d32.n_layers, d32.n_heads) == (2048, 32, 16)
 
 
-@pytest.mark.parametrize("micro_batch,measured_gib", [(16, 11.5), (32, 21.3), (64, 40.8)])
-def test_memory_model_vs_nanogpt_124m(cat, micro_batch, measured_gib):
-    # anchors.md: nanoGPT's own model on one H100, bf16 autocast, compile, fused AdamW.
-    mem = train_memory(cat.model("124m"), cat.defaults, micro_batch, 1024)
-    assert mem.total_gb / GIB == pytest.approx(measured_gib, rel=0.10)
+def test_memory_model_vs_the_bundled_trainers_measured_peaks(cat):
+    # The planner models the bundled trainer, whose fused loss keeps one chunk of logits; nanoGPT's 124M
+    # (anchors.md: 11.5/21.3/40.8 GiB at micro-batch 16/32/64) stores every token's, so it is no longer the
+    # reference. Every measured peak of calibration.yaml (H100, one sitting): never under by more than 5 %,
+    # never over by more than 15 % (they were 10-141 % over when the logits were charged).
+    checked = 0
+    for e in cat.calibration:
+        if e.peak_mem_gib is None or e.micro_batch is None:
+            continue
+        shape = e.shape or cat.models[e.model]
+        mem = train_memory(shape, cat.defaults, e.micro_batch, e.seq_len or shape.max_seq_len)
+        assert 0.95 <= mem.total_gb / GIB / e.peak_mem_gib <= 1.15, (e.model, mem.total_gb / GIB, e.peak_mem_gib)
+        checked += 1
+    assert checked >= 6
 
 
 @pytest.mark.parametrize("micro_batch,measured_gib", [(4, 33.3), (8, 49.2)])

@@ -9,7 +9,8 @@ import pytest
 
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.estimate import prepare_estimate
-from gpucli.plan.planner import PlanRequest, explain, make_plan
+from gpucli.plan.explain import explain_setup as explain
+from gpucli.plan.planner import PlanRequest, make_plan
 from tests.support.cli import cli
 
 

@@ -10,7 +10,7 @@ from trainer.spec.config import ConfigError
 from trainer.spec.load import load_config
 from trainer.spec.modelspec import ModelSpec
 from trainer.spec.presets import MODELS
-from trainer.spec.resolve import ModelShape, resolve_shape
+from trainer.spec.resolve import ModelShape, model_spec, resolve_shape
 
 SEED_SHAPED = """
 model:
@@ -117,9 +117,12 @@ def test_bundled_example_configs_load():
     demo = load_config(root / "demo_124m.yaml")
     assert demo.model.preset == "124m" and demo.resolved_max_steps() == 300
     atlas = load_config(root / "atlas_1b.yaml")
-    assert atlas.resolved_max_steps() == 88000 and atlas.training.stage2_seq_len == 256
+    # Seed 000's plan: two stages as the memory's chunk sizes at 4096 tokens, memory on.
+    t = atlas.training
+    assert atlas.resolved_max_steps() == 88000 and (t.stage1_steps, t.stage2_steps) == (80000, 8000)
+    assert (t.stage1_chunk_size, t.stage2_chunk_size, t.seq_len, t.stage2_seq_len) == (2048, 256, 4096, None)
     assert atlas.limits.budget_usd == 100 and atlas.limits.price_per_hour_usd == 2.39
-    shape = resolve_shape(None, d_model=atlas.model.d_model, n_layers=atlas.model.n_layers,
-                          n_heads=atlas.model.n_heads, d_ff=atlas.model.d_ff, vocab_size=atlas.model.vocab_size,
-                          max_seq_len=atlas.model.max_seq_len, data_vocab_size=32000)
-    assert shape.d_ff == 6144 and shape.vocab_size == 32000
+    shape = model_spec(atlas.model, data_vocab_size=32000)
+    assert shape.memory and (shape.d_key, shape.d_value, shape.poly_degree, shape.context_window) == (1536, 1536, 2, 16)
+    assert shape.d_ff == 6144 and shape.vocab_size == 32000 and shape.max_seq_len == 4096
+    assert shape == MODELS["1b-atlas"]  # the preset gpucli plans is the config's model
