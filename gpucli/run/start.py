@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import shlex
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,12 +159,17 @@ def touching(host: Host, workdir: str, on_event: EventFn) -> EventFn:
     """``on_event`` that also touches the launch's marker on the host: the early watchdog's sign that
     the launch is alive."""
     marker = shlex.quote(marker_path(workdir))
+    last = [time.monotonic()]  # watch_from_now has just touched it
 
     def event(text: str) -> None:
-        try:
-            host.run(f"touch -- {marker}", timeout_s=30, check=False)
-        except GpucliError:
-            pass  # the step that follows says what is wrong with the host
+        # At most one touch a minute: the watchdog's silence window is an hour, and each touch is a round
+        # trip the launch (and the pod's bill) waits for.
+        if time.monotonic() - last[0] >= 60:
+            last[0] = time.monotonic()
+            try:
+                host.run(f"touch -- {marker}", timeout_s=30, check=False)
+            except GpucliError:
+                pass  # the step that follows says what is wrong with the host
         on_event(text)
 
     return event
