@@ -363,10 +363,13 @@ def save_best(root: Path, model_state: dict, meta: dict, extra_files: dict[str, 
     root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    sha = save_safetensors(model_state, tmp / WEIGHTS_FILE, {"format": "pt"})
+    try:
+        name, sha = WEIGHTS_FILE, save_safetensors(model_state, tmp / WEIGHTS_FILE, {"format": "pt"})
+    except ImportError:  # no safetensors on this machine: the weights as the periodic checkpoints hold them
+        name, sha = "model.pt", save_file(model_state, tmp / "model.pt")
     for name, src in (extra_files or {}).items():
         shutil.copyfile(src, tmp / name)
-    meta = dict(meta, kind="best", sha256=sha, files={WEIGHTS_FILE: sha})
+    meta = dict(meta, kind="best", sha256=sha, files={name: sha})
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     _fsync_dir(tmp)
     shutil.rmtree(old, ignore_errors=True)
