@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -292,19 +293,40 @@ def export(checkpoint: Path, out: Path) -> Exported:
     return Exported(out, arch, files, sum(t.numel() for t in tensors.values()))
 
 
+def push(folder: Path, repo: str, *, private: bool) -> str:
+    """Upload the export in ``folder`` to the Hub repository ``repo`` (made when missing) with
+    huggingface_hub; the token comes from HF_TOKEN (or huggingface_hub's own login file), the Hub
+    from HF_ENDPOINT when set. Returns the repository's URL."""
+    try:
+        from huggingface_hub import HfApi
+    except ImportError:
+        raise ExportError("--push needs the huggingface_hub package here (pip install huggingface_hub)") from None
+    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
+    url = api.create_repo(repo, private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(folder), repo_id=repo, commit_message="Upload model exported by gpucli")
+    return str(url)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", help="checkpoint folder, or a run / checkpoints folder (its best)")
     ap.add_argument("out", help="the folder to write (replaced)")
+    ap.add_argument("--push", metavar="ORG/NAME", help="then upload it to this Hugging Face Hub repository")
+    ap.add_argument("--private", action="store_true", help="make the Hub repository private when it is created")
     args = ap.parse_args(argv)
+    if args.push is not None and args.push.count("/") != 1:
+        print(f"error: --push {args.push}: the repository is ORG/NAME", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     try:
         done = export(Path(args.checkpoint), Path(args.out))
-    except (ExportError, FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"exported {done.architecture} ({done.params / 1e6:.1f}M parameters) to {done.out} "
+              f"in {time.perf_counter() - t0:.1f}s: {', '.join(done.files)}", flush=True)
+        if args.push:
+            print(f"pushed to {push(done.out, args.push, private=args.private)}", flush=True)
+    except (ExportError, FileNotFoundError, KeyError, ValueError, OSError) as e:
+        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
         return 2
-    print(f"exported {done.architecture} ({done.params / 1e6:.1f}M parameters) to {done.out} "
-          f"in {time.perf_counter() - t0:.1f}s: {', '.join(done.files)}", flush=True)
     return 0
 
 

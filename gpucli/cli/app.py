@@ -21,6 +21,7 @@ from gpucli.cli.commands import (
     calibrate_cmd,
     catalog_cmds,
     doctor_cmd,
+    export_cmd,
     keys_cmd,
     notify_cmd,
     offers_cmd,
@@ -69,6 +70,7 @@ keys_cmd.register(app)
 notify_cmd.register(app)
 serve_cmd.register(app)
 tensorboard_cmd.register(app)
+export_cmd.register(app)
 doctor_cmd.register(app)
 
 
