@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from gpucli.run.export import ExportResult
 
-__all__ = ["exported", "info", "serving", "tensorboard_ready"]
+__all__ = ["exported", "info", "serving", "serving_remote", "tensorboard_ready"]
 
 
 def serving(url: str, checkpoint: Path, log_path: Path) -> None:
@@ -25,6 +25,14 @@ def serving(url: str, checkpoint: Path, log_path: Path) -> None:
         f"  openai:      OpenAI(base_url=\"{url}\", api_key=\"none\")\n"
         f"  eval prompts: python -m trainer.sample --checkpoint {checkpoint} --prompts-file PROMPTS.txt\n"
         "Ctrl-C stops the server.", highlight=False, soft_wrap=True)
+
+
+def serving_remote(url: str, run: str, engine: str) -> None:
+    """The tunnelled API's address on stdout (one plain line), then how to use it."""
+    line(url)
+    out().print(f"serving run {run} on its host ({engine} engine), tunnelled over SSH\n"
+                f"  openai:      OpenAI(base_url=\"{url}\", api_key=\"none\"), model \"{run}\"\n"
+                "Ctrl-C stops the server on the host.", highlight=False, soft_wrap=True)
 
 
 def tensorboard_ready(url: str, where: str) -> None:

@@ -38,6 +38,23 @@ def _run(tmp_path: Path, sshd, client_key, spec=None) -> runs.RunRecord:
     return record
 
 
+def _serving_processes(workdir: str) -> list[int]:
+    """Live processes whose command line is trainer.serve on ``workdir``'s checkpoints."""
+    import time
+
+    time.sleep(1)  # SIGTERM is delivered; give the interpreter a moment to exit
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if "trainer.serve" in cmd and f"{workdir}/checkpoints" in cmd and state != "Z":
+            found.append(int(p.name))
+    return found
+
+
 def _gpucli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
     full.update(PYTHONPATH=str(REPO), GPUCLI_HOME=str(home), HF_HOME=str(home / "hf"), **env)
@@ -95,3 +112,37 @@ def test_push_token_from_the_login_file_and_refusals(tmp_path, sshd, client_key,
     assert "model.logit_softcap=15" in r.stderr.strip().splitlines()[-1]  # one line, after the progress notes
     r = _gpucli(isolated_home, "export", "exprun", "--push", "not-a-repo")
     assert r.returncode != 0 and "ORG/NAME" in r.stderr
+
+
+def test_serve_on_pod_answers_the_openai_client_through_the_tunnel(tmp_path, sshd, client_key, isolated_home):
+    import signal
+
+    import openai
+
+    from tests.support.sshd import free_port
+
+    record = _run(tmp_path, sshd, client_key)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
+    env.update(PYTHONPATH=str(REPO), GPUCLI_HOME=str(isolated_home))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpucli.cli.entry", "serve", "exprun", "--on-pod", "--port",
+                             str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{port}/v1", proc.stderr.read() if proc.poll() is not None else url
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list().data] == ["exprun"]
+        r = client.completions.create(model="exprun", prompt="def ", max_tokens=8, temperature=0)
+        assert r.usage.completion_tokens >= 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    log = (Path(record.workdir) / "serve.log").read_text()
+    assert "serving exprun" in log
+    with pytest.raises(openai.APIConnectionError):  # the tunnel is gone
+        openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=5).models.list()
+    assert not _serving_processes(record.workdir)  # and the server on the host was stopped
+    r = _gpucli(isolated_home, "serve", "exprun", "--on-pod", "--engine", "vllm")
+    if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode != 0:
+        assert r.returncode != 0 and "vLLM is not installed on the run's host" in r.stderr
+        assert "Traceback" not in r.stderr
