@@ -6,7 +6,8 @@
 Generates a corpus of random words (plain text, and the same records as 4 .jsonl.gz files), then
 times the whole pipeline (read, decompress, encode, write shards and provenance) per tokenizer,
 format and worker count, and the ``tokenizers`` library's own ``encode_batch`` over the same text
-held in memory (1 and 2 threads). Peak RSS is the largest of the main process and any worker.
+held in memory, as whole documents (what the pipeline encodes) and as lines (what it encoded until
+it encoded whole documents), with as many threads as the pipeline has workers. Peak RSS is the largest of the main process and any worker.
 Prints a Markdown table.
 """
 
@@ -41,8 +42,13 @@ _BARE = """import os, sys, time, resource
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines(keepends=True)
+if sys.argv[3] == "docs":  # the pipeline's documents of a plain text file: 200-line segments
+    lines = ["".join(lines[i : i + 200]) for i in range(0, len(lines), 200)]
 t = time.perf_counter()
-n = sum(len(e.ids) for e in tok.encode_batch(lines, add_special_tokens=False))
+n = 0
+for i in range(0, len(lines), 4096 if sys.argv[3] == "lines" else 64):
+    n += sum(len(e.ids) for e in tok.encode_batch(lines[i : i + (4096 if sys.argv[3] == "lines" else 64)],
+                                                   add_special_tokens=False))
 print(time.perf_counter() - t, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -82,9 +88,11 @@ def run(inp: Path, out: Path, workers: int, tok: list[str]) -> tuple[float, int,
     return dt, peak, json.loads((out / "meta.json").read_text())
 
 
-def bare(tok_file: Path, text: Path, threads: int) -> tuple[float, int]:
+def bare(tok_file: Path, text: Path, threads: int, unit: str = "docs") -> tuple[float, int]:
+    """The ``tokenizers`` library alone on the text in memory: whole documents (what the pipeline
+    encodes) or lines (what it encoded before)."""
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads)}
-    r = subprocess.run([sys.executable, "-c", _BARE, str(tok_file), str(text)], env=env, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", _BARE, str(tok_file), str(text), unit], env=env, capture_output=True,
                        text=True, check=True)
     dt, n, _ = r.stdout.split()
     return float(dt), int(n)
@@ -127,9 +135,11 @@ def main() -> int:
                     print(f"{name} {fmt} {w}w: {dt:.1f}s {mb / dt:.1f} MB/s peak {peak / 1e6:.0f} MB",
                           file=sys.stderr, flush=True)
             if tok:
-                for threads in (1, 2):
-                    dt, n = bare(tok_file, text_dir / "corpus.txt", threads)
-                    rows.append((name, "bare encode_batch, in memory", threads, mb, dt, mb / dt, n / dt / 1e6, 0))
+                for unit in ("docs", "lines"):
+                    for threads in workers:
+                        dt, n = bare(tok_file, text_dir / "corpus.txt", threads, unit)
+                        rows.append((name, f"bare encode_batch of {'whole documents' if unit == 'docs' else 'lines'}"
+                                     ", in memory", threads, mb, dt, mb / dt, n / dt / 1e6, 0))
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

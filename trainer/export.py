@@ -229,25 +229,12 @@ def _eot_text(tokenizer_json: str) -> str:
     return found[0]
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte-level table: printable Latin-1 bytes stand for themselves, the others take the
-    characters from U+0100 on, in byte order (so every byte is one visible character)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-            *range(ord("\u00ae"), ord("\u00ff") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def _byte_tokenizer_json(eot_text: str) -> str:
     """The byte tokenizer (id = the byte, 256 = end of text) as a ``tokenizers`` byte-level BPE
     without merges: GPT-2's byte-to-character table maps each byte to its one-character token."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from trainer.data.fastbpe import bytes_to_unicode
 
     table = bytes_to_unicode()
     tok = Tokenizer(models.BPE({table[b]: b for b in range(256)}, []))

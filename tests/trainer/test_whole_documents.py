@@ -4,6 +4,7 @@ position) still points at the right line, found from the encoder's offsets."""
 
 from __future__ import annotations
 
+import json
 import sysconfig
 from pathlib import Path
 
@@ -62,3 +63,21 @@ def test_provenance_finds_the_line_through_the_offsets(corpus):
             assert got.lstrip("\n").startswith(body[:20].lstrip("\n")), (f, line, got[:40], body[:40])
             checked += 1
     assert checked > 30
+
+
+def test_tiktoken_encoder_writes_the_same_shards(corpus, tmp_path):
+    """The pipeline picks tiktoken for this BPE (it agrees on the corpus) and the shards are those of
+    the tokenizers library, byte for byte; a forced tiktoken run says which encoder it used."""
+    pytest.importorskip("tiktoken")
+    src, d = corpus
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["encoder"] == "tiktoken"
+    prepare([str(src)], tmp_path / "slow", "file", log=lambda m: None,
+            options=PrepareOptions(workers=1, min_val_tokens=2000, tokenizer="file",
+                                   tokenizer_file=str(d / "tokenizer.json"), encoder="tokenizers"))
+    slow = json.loads((tmp_path / "slow" / "meta.json").read_text())
+    assert slow["encoder"] == "tokenizers"
+    for split in ("train", "val"):
+        assert np.array_equal(np.asarray(TokenSplit(d, split).tokens[:]),
+                              np.asarray(TokenSplit(tmp_path / "slow", split).tokens[:]))
+        assert np.array_equal(TokenSplit(d, split).line_starts, TokenSplit(tmp_path / "slow", split).line_starts)

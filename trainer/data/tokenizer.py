@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -221,7 +221,7 @@ def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarr
         tokens[keep] = body
         tokens[doc_starts[1:] - 1] = tok.eot
         return tokens, doc_starts, line_body + line_doc
-    if isinstance(tok, BPETokenizer):
+    if hasattr(tok, "encode_with_ends"):  # BPE, on the tokenizers library or tiktoken (trainer.data.fastbpe)
         return _encode_documents(tok, texts, line_offsets, dtype)
     return _encode_per_line(tok, texts, line_offsets, dtype)
 
@@ -237,7 +237,7 @@ def _char_offsets(text: bytes, decoded: str, byte_offsets: np.ndarray) -> np.nda
                        np.int64, len(byte_offsets))
 
 
-def _encode_documents(tok: BPETokenizer, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
+def _encode_documents(tok: Any, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each document encoded whole (then end-of-text); a line starts at the token holding its first
     character (a token that joins a newline and the next line's indent counts for the next line)."""
@@ -255,8 +255,10 @@ def _encode_documents(tok: BPETokenizer, texts: list[bytes], line_offsets: list[
             d = lo + k
             tokens.append(np.append(ids.astype(dtype), np.asarray([tok.eot], dtype)))
             doc_len[d] = len(ids) + 1
-            chars = _char_offsets(texts[d], strs[d], np.asarray(line_offsets[d], np.int64))
-            lines.append(np.searchsorted(ends, chars, side="right"))
+            at = np.asarray(line_offsets[d], np.int64)
+            if getattr(tok, "offsets_in", "chars") == "chars":
+                at = _char_offsets(texts[d], strs[d], at)
+            lines.append(np.searchsorted(ends, at, side="right"))
         lo = hi
     doc_starts = np.concatenate([[0], np.cumsum(doc_len)]).astype(np.int64)
     lines_per_doc = np.fromiter((len(o) for o in line_offsets), np.int64, len(line_offsets))
