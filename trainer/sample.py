@@ -60,6 +60,9 @@ def load_for_inference(path: Path, device: str = "cpu") -> tuple[GPT, Tokenizer,
         raise FileNotFoundError(f"{path}/meta.json is missing or unreadable")
     model = GPT(ModelShape(**meta["model_shape"]))
     model.load_state_dict(ckpt.load_model_state(path))
+    if meta.get("memory_chunk"):  # the memory's update granularity when it was saved (TNT's stage)
+        max_norm = (((meta.get("config") or {}).get("training") or {}).get("memory") or {}).get("max_norm")
+        model.set_memory_options(int(meta["memory_chunk"]), max_norm)
     model.to(device).eval()
     kind = meta.get("tokenizer", "byte")
     if kind == "byte":

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 
-def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int = 10, spec: Any = None) -> Path:
+def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int = 10, spec: Any = None,
+                     **meta: Any) -> Path:
     """A checkpoint of an untrained ``preset`` GPT (byte tokenizer), saved by trainer.loop.checkpoint as the
     trainer saves one, so loading goes through the same code as a real run's. (Seed 2's greedy
     continuation of the tests' prompt changes character part-way, which the stop test needs.) ``spec``, a
@@ -24,7 +25,7 @@ def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int 
     model = GPT(spec or MODELS[preset])
     return ckpt.save_checkpoint(root / "checkpoints", step, rank=0, world=1, model_state=model.state_dict(),
                                 optim_state={}, meta={"model_shape": model.shape.__dict__, "tokenizer": "byte",
-                                                      "val_loss": 5.0})
+                                                      "val_loss": 5.0, **meta})
 
 
 @pytest.fixture(scope="session")

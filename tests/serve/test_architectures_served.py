@@ -28,11 +28,11 @@ PROMPT = "def main():\n    "
 def served(request, tmp_path_factory):
     from trainer.serve import load, make_server
 
-    ckpt = write_checkpoint(tmp_path_factory.mktemp(request.param), spec=SPECS[request.param], seed=3)
+    # the memory's chunk as the trainer saved it: chunk ends fall inside the prompt and the completion
+    ckpt = write_checkpoint(tmp_path_factory.mktemp(request.param), spec=SPECS[request.param], seed=3,
+                            memory_chunk=8)
     api = load(ckpt, device="cpu", max_batch=4)
-    for m in api.engine.model.modules():  # chunk ends inside the prompt and the completion
-        if hasattr(m, "chunk_size"):
-            m.chunk_size = 8
+    assert all(m.chunk_size == 8 for m in api.engine.model.modules() if hasattr(m, "chunk_size"))
     httpd = make_server(api, "127.0.0.1", 0)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
