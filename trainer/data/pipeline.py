@@ -218,7 +218,7 @@ class _Run:
         return str(path), tok.vocab_size, tok.eot
 
     def _encoder(self, setup: WorkerSetup, tok_file: str | None) -> str:
-        """tiktoken for a byte-level BPE when installed and it encodes ~1 MB of the corpus exactly as
+        """tiktoken for a byte-level BPE when installed and it encodes ~256 kB of the corpus exactly as
         the tokenizers library does (trainer.data.fastbpe), unless ``encoder`` says otherwise."""
         if tok_file is None or self.opts.encoder == "tokenizers" or self.opts.tokenizer == "char":
             return "tokenizers"
@@ -232,7 +232,7 @@ class _Run:
                 raise ValueError(f"--encoder tiktoken: {why}, or tiktoken is not installed (pip install tiktoken)")
             return "tokenizers"
         init_worker(setup, _Counter(0))
-        quota = max(1, 1_000_000 // max(1, len(self.pieces)))
+        quota = max(1, 256_000 // max(1, len(self.pieces)))
         texts = [t for pid in range(min(len(self.pieces), 64)) for t in sample_piece(pid, quota)]
         if not agrees(fast, slow, texts):
             if self.opts.encoder == "tiktoken":
