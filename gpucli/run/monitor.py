@@ -179,8 +179,12 @@ class CheckpointInfo:
     meta: dict[str, Any]
 
 
-def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
-    """Every complete checkpoint (temp folders of an unfinished write are ignored), by step."""
+BEST_DIR = "best"  # the trainer's weights-only best (trainer/loop/checkpoint.py): fetch-best's, never resumed from
+
+
+def list_checkpoints(host: Host, workdir: str, *, with_best: bool = False) -> list[CheckpointInfo]:
+    """Every complete checkpoint (temp folders of an unfinished write are ignored), by step; the
+    weights-only ``best`` folder only ``with_best`` (it is no resume point: mirror and resume skip it)."""
     root = f"{workdir}/checkpoints"
     files = host.list_files(root)
     out = []
@@ -188,7 +192,7 @@ def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
         if not rel.endswith("/meta.json"):
             continue
         folder = rel.rsplit("/", 1)[0]
-        if folder.startswith(".") or "/" in folder:
+        if folder.startswith(".") or "/" in folder or (folder == BEST_DIR and not with_best):
             continue
         try:
             meta = json.loads(host.read_file(f"{root}/{rel}"))
@@ -284,7 +288,7 @@ def fetch_best(host: Host, record: RunRecord, dest: Path, *, with_optimizer: boo
         return fetch_best_own(host, record, dest, progress=progress, on_event=on_event)
     tries = 0
     while True:
-        best = best_checkpoint(list_checkpoints(host, record.workdir))
+        best = best_checkpoint(list_checkpoints(host, record.workdir, with_best=True))
         val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
         on_event(f"best checkpoint: {best.name} (val loss {val})")
         target = dest / f"{record.name}-{best.name}"
@@ -299,7 +303,8 @@ def fetch_best(host: Host, record: RunRecord, dest: Path, *, with_optimizer: boo
         except TransferError:
             tries += 1
             # the trainer's ``best`` folder is replaced in place at each improvement: a new step is a new one
-            gone = not any((c.name, c.step) == (best.name, best.step) for c in list_checkpoints(host, record.workdir))
+            gone = not any((c.name, c.step) == (best.name, best.step)
+                           for c in list_checkpoints(host, record.workdir, with_best=True))
             if gone:  # nothing of it can ever complete
                 shutil.rmtree(partial_dir(target), ignore_errors=True)
             if tries >= _FETCH_TRIES or not gone:

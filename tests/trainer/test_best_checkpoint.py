@@ -90,3 +90,23 @@ def test_status_and_ls_show_the_best_step_and_loss():
     finally:
         render._OUT = old
     assert "2.100 @6" in buf.getvalue()
+
+
+def test_fetch_best_brings_the_best_folder_and_mirror_resume_never_see_it(run, tmp_path):
+    from gpucli.run.limits import Limits
+    from gpucli.run.monitor import fetch_best, list_checkpoints
+    from gpucli.run.records import RunRecord
+    from gpucli.run.targets.local import LocalHost
+
+    host = LocalHost()
+    assert [c.name for c in list_checkpoints(host, str(run))] == ["step_000014"]  # what mirror and resume read
+    both = list_checkpoints(host, str(run), with_best=True)
+    assert sorted(c.name for c in both) == [ckpt.BEST_DIR, "step_000014"]
+    rec = RunRecord(name="r", provider="local", created_at="2026-01-01T11:00:00+00:00", profile="cpu", phase="fast",
+                    model="tiny", n_gpus=1, gpu=None, workdir=str(run), status="finished", limits=Limits())
+    got = fetch_best(host, rec, tmp_path / "dest")
+    want = min(both, key=lambda c: (c.val_loss, -c.step))
+    assert got.checkpoint.name == want.name and got.dest == tmp_path / "dest" / f"r-{want.name}"
+    assert ckpt.verify(got.dest) == (True, "ok")
+    model, _, meta = load_for_inference(got.dest)
+    assert meta["step"] == want.step

@@ -367,8 +367,8 @@ def save_best(root: Path, model_state: dict, meta: dict, extra_files: dict[str, 
         name, sha = WEIGHTS_FILE, save_safetensors(model_state, tmp / WEIGHTS_FILE, {"format": "pt"})
     except ImportError:  # no safetensors on this machine: the weights as the periodic checkpoints hold them
         name, sha = "model.pt", save_file(model_state, tmp / "model.pt")
-    for name, src in (extra_files or {}).items():
-        shutil.copyfile(src, tmp / name)
+    for extra, src in (extra_files or {}).items():
+        shutil.copyfile(src, tmp / extra)
     meta = dict(meta, kind="best", sha256=sha, files={name: sha})
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     _fsync_dir(tmp)
