@@ -6,7 +6,8 @@
 Generates a corpus of random words (plain text, and the same records as 4 .jsonl.gz files), then
 times the whole pipeline (read, decompress, encode, write shards and provenance) per tokenizer,
 format and worker count, and the ``tokenizers`` library's own ``encode_batch`` over the same text
-held in memory (1 and 2 threads). Peak RSS is the largest of the main process and any worker.
+held in memory, as whole documents (what the pipeline encodes) and as lines (what it encoded until
+it encoded whole documents), with as many threads as the pipeline has workers. Peak RSS is the largest of the main process and any worker.
 Prints a Markdown table.
 """
 
@@ -40,9 +41,20 @@ sys.exit(rc)
 _BARE = """import os, sys, time, resource
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
+if sys.argv[3] == "tiktoken":  # the same vocabulary on tiktoken, as the pipeline builds it
+    sys.path.insert(0, os.environ["REPO"])
+    from trainer.data.fastbpe import from_tokenizer_json
+    fast = from_tokenizer_json(open(sys.argv[1]).read(), 0)
+    tok.encode_batch = lambda texts, add_special_tokens: [type("E", (), {"ids": x}) for x in
+                                                          fast.enc.encode_ordinary_batch(texts, num_threads=1)]
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines(keepends=True)
+if sys.argv[3] != "lines":  # the pipeline's documents of a plain text file: 200-line segments
+    lines = ["".join(lines[i : i + 200]) for i in range(0, len(lines), 200)]
 t = time.perf_counter()
-n = sum(len(e.ids) for e in tok.encode_batch(lines, add_special_tokens=False))
+n = 0
+for i in range(0, len(lines), 4096 if sys.argv[3] == "lines" else 64):
+    n += sum(len(e.ids) for e in tok.encode_batch(lines[i : i + (4096 if sys.argv[3] == "lines" else 64)],
+                                                   add_special_tokens=False))
 print(time.perf_counter() - t, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -82,9 +94,11 @@ def run(inp: Path, out: Path, workers: int, tok: list[str]) -> tuple[float, int,
     return dt, peak, json.loads((out / "meta.json").read_text())
 
 
-def bare(tok_file: Path, text: Path, threads: int) -> tuple[float, int]:
-    env = {**os.environ, "RAYON_NUM_THREADS": str(threads)}
-    r = subprocess.run([sys.executable, "-c", _BARE, str(tok_file), str(text)], env=env, capture_output=True,
+def bare(tok_file: Path, text: Path, threads: int, unit: str = "docs") -> tuple[float, int]:
+    """The encoder alone on the text in memory: tiktoken or the ``tokenizers`` library on whole
+    documents (what the pipeline encodes), or tokenizers on lines (what it encoded before)."""
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "REPO": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", _BARE, str(tok_file), str(text), unit], env=env, capture_output=True,
                        text=True, check=True)
     dt, n, _ = r.stdout.split()
     return float(dt), int(n)
@@ -127,9 +141,13 @@ def main() -> int:
                     print(f"{name} {fmt} {w}w: {dt:.1f}s {mb / dt:.1f} MB/s peak {peak / 1e6:.0f} MB",
                           file=sys.stderr, flush=True)
             if tok:
-                for threads in (1, 2):
-                    dt, n = bare(tok_file, text_dir / "corpus.txt", threads)
-                    rows.append((name, "bare encode_batch, in memory", threads, mb, dt, mb / dt, n / dt / 1e6, 0))
+                units = {"tiktoken": "bare tiktoken (the trained merges) on whole documents",
+                         "docs": "bare tokenizers encode_batch of whole documents",
+                         "lines": "bare tokenizers encode_batch of lines"}
+                for unit, label in units.items():
+                    for threads in workers if unit != "tiktoken" else [1]:
+                        dt, n = bare(tok_file, text_dir / "corpus.txt", threads, unit)
+                        rows.append((name, f"{label}, in memory", threads, mb, dt, mb / dt, n / dt / 1e6, 0))
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -33,6 +33,7 @@ from trainer.data.loader import ByteTokenizer  # noqa: E402
 from trainer.infer.engine import Delta, Engine, Sequence  # noqa: E402
 from trainer.infer.kvcache import SamplingParams  # noqa: E402
 from trainer.model.gpt import GPT  # noqa: E402
+from trainer.spec.modelspec import ModelSpec  # noqa: E402
 from trainer.spec.presets import MODELS  # noqa: E402
 
 PARAMS = SamplingParams(temperature=0.8, top_k=50)
@@ -116,9 +117,24 @@ def predicted_tokens_per_s(preset: str, streams: int, context: int, bw_gbps: flo
     return s.tokens_per_s, s.bound
 
 
+def spec_of(name: str) -> ModelSpec:
+    """A preset, or ``PRESET+llama``: its shape as rotary + RMSNorm + SwiGLU with a third of the heads
+    as KV heads (grouped-query attention, untied head), or ``PRESET+atlas``: with the Atlas memory."""
+    base, _, variant = name.partition("+")
+    spec = MODELS[base]
+    if variant == "llama":
+        return dataclasses.replace(spec, name=name, pos_embedding="rope", norm="rmsnorm", mlp="swiglu",
+                                   n_kv_heads=max(1, spec.n_heads // 3), tied_embeddings=False)
+    if variant == "atlas":
+        return dataclasses.replace(spec, name=name, pos_embedding="rope", memory=True)
+    if variant:
+        raise SystemExit(f"unknown variant '{variant}' (llama, atlas)")
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--presets", default="tiny,25m")
+    ap.add_argument("--presets", default="tiny,25m", help="comma-separated; PRESET+llama, PRESET+atlas (spec_of)")
     ap.add_argument("--streams", default="1,8")
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -138,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for preset in args.presets.split(","):
         torch.manual_seed(0)
-        model = GPT(MODELS[preset]).to(args.device).eval()
+        spec = spec_of(preset)
+        model = GPT(spec).to(args.device).eval()
         engine = Engine(model if dtype == torch.float32 else model.to(dtype), ByteTokenizer(),
                         max_batch=max(streams), device=args.device, dtype=dtype).start()
-        base = GPT(MODELS[preset]).to(args.device).eval()
+        base = GPT(spec).to(args.device).eval()
         base.load_state_dict(model.state_dict())
         base.float()
-        vocab = min(MODELS[preset].vocab_size, 256)
+        vocab = min(spec.vocab_size, 256)
         g = torch.Generator().manual_seed(1)
         bench_engine(engine, [[1] * 8], 4)  # warm-up
         for s in streams:

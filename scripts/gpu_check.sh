@@ -4,7 +4,10 @@
 #      calibration entry per shape appended to OUT/calibration.yaml;
 #   2. `gpucli launch --provider local --profile h100 --phase fast`: a 124M model on the demo corpus
 #      for STEPS steps, watched with `gpucli status` / `tail --no-follow`, harvested with `fetch-best`;
-#   3. the same run resumed from its newest checkpoint for RESUME_STEPS more steps.
+#   3. the same run resumed from its newest checkpoint for RESUME_STEPS more steps;
+#   4. `gpucli export` of its best checkpoint (Hugging Face layout, loaded back with transformers when
+#      installed) and, where vLLM is installed, `gpucli serve demo --on-pod --engine vllm` answering a
+#      completion next to the own engine's (SKIP_VLLM=1 skips it).
 # Needs torch with CUDA, pyyaml, typer, rich, requests (no paramiko: the local provider never uses SSH).
 #   scripts/gpu_check.sh [OUT_DIR]        # STEPS=300 RESUME_STEPS=50 BENCH_ARGS="--shape 124m" ...
 #   SKIP_BENCH=1 PROFILE=cpu STEPS=40 scripts/gpu_check.sh /tmp/x     # the same flow on a CPU
@@ -67,3 +70,32 @@ print("val loss by step:", val)
 print("last train row:", {k: train[-1].get(k) for k in ("step", "loss", "tok_per_s", "mfu", "mem_gib")} if train else None)
 print("events:", events)
 EOF
+
+echo "== export to the Hugging Face layout"
+gpucli export demo --dest "$OUT/export"
+if "$PY" -c 'import transformers' 2>/dev/null; then
+    "$PY" - "$OUT/export/demo-hf" <<'EOF'
+import sys, time, torch, transformers
+t0 = time.perf_counter()
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+tok = transformers.AutoTokenizer.from_pretrained(sys.argv[1])
+print(f"transformers loads {type(m).__name__} in {time.perf_counter() - t0:.1f} s")
+ids = tok("The ", return_tensors="pt").input_ids
+print("greedy:", repr(tok.decode(m.generate(ids, max_new_tokens=30, do_sample=False)[0])))
+EOF
+fi
+
+if [ "${SKIP_VLLM:-0}" != 1 ] && "$PY" -c 'import vllm' 2>/dev/null; then
+    echo "== vLLM on the export (gpucli serve --on-pod --engine vllm) against the own engine"
+    for engine in own vllm; do
+        gpucli serve demo --on-pod --engine "$engine" > "$OUT/serve_$engine.out" 2> "$OUT/serve_$engine.err" &
+        pid=$!
+        url=""
+        for _ in $(seq 1 180); do url=$(head -1 "$OUT/serve_$engine.out" 2>/dev/null || true); [ -n "$url" ] && break; sleep 5; done
+        [ -n "$url" ] || { echo "$engine server did not start"; tail -5 "$OUT/serve_$engine.err"; kill -INT "$pid"; exit 1; }
+        curl -s "$url/completions" -H 'Content-Type: application/json' \
+            -d '{"model": "demo", "prompt": "The ", "max_tokens": 30, "temperature": 0}' | tee "$OUT/completion_$engine.json"
+        echo
+        kill -INT "$pid"; wait "$pid" || true
+    done
+fi

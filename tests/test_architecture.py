@@ -250,8 +250,8 @@ RUN_FLOORS = {
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
     "monitor": 5, "launch": 5, "owner": 5,
-    "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6,
-    "runend": 7, "start": 7, "resumescript": 7,
+    "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
+    "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "lifecycle": 9,
     "control": 10, "follow": 10,

@@ -64,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--segment-lines", type=_positive_int, default=200,
                     help="lines of a text file per document")
     ap.add_argument("--progress-file", help="append progress as JSON lines to this file")
+    ap.add_argument("--encoder", choices=("auto", "tiktoken", "tokenizers"), default="auto",
+                    help="BPE encoder: tiktoken where installed and it gives the tokenizer file's tokens (auto)")
     return ap
 
 
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                           tokenizer_sample_bytes=args.tokenizer_sample, min_val_tokens=args.min_val_tokens,
                           shard_tokens=args.shard_tokens, workers=args.workers, text_field=args.text_field,
                           include=tuple(args.include), exclude=tuple(args.exclude),
-                          segment_lines=args.segment_lines, progress_file=args.progress_file)
+                          segment_lines=args.segment_lines, progress_file=args.progress_file, encoder=args.encoder)
     try:
         prepare(args.input, Path(args.out), tokenizer, args.vocab_size, args.val_split, args.max_bytes,
                 log=lambda m: print(m, file=sys.stderr, flush=True), options=opts)

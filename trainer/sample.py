@@ -20,29 +20,33 @@ from trainer.model.gpt import GPT
 from trainer.spec.resolve import ModelShape
 
 
+def _has_weights(p: Path) -> bool:
+    return (p / "meta.json").exists() and ((p / "model.pt").exists() or (p / ckpt.WEIGHTS_FILE).exists())
+
+
+def _rank(p: Path) -> tuple[float, int]:
+    """Lowest validation loss first, then the later step."""
+    meta = ckpt.read_meta(p) or {}
+    val = meta.get("val_loss")
+    return (val if isinstance(val, (int, float)) else float("inf")), -int(meta.get("step") or 0)
+
+
 def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint folder; in a run or checkpoints folder, the one of lowest validation loss (the
+    ``best`` folder the trainer keeps, or a periodic checkpoint when that one is as good)."""
     path = Path(path)
-    if (path / "meta.json").exists() and (path / "model.pt").exists():
+    if _has_weights(path):
         return path
     root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     # A folder `gpucli fetch-best --dest` filled: it holds checkpoints under their own names
     # (RUN-step_000500); one is that one, several are chosen between by val loss, then step.
-    held = [p for p in sorted(root.iterdir()) if (p / "meta.json").exists() and (p / "model.pt").exists()] \
-        if root.is_dir() else []
+    held = [p for p in sorted(root.iterdir()) if _has_weights(p)] if root.is_dir() else []
     if held and not any(p.name.startswith("step_") for p in held):
-        def rank(p: Path) -> tuple[float, int]:
-            try:
-                meta = json.loads((p / "meta.json").read_text())
-            except (OSError, ValueError):
-                return float("inf"), 0
-            val = meta.get("val_loss")
-            return (val if isinstance(val, (int, float)) else float("inf")), -int(meta.get("step") or 0)
-
-        return min(held, key=rank)
-    best = ckpt.best_checkpoint(root)
-    if best is not None:
-        return best
+        return min(held, key=_rank)
     found = ckpt.list_checkpoints(root)
+    candidates = [p for p in (ckpt.best_checkpoint(root), root / ckpt.BEST_DIR) if p is not None and _has_weights(p)]
+    if candidates:
+        return min(candidates, key=_rank)
     if not found:
         raise FileNotFoundError(f"no checkpoint in {path}")
     return found[0][1]
@@ -56,6 +60,9 @@ def load_for_inference(path: Path, device: str = "cpu") -> tuple[GPT, Tokenizer,
         raise FileNotFoundError(f"{path}/meta.json is missing or unreadable")
     model = GPT(ModelShape(**meta["model_shape"]))
     model.load_state_dict(ckpt.load_model_state(path))
+    if meta.get("memory_chunk"):  # the memory's update granularity when it was saved (TNT's stage)
+        max_norm = (((meta.get("config") or {}).get("training") or {}).get("memory") or {}).get("max_norm")
+        model.set_memory_options(int(meta["memory_chunk"]), max_norm)
     model.to(device).eval()
     kind = meta.get("tokenizer", "byte")
     if kind == "byte":

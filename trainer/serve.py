@@ -154,7 +154,7 @@ class Server:
 
     def _prompts(self, prompt: Any) -> list[list[int]]:
         tok = self.engine.tokenizer
-        vocab = self.engine.adapter.vocab_size
+        vocab = self.engine.model.shape.vocab_size
         if prompt is None:
             prompt = ""
         if isinstance(prompt, str):

@@ -190,6 +190,8 @@ class Trainer:
         extra = {"data_meta.json": self.data_dir / "meta.json"}
         if (self.data_dir / "tokenizer.json").exists():
             extra["tokenizer.json"] = self.data_dir / "tokenizer.json"
+        if kind == "best":  # the weights alone, at each improvement (Checkpointer.save_best)
+            return self.checkpoints.save_best(self.step, meta, extra)
         path = self.checkpoints.save(self.step, meta, extra, kind)  # None: no room on disk (logged, alerted)
         self.last_ckpt_step = self.step
         self.last_ckpt_time = time.monotonic()
@@ -253,6 +255,7 @@ class Trainer:
         self.last_val_loss, self.last_val_step = val, self.step
         if self.best_val is None or val < self.best_val:
             self.best_val, self.bad_vals = val, 0
+            self.save("best")
         else:
             self.bad_vals += 1
         self.metrics.write(row)

@@ -25,6 +25,7 @@ from gpucli.cli.commands import (
     catalog_cmds,
     config_cmd,
     doctor_cmd,
+    export_cmd,
     keys_cmd,
     notify_cmd,
     offers_cmd,
@@ -73,6 +74,7 @@ keys_cmd.register(app)
 notify_cmd.register(app)
 serve_cmd.register(app)
 tensorboard_cmd.register(app)
+export_cmd.register(app)
 doctor_cmd.register(app)
 access_cmds.register(app)
 config_cmd.register(app)

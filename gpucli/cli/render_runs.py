@@ -198,7 +198,8 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
         ("step", f"{st.step if st.step is not None else '-'} / {st.max_steps or '-'}"),
         ("loss", f"{st.loss:.4f}" if st.loss is not None else "-"),
         ("val loss", (f"{st.val_loss:.4f}" if st.val_loss is not None else "-")
-         + (f" (best {st.best_val_loss:.4f})" if st.best_val_loss is not None else "")),
+         + (f" (best {st.best_val_loss:.4f}" + (f" at step {st.best_val_step})" if st.best_val_step is not None
+                                                  else ")") if st.best_val_loss is not None else "")),
         ("tokens/s", si(st.tok_per_s) + (f"  MFU {st.mfu:.1%}" if st.mfu else "")),
         ("elapsed", duration(st.elapsed_s)),
         ("ETA", duration(st.eta_s)),
@@ -259,7 +260,7 @@ def runs_table(statuses: list[tuple[RunRecord, RunStatus]], *, json_: bool) -> N
         info("no runs yet; start one with `gpucli launch --provider local --profile cpu --phase fast`")
         return
     t = _table("runs")
-    for col in ("run", "provider", "state", "setup", "step", "loss", "created", "cost"):
+    for col in ("run", "provider", "state", "setup", "step", "loss", "best val", "created", "cost"):
         t.add_column(col)
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     day_total = 0.0
@@ -270,6 +271,7 @@ def runs_table(statuses: list[tuple[RunRecord, RunStatus]], *, json_: bool) -> N
         state = s.state + (f" (+{money(s.kept_usd_per_month)}/mo)" if s.kept_usd_per_month else "")
         t.add_row(r.name, r.provider, state, f"{r.n_gpus}x {r.gpu or 'CPU'} {r.model}",
                   str(s.step) if s.step is not None else "-", f"{s.loss:.3f}" if s.loss is not None else "-",
+                  f"{s.best_val_loss:.3f} @{s.best_val_step}" if s.best_val_loss is not None else "-",
                   r.created_at.replace("T", " ")[:16], money(cost) if cost is not None else "-")
     out().print(t)
     out().print(f"today's runs: {money(day_total)}")

@@ -9,7 +9,9 @@ from gpucli.cli.render import info, line, out
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["info", "serving", "tensorboard_ready"]
+    from gpucli.run.export import ExportResult
+
+__all__ = ["exported", "info", "serving", "serving_remote", "tensorboard_ready"]
 
 
 def serving(url: str, checkpoint: Path, log_path: Path) -> None:
@@ -25,6 +27,24 @@ def serving(url: str, checkpoint: Path, log_path: Path) -> None:
         "Ctrl-C stops the server.", highlight=False, soft_wrap=True)
 
 
+def serving_remote(url: str, run: str, engine: str) -> None:
+    """The tunnelled API's address on stdout (one plain line), then how to use it."""
+    line(url)
+    out().print(f"serving run {run} on its host ({engine} engine), tunnelled over SSH\n"
+                f"  openai:      OpenAI(base_url=\"{url}\", api_key=\"none\"), model \"{run}\"\n"
+                "Ctrl-C stops the server on the host.", highlight=False, soft_wrap=True)
+
+
 def tensorboard_ready(url: str, where: str) -> None:
     line(url)
     out().print(f"TensorBoard for {where}; Ctrl-C stops it.", highlight=False, soft_wrap=True)
+
+
+def exported(r: ExportResult) -> None:
+    """Where the export is: the Hub URL (pushed) or the local folder, on stdout's first line."""
+    line(r.pushed_url or str(r.local_dir or r.remote_dir))
+    where = "pushed from the host" if r.pushed_url else (f"downloaded ({r.bytes / 1e6:,.1f} MB)" if r.local_dir
+                                                         else f"on the host at {r.remote_dir}")
+    out().print(f"{r.summary}; {where}: {', '.join(r.files)}\n"
+                "  load it:  transformers.AutoModelForCausalLM.from_pretrained(...), AutoTokenizer.from_pretrained(...)",
+                highlight=False, soft_wrap=True)

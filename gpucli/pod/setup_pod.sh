@@ -2,7 +2,7 @@
 # Pod bootstrap for gpucli's bundled trainer. Idempotent: a second run only checks.
 #   sh setup_pod.sh [PYTHON]
 # Needs a POSIX shell and a Python 3.10+ with pip. Installs only what is missing: the trainer needs
-# torch (stock PyTorch pod images have it), numpy and pyyaml; tokenizers and tensorboard are optional.
+# torch (stock PyTorch pod images have it), numpy and pyyaml; tokenizers, tensorboard and safetensors are optional.
 set -eu
 PY="${1:-python3}"
 if ! command -v "$PY" >/dev/null 2>&1; then
@@ -50,7 +50,7 @@ if [ -n "$missing" ]; then
     # shellcheck disable=SC2086
     "$PY" -m pip install --quiet $missing
 fi
-optional=$("$PY" -c "import importlib.util as u; print(' '.join(m for m in ('tokenizers', 'tensorboard') if u.find_spec(m) is None))")
+optional=$("$PY" -c "import importlib.util as u; print(' '.join(m for m in ('tokenizers', 'tensorboard', 'safetensors') if u.find_spec(m) is None))")
 for opt in $optional; do
     "$PY" -m pip install --quiet "$opt" >/dev/null 2>&1 || \
         echo "setup_pod: optional $opt not installed (the trainer works without it)"

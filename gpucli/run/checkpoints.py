@@ -190,8 +190,12 @@ class CheckpointInfo:
     meta: dict[str, Any]
 
 
-def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
-    """Every complete checkpoint (temp folders of an unfinished write are ignored), by step."""
+BEST_DIR = "best"  # the trainer's weights-only best (trainer/loop/checkpoint.py): fetch-best's, never resumed from
+
+
+def list_checkpoints(host: Host, workdir: str, *, with_best: bool = False) -> list[CheckpointInfo]:
+    """Every complete checkpoint (temp folders of an unfinished write are ignored), by step; the
+    weights-only ``best`` folder only ``with_best`` (it is no resume point: mirror and resume skip it)."""
     root = f"{workdir}/checkpoints"
     files = host.list_files(root)
     out = []
@@ -199,7 +203,8 @@ def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
         if not rel.endswith("/meta.json"):
             continue
         folder = rel.rsplit("/", 1)[0]
-        if folder.startswith(".") or "/" in folder or untrusted.name_problem(folder):
+        if folder.startswith(".") or "/" in folder or untrusted.name_problem(folder) \
+                or (folder == BEST_DIR and not with_best):
             continue
         # The pod's meta.json is read bounded, and counts only when it describes a complete checkpoint:
         # a file list of safe names with their sha256, the weights among them (gpucli/run/untrusted.py).

@@ -168,7 +168,7 @@ def fetch_best_trainer(host: Host, record: RunRecord, dest: Path, *, with_optimi
     tune_heap_for_downloads()  # ~15 % faster per GiB; a process-wide choice, made by the downloading command
     tries = 0
     while True:
-        best = best_checkpoint(list_checkpoints(host, record.workdir))
+        best = best_checkpoint(list_checkpoints(host, record.workdir, with_best=True))
         val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
         on_event(f"best checkpoint: {best.name} (val loss {val})")
         target = dest / f"{record.name}-{best.name}"
@@ -182,7 +182,9 @@ def fetch_best_trainer(host: Host, record: RunRecord, dest: Path, *, with_optimi
             return FetchResult(best, target, files, size)
         except TransferError:
             tries += 1
-            gone = not any(c.name == best.name for c in list_checkpoints(host, record.workdir))
+            # the trainer's ``best`` folder is replaced in place at each improvement: a new step is a new one
+            gone = not any((c.name, c.step) == (best.name, best.step)
+                           for c in list_checkpoints(host, record.workdir, with_best=True))
             if gone:  # nothing of it can ever complete
                 shutil.rmtree(partial_dir(target), ignore_errors=True)
             if tries >= _FETCH_TRIES or not gone:

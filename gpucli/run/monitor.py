@@ -94,6 +94,7 @@ class RunStatus:
     loss: float | None = None
     val_loss: float | None = None
     best_val_loss: float | None = None
+    best_val_step: int | None = None  # the step of the lowest validation (the trainer's ``best`` checkpoint)
     tok_per_s: float | None = None
     mfu: float | None = None
     elapsed_s: float | None = None
@@ -156,12 +157,15 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         state = record.status
     # nanochat logs bits per byte, not a loss: shown in the loss's place where no row has a loss
     val_key = "val_loss" if any(isinstance(v.get("val_loss"), (int, float)) for v in vals) else "val_bpb"
-    best = min((v[val_key] for v in vals if isinstance(v.get(val_key), (int, float))), default=None)
+    scored = [v for v in vals if isinstance(v.get(val_key), (int, float))]
+    best_row = min(scored, key=lambda v: v[val_key], default=None)
+    best = best_row[val_key] if best_row else None
     if step is None and vals and isinstance(vals[-1].get("step"), int):
         step = vals[-1]["step"]
     return RunStatus(
         state=state, step=step, max_steps=max_steps, loss=last.get("loss") if last else None,
         val_loss=vals[-1].get(val_key) if vals else None, best_val_loss=best,
+        best_val_step=best_row.get("step") if best_row else None,
         tok_per_s=last.get("tok_per_s") if last else None, mfu=last.get("mfu") if last else None,
         elapsed_s=elapsed, cost_usd=cost, usd_per_hour=price, projected_cost_usd=projected, eta_s=eta,
         finished_reason=finished.get("reason") if finished else None, process_alive=alive,

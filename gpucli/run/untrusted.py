@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 #: The files a bundled-trainer checkpoint cannot be used without (trainer/loop/checkpoint.py writes them).
-REQUIRED_FILES = ("model.pt",)
+WEIGHT_FILES = ("model.pt", "model.safetensors")  # a checkpoint holds its weights as one of these (best: safetensors)
 #: The most bytes of a pod's meta.json (or other small JSON file) read: a real one is a few KB.
 MAX_JSON_BYTES = 4 << 20
 MAX_NAME_CHARS = 1024
@@ -137,7 +137,7 @@ def checkpoint_manifest(meta: Any) -> dict[str, str] | None:
         if name_problem(name) or "/" in name or not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
             return None
         out[name] = digest
-    if any(req not in out for req in REQUIRED_FILES):
+    if not any(w in out for w in WEIGHT_FILES):
         return None
     return out
 

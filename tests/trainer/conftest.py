@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,10 +86,12 @@ def finished(out_dir: Path) -> dict:
 
 # ---- a tiny checkpoint written the trainer's way, and a live server over it (trainer.serve) ----
 
-def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int = 10) -> Path:
+def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int = 10, spec: Any = None,
+                     **meta: Any) -> Path:
     """A checkpoint of an untrained ``preset`` GPT (byte tokenizer), saved by trainer.loop.checkpoint as the
     trainer saves one, so loading goes through the same code as a real run's. (Seed 2's greedy
-    continuation of the tests' prompt changes character part-way, which the stop test needs.)"""
+    continuation of the tests' prompt changes character part-way, which the stop test needs.) ``spec``, a
+    ModelSpec, replaces the preset."""
     import torch
 
     from trainer.loop import checkpoint as ckpt
@@ -96,10 +99,10 @@ def write_checkpoint(root: Path, preset: str = "tiny", seed: int = 2, step: int 
     from trainer.spec.presets import MODELS
 
     torch.manual_seed(seed)
-    model = GPT(MODELS[preset])
+    model = GPT(spec or MODELS[preset])
     return ckpt.save_checkpoint(root / "checkpoints", step, rank=0, world=1, model_state=model.state_dict(),
                                 optim_state={}, meta={"model_shape": model.shape.__dict__, "tokenizer": "byte",
-                                                      "val_loss": 5.0})
+                                                      "val_loss": 5.0, **meta})
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ def client(base_url: str) -> openai.OpenAI:
 def reference(api, prompt: str, n_tokens: int) -> str:
     """The trainer's own generate() loop, greedy, decoded the same way (cut at end-of-text)."""
     tok = api.engine.tokenizer
-    model = api.engine.adapter.model
+    model = api.engine.model
     ids = tok.encode(prompt)
     out = model.generate(torch.tensor([ids]), n_tokens, temperature=0)[0, len(ids):].tolist()
     if tok.eot in out:

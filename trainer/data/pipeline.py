@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.data.fastbpe import agrees, from_tokenizer_json
 from trainer.data.progress import Progress
 from trainer.data.shards import SplitWriter
 from trainer.data.sources import Source, collect_sources, plan_pieces, stdlib_source_list
@@ -59,6 +60,7 @@ class PrepareOptions:
     block_bytes: int = 16 << 20
     progress_file: str | None = None
     progress_every_s: float = 2.0
+    encoder: str = "auto"  # BPE: tiktoken where it gives the same tokens (trainer.data.fastbpe), or tokenizers
 
     def check(self) -> None:
         if self.tokenizer not in TOKENIZERS:
@@ -107,7 +109,8 @@ def prepare(inputs: list[str], out_dir: Path, tokenizer: str = "byte", bpe_vocab
 
 def _fingerprint(sources: list[Source], opts: PrepareOptions) -> str:
     h = hashlib.sha256()
-    keep = {k: v for k, v in asdict(opts).items() if k not in ("workers", "progress_file", "progress_every_s")}
+    keep = {k: v for k, v in asdict(opts).items()
+            if k not in ("workers", "progress_file", "progress_every_s", "encoder")}  # same tokens either way
     h.update(json.dumps(keep, sort_keys=True).encode())
     for s in sources:
         h.update(f"{s.path}\0{s.size}\0{os.stat(s.path).st_mtime_ns}\n".encode())
@@ -143,6 +146,7 @@ class _Run:
         self.workers = max(1, min(opts.workers or os.cpu_count() or 1, len(self.tasks)))
         self.fp = _fingerprint(sources, opts)
         self.threshold = np.uint64(min(int(opts.val_split * 2.0**64), 2**64 - 1))
+        self.encoder = "numpy"  # bytes and characters; BPE: set by _encoder
 
     def _group(self) -> list[list[int]]:
         """Consecutive small pieces share a task (the stdlib is 1,900 small files)."""
@@ -215,6 +219,30 @@ class _Run:
         tok = load_tokenizer_file(path)
         return str(path), tok.vocab_size, tok.eot
 
+    def _encoder(self, setup: WorkerSetup, tok_file: str | None) -> str:
+        """tiktoken for a byte-level BPE when installed and it encodes ~256 kB of the corpus exactly as
+        the tokenizers library does (trainer.data.fastbpe), unless ``encoder`` says otherwise."""
+        if tok_file is None or self.opts.encoder == "tokenizers" or self.opts.tokenizer == "char":
+            return "tokenizers"
+
+        slow = load_tokenizer_file(Path(tok_file))
+        fast = from_tokenizer_json(Path(tok_file).read_text(), slow.eot) if isinstance(slow, BPETokenizer) else None
+        if fast is None:
+            why = "not a plain byte-level BPE" if isinstance(slow, BPETokenizer) else "not a BPE"
+            if self.opts.encoder == "tiktoken":
+                raise ValueError(f"--encoder tiktoken: {why}, or tiktoken is not installed (pip install tiktoken)")
+            return "tokenizers"
+        init_worker(setup, _Counter(0))
+        quota = max(1, 256_000 // max(1, len(self.pieces)))
+        texts = [t for pid in range(min(len(self.pieces), 64)) for t in sample_piece(pid, quota)]
+        if not agrees(fast, slow, texts):
+            if self.opts.encoder == "tiktoken":
+                raise ValueError("--encoder tiktoken: it encodes this corpus differently from the tokenizer file")
+            self.log("encoder: tiktoken differs from the tokenizer file on this corpus; using tokenizers")
+            return "tokenizers"
+        self.log(f"encoder: tiktoken (same tokens as the tokenizer file on {sum(map(len, texts)):,} characters)")
+        return "tiktoken"
+
     def _sample(self, setup: WorkerSetup, pool) -> list[str]:
         sizes = [self.sources[p.source].size if p.end < 0 else p.end - p.start for p in self.pieces]
         total = max(1, sum(sizes))
@@ -248,7 +276,9 @@ class _Run:
                 pool.join()
                 pool = None
             dtype = np.dtype(np.uint16 if vocab <= 1 << 16 else np.uint32)
-            setup = replace(setup, tokenizer_file=tok_file, dtype=dtype.name)
+            setup = replace(setup, tokenizer_file=tok_file, dtype=dtype.name,
+                            encoder=self._encoder(setup, tok_file))
+            self.encoder = setup.encoder
             if self.workers > 1:
                 pool = ctx.Pool(self.workers, init_worker, (setup, counter))
             else:
@@ -401,7 +431,7 @@ class _Run:
                         for i, s in enumerate(self.sources)],
             "val_split": o.val_split, "min_val_tokens": o.min_val_tokens, "segment_lines": o.segment_lines,
             "text_field": o.text_field, "shard_tokens": o.shard_tokens, "max_bytes": o.max_bytes,
-            "tokenizer_file": o.tokenizer_file, "fingerprint": self.fp,
+            "tokenizer_file": o.tokenizer_file, "fingerprint": self.fp, "encoder": self.encoder,
         }
         tmp = self.out / "meta.json.tmp"
         tmp.write_text(json.dumps(meta, indent=1))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -123,6 +123,11 @@ class BPETokenizer:
         encs = self._tok.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
         return [e.ids for e in encs]
 
+    def encode_with_ends(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each text encoded whole: (token ids, the character offset where each token ends)."""
+        encs = self._tok.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
+        return [(np.asarray(e.ids, np.int64), np.asarray(e.offsets, np.int64).reshape(-1, 2)[:, 1]) for e in encs]
+
     def decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids))  # type: ignore[attr-defined]
 
@@ -189,8 +194,9 @@ def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarr
 
     ``line_offsets[d]`` holds the byte offset of every source line in document d (at least [0]).
     Returns (tokens of ``dtype``, doc_starts int64 [D+1], line_starts int64: token offset of every line).
-    Bytes and characters are encoded a whole block at a time in numpy; BPE a line at a time, so
-    each line's first token is exact (as the provenance index needs)."""
+    Bytes and characters are encoded a whole block at a time in numpy; BPE a whole document at a
+    time (:func:`_encode_documents`: the tokens the model meets when it reads a document, newline
+    and indent merges included), each line's first token found from the encoder's offsets."""
     n = len(texts)
     if n == 0:
         return np.zeros(0, dtype), np.zeros(1, np.int64), np.zeros(0, np.int64)
@@ -220,7 +226,50 @@ def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarr
         tokens[keep] = body
         tokens[doc_starts[1:] - 1] = tok.eot
         return tokens, doc_starts, line_body + line_doc
+    if hasattr(tok, "encode_with_ends"):  # BPE, on the tokenizers library or tiktoken (trainer.data.fastbpe)
+        return _encode_documents(tok, texts, line_offsets, dtype)
     return _encode_per_line(tok, texts, line_offsets, dtype)
+
+
+def _char_offsets(text: bytes, decoded: str, byte_offsets: np.ndarray) -> np.ndarray:
+    """Character offsets in ``decoded`` (``text`` decoded with replacement) of ``byte_offsets``."""
+    raw = np.frombuffer(text, np.uint8)
+    starts = np.concatenate([[0], np.cumsum((raw & 0xC0) != 0x80)])
+    if starts[-1] == len(decoded):
+        return starts[byte_offsets]
+    # invalid UTF-8 somewhere: replacement characters changed the count; decode each prefix
+    return np.fromiter((len(text[:b].decode("utf-8", errors="replace")) for b in byte_offsets.tolist()),
+                       np.int64, len(byte_offsets))
+
+
+def _encode_documents(tok: Any, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each document encoded whole (then end-of-text); a line starts at the token holding its first
+    character (a token that joins a newline and the next line's indent counts for the next line)."""
+    strs = [t.decode("utf-8", errors="replace") for t in texts]
+    tokens: list[np.ndarray] = []
+    lines: list[np.ndarray] = []
+    doc_len = np.empty(len(texts), np.int64)
+    lo = 0
+    while lo < len(texts):  # ~1 MB of text per call: the encodings cost ~100 bytes a token
+        hi, size = lo, 0
+        while hi < len(texts) and (hi == lo or size < 1 << 20):
+            size += len(texts[hi])
+            hi += 1
+        for k, (ids, ends) in enumerate(tok.encode_with_ends(strs[lo:hi])):
+            d = lo + k
+            tokens.append(np.append(ids.astype(dtype), np.asarray([tok.eot], dtype)))
+            doc_len[d] = len(ids) + 1
+            at = np.asarray(line_offsets[d], np.int64)
+            if getattr(tok, "offsets_in", "chars") == "chars":
+                at = _char_offsets(texts[d], strs[d], at)
+            lines.append(np.searchsorted(ends, at, side="right"))
+        lo = hi
+    doc_starts = np.concatenate([[0], np.cumsum(doc_len)]).astype(np.int64)
+    lines_per_doc = np.fromiter((len(o) for o in line_offsets), np.int64, len(line_offsets))
+    line_starts = (np.concatenate(lines).astype(np.int64) + np.repeat(doc_starts[:-1], lines_per_doc)
+                   if lines else np.zeros(0, np.int64))
+    return (np.concatenate(tokens) if tokens else np.zeros(0, dtype)), doc_starts, line_starts
 
 
 def _encode_per_line(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str

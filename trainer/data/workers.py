@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.data.fastbpe import from_tokenizer_json
 from trainer.data.sources import Piece, PieceStats, Source, piece_docs
 from trainer.data.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_file
 
@@ -30,6 +31,7 @@ class WorkerSetup:
     max_doc_bytes: int
     block_bytes: int
     val_split: float
+    encoder: str = "tokenizers"  # or "tiktoken" (trainer.data.fastbpe), chosen by the pipeline
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ def init_worker(setup: WorkerSetup, counter) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _setup, _counter = setup, counter
     _tok = load_tokenizer_file(Path(setup.tokenizer_file)) if setup.tokenizer_file else ByteTokenizer()
+    if setup.encoder == "tiktoken" and setup.tokenizer_file:
+        _tok = from_tokenizer_json(Path(setup.tokenizer_file).read_text(), _tok.eot) or _tok
 
 
 def doc_hash(text: bytes) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trainer.data.loader import Tokenizer
-from trainer.infer.kvcache import GPTAdapter, KVCache, SamplingParams, sample
+from trainer.infer.kvcache import KVCache, SamplingParams, sample
 from trainer.model.gpt import GPT
 
 log = logging.getLogger("trainer.serve")
@@ -68,8 +68,8 @@ class Engine:
     def __init__(self, model: GPT, tokenizer: Tokenizer, *, max_batch: int = 8, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, seed: int = 0) -> None:
         self.tokenizer = tokenizer
-        self.adapter = GPTAdapter(model)
-        self.cache = KVCache(self.adapter, max_batch, device=device, dtype=dtype)
+        self.model = model
+        self.cache = KVCache(model, max_batch, device=device, dtype=dtype)
         self.max_len = self.cache.max_len
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self._pending: collections.deque[Sequence] = collections.deque()

@@ -1,98 +1,101 @@
 """Batched decoding with a key/value cache for the trainer's GPT (the engine behind ``trainer.serve``).
 
 ``GPT.forward`` recomputes the whole context for every new token; here each sequence's keys and values
-are kept per layer, so a decode step costs one token per sequence, and every active sequence advances
-in the same step (one matmul per weight for the whole batch).
+are kept per attention layer, so a decode step costs one token per sequence, and every active sequence
+advances in the same step (one matmul per weight for the whole batch).
+
+The decoding runs the model's own forward code (``GPT.forward(idx, cache=...)``): the cache tells it
+where the new tokens sit (learned or rotary positions), and each attention layer hands its q, k, v
+to :meth:`KVCache.attend` instead of attending over the new tokens alone. So every architecture the
+trainer builds decodes as it trains: grouped KV heads, QK-norm, any MLP, soft-capped or untied heads,
+the refinement steps (each step's blocks are attention layers of their own here) and the Atlas memory
+(its M and S carried per row, :class:`trainer.model.memory.MemoryCarry`).
 
 The cache holds ``max_batch`` rows; the active sequences always occupy rows ``0..n-1`` (a finished one
 is replaced by the last row), so a step reads plain slices, never a gather. Rows of different lengths
 share a step through a key mask.
-
-Everything that depends on the model's architecture is in :class:`GPTAdapter` (embedding, the q/k/v
-of a layer, the rest of a block, the head). It reads today's GPT (learned positions, multi-head
-attention); a model with rotary positions or grouped KV heads needs an adapter that overrides
-:meth:`GPTAdapter.embed` / :meth:`GPTAdapter.qkv` (and ``kv_heads``), nothing else here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from trainer.model.gpt import GPT
+from trainer.model.memory import AtlasMemory, MemoryCarry
 
 
-class GPTAdapter:
-    """The model's architecture as the cache sees it, for ``trainer.model.gpt.GPT`` as it is today."""
+class _Layer:
+    """What one attention layer of the model sees of the cache during a call."""
 
-    def __init__(self, model: GPT) -> None:
-        self.model = model
-        s = model.shape
-        self.n_layers, self.n_heads, self.d_model = s.n_layers, s.n_heads, s.d_model
-        self.head_dim = s.d_model // s.n_heads
-        self.kv_heads = s.n_heads  # grouped-query attention would have fewer
-        self.max_seq_len = s.max_seq_len
-        self.vocab_size = s.vocab_size
+    def __init__(self, cache: KVCache, index: int) -> None:
+        self.cache, self.index = cache, index
 
-    def embed(self, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """idx, pos [B, T] -> the residual stream [B, T, D]."""
-        m = self.model
-        return m.wte(idx) + m.wpe(pos)
+    @property
+    def pos(self) -> torch.Tensor:
+        return self.cache.pos
 
-    def qkv(self, layer: int, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The layer's q, k, v of the normed stream: [B, heads, T, head_dim] each (k, v with kv_heads)."""
-        block = self.model.blocks[layer]
-        b, t, d = x.shape
-        q, k, v = block.attn.qkv(block.ln1(x)).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return q, k, v
+    @property
+    def memory(self) -> MemoryCarry:
+        carry = self.cache.memory[self.index]
+        rows = self.cache.rows
+        return MemoryCarry(*(getattr(carry, f.name)[rows] for f in dataclasses.fields(MemoryCarry)))
 
-    def finish_block(self, layer: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """attn [B, heads, T, head_dim] -> the stream after the whole block."""
-        block = self.model.blocks[layer]
-        b, _, t, _ = attn.shape
-        x = x + block.attn.proj(attn.transpose(1, 2).reshape(b, t, self.d_model))
-        return x + block.mlp(block.ln2(x))
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, D] (the last position) -> fp32 logits [B, V]."""
-        m = self.model
-        h = m.ln_f(x)
-        return F.linear(h, m.head_weight.to(h.dtype)).float()
-
-
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: GPTAdapter, **kw: object) -> torch.Tensor:
-    if a.kv_heads != a.n_heads:  # grouped KV heads: torch >= 2.5 broadcasts them itself
-        kw["enable_gqa"] = True
-    return F.scaled_dot_product_attention(q, k, v, **kw)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0  # 0: greedy
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1: off
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.cache.attend(self.index, q, k, v)
 
 
 class KVCache:
     """Keys and values of up to ``max_batch`` sequences, each up to the model's context."""
 
-    def __init__(self, adapter: GPTAdapter, max_batch: int, *, device: torch.device | str, dtype: torch.dtype,
+    def __init__(self, model: GPT, max_batch: int, *, device: torch.device | str, dtype: torch.dtype,
                  max_len: int | None = None) -> None:
-        self.adapter = adapter
+        s = model.shape
+        self.model = model
         self.max_batch = max_batch
-        self.max_len = max_len or adapter.max_seq_len
-        shape = (adapter.n_layers, max_batch, adapter.kv_heads, self.max_len, adapter.head_dim)
+        self.max_len = min(max_len or s.max_seq_len, s.max_seq_len)
+        self.n_layers = s.n_layers + s.refine_steps * s.refine_layers
+        self.n_heads, self.kv_heads = s.n_heads, s.kv_heads
+        shape = (self.n_layers, max_batch, s.kv_heads, self.max_len, s.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.memory: dict[int, MemoryCarry] = {
+            i: b.memory.new_carry(max_batch, device) for i, b in enumerate(model.blocks)
+            if isinstance(b.memory, AtlasMemory)}
+        self.layers = [_Layer(self, i) for i in range(self.n_layers)]
         self.lengths = [0] * max_batch  # tokens held per row
         self.n = 0  # active rows: 0..n-1
         self.device = torch.device(device)
         self.dtype = dtype
+        # The call in progress: its rows, the new tokens' positions, and (decode) the key mask.
+        self.rows = slice(0, 0)
+        self.pos = torch.zeros(0, 0, dtype=torch.long)
+        self._mask: torch.Tensor | None = None
+        self._t_max = 0
 
     def free_rows(self) -> int:
         return self.max_batch - self.n
+
+    def layer(self, i: int) -> _Layer:
+        return self.layers[i]
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Keep the new keys and values at their positions; attention of q over the row's keys so far."""
+        kw: dict[str, object] = {"enable_gqa": True} if self.kv_heads != self.n_heads else {}
+        if self._mask is None:  # a prompt into one empty row: plain causal attention over it
+            row, t = self.rows.start, k.shape[2]
+            self.k[layer, row, :, :t] = k[0]
+            self.v[layer, row, :, :t] = v[0]
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)  # type: ignore[arg-type]
+        n = self.rows.stop
+        rows, at = torch.arange(n, device=self.device), self.pos[:, 0]
+        self.k[layer, rows, :, at] = k[:, :, 0]
+        self.v[layer, rows, :, at] = v[:, :, 0]
+        keys, values = self.k[layer, :n, :, : self._t_max], self.v[layer, :n, :, : self._t_max]
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self._mask, **kw)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def prefill(self, tokens: list[int]) -> tuple[int, torch.Tensor]:
@@ -102,45 +105,37 @@ class KVCache:
         t = len(tokens)
         if not 0 < t <= self.max_len:
             raise ValueError(f"a prompt of {t} tokens does not fit a context of {self.max_len}")
-        a, row = self.adapter, self.n
-        idx = torch.tensor([tokens], device=self.device)
-        pos = torch.arange(t, device=self.device).unsqueeze(0)
-        x = a.embed(idx, pos).to(self.dtype)
-        for layer in range(a.n_layers):
-            q, k, v = a.qkv(layer, x, pos)
-            self.k[layer, row, :, :t] = k[0]
-            self.v[layer, row, :, :t] = v[0]
-            y = _attention(q, k, v, a, is_causal=True)
-            x = a.finish_block(layer, x, y)
+        row = self.n
+        for carry in self.memory.values():
+            for f in dataclasses.fields(MemoryCarry):
+                getattr(carry, f.name)[row].zero_()
+        self.rows, self._mask = slice(row, row + 1), None
+        self.pos = torch.arange(t, device=self.device).unsqueeze(0)
+        logits = self.model(torch.tensor([tokens], device=self.device), cache=self)
         self.lengths[row] = t
         self.n += 1
-        return row, a.logits(x[:, -1])[0]
+        assert isinstance(logits, torch.Tensor)
+        return row, logits[0]
 
     @torch.no_grad()
     def decode(self, tokens: list[int]) -> torch.Tensor:
         """One step for every active row: ``tokens[i]`` is row i's newest token (not yet in the cache).
         Returns logits [n, V]. A row that is full (``lengths == max_len``) must be released first."""
-        n, a = self.n, self.adapter
+        n = self.n
         assert len(tokens) == n and n > 0
         lengths = torch.tensor(self.lengths[:n], device=self.device)
         if int(lengths.max()) >= self.max_len:
             raise ValueError("a sequence reached the end of the context")
-        t_max = int(lengths.max()) + 1
-        rows = torch.arange(n, device=self.device)
-        idx = torch.tensor(tokens, device=self.device).unsqueeze(1)
-        pos = lengths.unsqueeze(1)
+        self._t_max = int(lengths.max()) + 1
         # key j of row i is visible when j <= length_i (its own new key included)
-        mask = (torch.arange(t_max, device=self.device).unsqueeze(0) <= lengths.unsqueeze(1))[:, None, None, :]
-        x = a.embed(idx, pos).to(self.dtype)
-        for layer in range(a.n_layers):
-            q, k, v = a.qkv(layer, x, pos)
-            self.k[layer, rows, :, lengths] = k[:, :, 0]
-            self.v[layer, rows, :, lengths] = v[:, :, 0]
-            y = _attention(q, self.k[layer, :n, :, :t_max], self.v[layer, :n, :, :t_max], a, attn_mask=mask)
-            x = a.finish_block(layer, x, y)
+        self._mask = (torch.arange(self._t_max, device=self.device).unsqueeze(0)
+                      <= lengths.unsqueeze(1))[:, None, None, :]
+        self.rows, self.pos = slice(0, n), lengths.unsqueeze(1)
+        logits = self.model(torch.tensor(tokens, device=self.device).unsqueeze(1), cache=self)
         for i in range(n):
             self.lengths[i] += 1
-        return a.logits(x[:, -1])
+        assert isinstance(logits, torch.Tensor)
+        return logits
 
     def release(self, row: int) -> int | None:
         """Free ``row``; the last active row moves into it. Returns the row that moved (its new index is
@@ -152,11 +147,22 @@ class KVCache:
             t = self.lengths[last]
             self.k[:, row, :, :t] = self.k[:, last, :, :t]
             self.v[:, row, :, :t] = self.v[:, last, :, :t]
+            for carry in self.memory.values():
+                for f in dataclasses.fields(MemoryCarry):
+                    x = getattr(carry, f.name)
+                    x[row] = x[last]
             self.lengths[row] = t
             moved = last
         self.lengths[last] = 0
         self.n -= 1
         return moved
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generator: torch.Generator | None = None) -> list[int]:

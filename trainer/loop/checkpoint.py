@@ -323,7 +323,59 @@ def best_checkpoint(root: Path) -> Path | None:
 
 
 def load_model_state(ckpt: Path, map_location: str | torch.device = "cpu") -> dict:
-    return torch.load(Path(ckpt) / "model.pt", map_location=map_location, weights_only=True)
+    """The weights: model.pt, or model.safetensors where that is all there is (the ``best`` folder)."""
+    ckpt = Path(ckpt)
+    if not (ckpt / "model.pt").exists() and (ckpt / WEIGHTS_FILE).exists():
+        from safetensors.torch import load_file  # optional: only a best/ folder holds safetensors
+
+        return load_file(ckpt / WEIGHTS_FILE, device=str(map_location))
+    return torch.load(ckpt / "model.pt", map_location=map_location, weights_only=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The best validated weights: one folder beside the periodic ones, replaced at each improvement.
+
+BEST_DIR = "best"
+"""``checkpoints/best``: not a ``step_*`` folder, so never resumed from, never pruned, never counted
+in ``keep_last``; its meta.json says which step and validation loss it holds."""
+WEIGHTS_FILE = "model.safetensors"
+
+
+def save_safetensors(state: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> str:
+    """The tensors as safetensors (readable without torch.load: no pickle), fsynced; returns the sha256."""
+    from safetensors.torch import save_file as st_save  # optional: torch-only images write model.pt
+
+    st_save({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(path), metadata=metadata)
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+    return sha256_file(path)
+
+
+def save_best(root: Path, model_state: dict, meta: dict, extra_files: dict[str, Path] | None = None) -> Path:
+    """Write ``root/best`` (weights as safetensors, meta.json with ``step`` and ``val_loss`` and the
+    sha256 of each file, the tokenizer files) under a temporary name, then swap it in: a reader sees
+    the previous best or the new one, whole."""
+    root = Path(root)
+    final, tmp, old = root / BEST_DIR, root / f".tmp_{BEST_DIR}", root / f".old_{BEST_DIR}"
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        name, sha = WEIGHTS_FILE, save_safetensors(model_state, tmp / WEIGHTS_FILE, {"format": "pt"})
+    except ImportError:  # no safetensors on this machine: the weights as the periodic checkpoints hold them
+        name, sha = "model.pt", save_file(model_state, tmp / "model.pt")
+    for extra, src in (extra_files or {}).items():
+        shutil.copyfile(src, tmp / extra)
+    meta = dict(meta, kind="best", sha256=sha, files={name: sha})
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+    _fsync_dir(tmp)
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    _fsync_dir(root)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
 
 
 def load_optim_state(ckpt: Path, rank: int, trusted: bool = False) -> dict | None:

@@ -91,6 +91,22 @@ class Checkpointer:
                                val_loss=meta.get("val_loss"))
         return path
 
+    def save_best(self, step: int, meta: dict[str, Any], extra_files: dict[str, Path]) -> Path | None:
+        """Collective (an FSDP model is gathered). The weights alone into ``checkpoints/best``
+        (:func:`trainer.loop.checkpoint.save_best`), replacing the previous best; a failed write
+        (a full disk) is logged and training goes on."""
+        state, t0 = self.model_state(), time.perf_counter()
+        if not self.d.master or state is None:
+            return None
+        try:
+            path = ckpt.save_best(self.root, state, dict(meta, step=step), extra_files)
+        except OSError as e:
+            self.log(f"best checkpoint at step {step} NOT written: {e}")
+            return None
+        self.log(f"best checkpoint (step {step}, val loss {meta.get('val_loss')}) in {time.perf_counter() - t0:.1f}s")
+        self.metrics.event("best_checkpoint", step=step, path=str(path), val_loss=meta.get("val_loss"))
+        return path
+
     def state_bytes(self) -> int:
         """What this checkpoint's tensors take in all the files together: the fp32 model state and every
         optimizer moment (a DTensor counts its whole logical size: the ranks' shards add up to it)."""

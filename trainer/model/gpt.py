@@ -189,7 +189,9 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = make_norm(s.norm, s.head_dim) if s.qk_norm else None
         self.dropout = s.dropout
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, kv: Any = None) -> torch.Tensor:
+        """``kv``: one layer of a decoding cache (trainer.infer.kvcache): the new tokens sit at its
+        ``pos`` [B, T] and attend to the keys and values it holds."""
         b, t, d = x.shape
         hd = self.head_dim
         q, k, v = self.qkv(x).split([d, self.n_kv * hd, self.n_kv * hd], dim=-1)
@@ -199,8 +201,10 @@ class CausalSelfAttention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
-            cos, sin = rope[0][:t], rope[1][:t]
+            cos, sin = (rope[0][:t], rope[1][:t]) if kv is None else (rope[0][kv.pos][:, None], rope[1][kv.pos][:, None])
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if kv is not None:
+            return self.proj(kv.attend(q, k, v).transpose(1, 2).reshape(b, t, d))
         kw = {}
         if self.n_kv != self.n_heads:
             if _SDPA_GQA:
@@ -248,13 +252,15 @@ class Block(nn.Module):
         self.mlp = MLP(s)
         self.drop = nn.Dropout(s.dropout)
         self.memory = AtlasMemory(s.d_model, s.key_width, s.value_width, s.poly_degree, s.context_window,
-                                  s.gate_init) if memory else None
+                                  s.gate_init, s.max_seq_len) if memory else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-                mem_m: torch.Tensor | None = None, mem_s: torch.Tensor | None = None) -> Any:
+                mem_m: torch.Tensor | None = None, mem_s: torch.Tensor | None = None, kv: Any = None) -> Any:
         h = self.ln1(x)
-        a = self.attn(h, rope)
-        if self.memory is None:
+        a = self.attn(h, rope, kv)
+        if self.memory is not None and kv is not None:  # decoding: the memory's carry is the cache's
+            a = self.memory.mix_step(h, a, kv.memory)
+        if self.memory is None or kv is not None:
             x = x + self.drop(a)
             return x + self.drop(self.mlp(self.ln2(x)))
         a, m, s, share = self.memory.mix(h, a, mem_m, mem_s)
@@ -367,6 +373,7 @@ class GPT(nn.Module):
         targets: torch.Tensor | None = None,
         return_hidden: bool = False,
         memory_states: list[MemoryState] | None = None,
+        cache: Any = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """targets given: the mean loss; else the logits of the last position [B, V].
 
@@ -375,13 +382,17 @@ class GPT(nn.Module):
 
         ``memory_states`` (one per layer) start each layer's memory (default zero); the final states
         and gate shares are left in ``memory_out``, ``gate_shares``. Refinement: see
-        :func:`trainer.model.refine.refined_output`."""
+        :func:`trainer.model.refine.refined_output`.
+
+        ``cache`` (a :class:`trainer.infer.kvcache.KVCache` set up for a prefill or a decode step): idx
+        are the rows' next tokens, at the cache's positions; every attention layer (refinement steps'
+        included, in the order they run) keeps its keys and values there, each memory its carry."""
         b, t = idx.shape
         if t > self.shape.max_seq_len:
             raise ValueError(f"sequence of {t} tokens exceeds max_seq_len {self.shape.max_seq_len}")
         x = self.wte(idx)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(t, device=idx.device))
+            x = x + self.wpe(torch.arange(t, device=idx.device) if cache is None else cache.pos)
         if self.emb_norm is not None:
             x = self.emb_norm(x)
         x = self.drop(x)
@@ -389,7 +400,9 @@ class GPT(nn.Module):
         hidden = [x] if return_hidden else []
         memory_out, shares = [], []
         for i, block in enumerate(self.blocks):
-            if block.memory is not None:
+            if cache is not None:
+                x = block(x, rope, kv=cache.layer(i))
+            elif block.memory is not None:
                 st = memory_states[i] if memory_states else None
                 x, m, s, share = block(x, rope, *((st.M, st.S) if st is not None else (None, None)))
                 memory_out.append(MemoryState(m.detach(), s.detach()))
@@ -400,7 +413,7 @@ class GPT(nn.Module):
                 hidden.append(x)
         self.memory_out, self.gate_shares = memory_out, shares
         if self.refine is not None:
-            out = refined_output(self, x, targets, rope)
+            out = refined_output(self, x, targets, rope, cache)
         else:
             out = self._loss(x, targets) if targets is not None else self._logits(x)
         return (out, hidden) if return_hidden else out

@@ -32,7 +32,8 @@ Where this simplifies:
   back across sequences (a carried state is ``(M, S)`` only);
 - one error per token ``e_i = M_{chunk(i)} phi(k_i) - v_i`` (the factor 2 of the gradient folded into
   theta), computed at the start state of token i's own chunk, also when a later chunk's window sums it;
-- theta is divided by the length n of the token's chunk, so a chunk is one step of mean-gradient
+- theta is divided by the chunk's length n (:func:`step_divisor`: the chunk size, or the context when
+  chunks are longer, so a partial chunk's step is partial and the memory stays causal), so a chunk is one step of mean-gradient
   descent on its tokens (TTT's mini-batch view, Sun et al. 2024, arXiv:2407.04620), with the Omega
   weights summing to at most 1. Summed stale gradients (Titans' form) make a chunk's step grow with
   its length and diverge at seed 000's 2048-token chunks; the 300M run's norm ceiling of 50.0 was
@@ -95,7 +96,7 @@ class AtlasMemory(nn.Module):
     the per-channel mix with attention (:meth:`mix`)."""
 
     def __init__(self, d_model: int, d_key: int, d_value: int, poly_degree: int, context_window: int,
-                 gate_init: float = 0.5) -> None:
+                 gate_init: float = 0.5, span: int | None = None) -> None:
         super().__init__()
         self.gate_init = gate_init
         self.gate = nn.Linear(d_model, d_model, bias=True)  # the attention/memory mix, per channel
@@ -110,6 +111,7 @@ class AtlasMemory(nn.Module):
         self.chunk_size = 2048
         """Update granularity; the trainer sets it per stage (not a parameter, not in the state dict)."""
         self.max_norm: float | None = None
+        self.span = span  # the model's context (step_divisor)
         self.reset_memory_parameters()
 
     def reset_memory_parameters(self) -> None:
@@ -164,8 +166,24 @@ class AtlasMemory(nn.Module):
         state after the last token. The whole computation runs in fp32, outside autocast."""
         with torch.autocast(x.device.type, enabled=False):
             p = self.project(x)
-            y, new = memory_chunked(p, state, self.chunk_size, self.max_norm)
+            y, new = memory_chunked(p, state, self.chunk_size, self.max_norm, self.span)
             return F.linear(y.to(self.out.weight.dtype), self.out.weight), new
+
+    def new_carry(self, b: int, device: torch.device | str) -> MemoryCarry:
+        """A zero start for ``b`` decoding rows (:func:`memory_step`)."""
+        def z(*shape: int) -> torch.Tensor:
+            return torch.zeros(b, *shape, device=device, dtype=torch.float32)
+        return MemoryCarry(z(self.d_value, self.d_key), z(self.d_value, self.d_key), z(self.d_value, self.d_key),
+                           z(self.window - 1, self.d_value), z(self.window - 1, self.d_key),
+                           torch.zeros(b, dtype=torch.long, device=device))
+
+    def mix_step(self, h: torch.Tensor, attn: torch.Tensor, carry: MemoryCarry) -> torch.Tensor:
+        """:meth:`mix` for the next tokens of decoding rows, continuing ``carry`` (updated in place)."""
+        with torch.autocast(h.device.type, enabled=False):
+            y = memory_step(self.project(h), carry, self.chunk_size, self.max_norm, self.span)
+            read = F.linear(y.to(self.out.weight.dtype), self.out.weight)
+        g = torch.sigmoid(self.gate(h))
+        return attn + g * (read.to(attn.dtype) - attn)
 
 
 def zero_state(b: int, d_value: int, d_key: int, device: torch.device,
@@ -195,26 +213,28 @@ def _band(w: torch.Tensor, gamma: torch.Tensor, m: int) -> torch.Tensor:
     return out
 
 
-def memory_chunked(p: Projected, state: MemoryState | None, chunk: int, max_norm: float | None = None,
-                   ) -> tuple[torch.Tensor, MemoryState]:
-    """Reads [B, T, dv] and the final state, chunk by chunk (see the module docstring for the algebra)."""
+def _segments(p: Projected, m_state: torch.Tensor, s_state: torch.Tensor, m_err: torch.Tensor,
+              tail_e: torch.Tensor, tail_k: torch.Tensor, offset: int, chunk: int, div: int,
+              max_norm: float | None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], int]:
+    """The chunked computation from any point of a chunk: ``offset`` tokens of the current chunk are
+    behind, ``(m_state, s_state)`` are the states after the last of them, ``m_err`` the memory at the
+    chunk's start (every error of a chunk is taken there) and ``tail_e``/``tail_k`` the errors and keys
+    of the last tokens the Omega window reaches back to. Returns the reads, the same six values after
+    the last token (M clamped at each completed chunk) and the new offset. Each token's step is
+    ``theta / div``."""
     b, t, dk = p.phi_k.shape
-    dv = p.v.shape[-1]
-    st = state or zero_state(b, dv, dk, p.v.device, p.v.dtype)
-    m_state, s_state = st.M.to(p.v.dtype), st.S.to(p.v.dtype)
     c = p.gamma.numel()
-    tail_e = p.v.new_zeros(b, 0, dv)
-    tail_k = p.v.new_zeros(b, 0, dk)
     reads = []
-    for s0 in range(0, t, chunk):
-        sl = slice(s0, min(t, s0 + chunk))
+    s0 = 0
+    while s0 < t:
+        n = min(t - s0, chunk - offset)
+        sl = slice(s0, s0 + n)
         phi_q, phi_k, v = p.phi_q[:, sl], p.phi_k[:, sl], p.v[:, sl]
-        n = v.shape[1]
-        e = torch.einsum("bvk,bnk->bnv", m_state, phi_k) - v  # errors at the chunk's start state
+        e = torch.einsum("bvk,bnk->bnv", m_err, phi_k) - v  # errors at the chunk's start state
         e_ext, k_ext = torch.cat([tail_e, e], 1), torch.cat([tail_k, phi_k], 1)
         m = e_ext.shape[1] - n
         le, la = p.log_eta[:, sl].cumsum(1), p.log_keep[:, sl].cumsum(1)
-        theta = p.theta[:, sl] / n  # one mean-gradient step per chunk (module docstring)
+        theta = p.theta[:, sl] / div  # one mean-gradient step per chunk (module docstring)
         causal = torch.ones(n, n, dtype=torch.bool, device=v.device).tril()
         decay_s = torch.exp((le[:, :, None] - le[:, None, :]).masked_fill(~causal, -math.inf))  # P [B, n, n]
         decay_m = torch.exp((la[:, :, None] - la[:, None, :]).masked_fill(~causal, -math.inf))  # Q
@@ -227,20 +247,87 @@ def memory_chunked(p: Projected, state: MemoryState | None, chunk: int, max_norm
              + c_s0[:, :, None] * torch.einsum("bvk,bnk->bnv", s_state, phi_q)
              - (r * scores) @ e_ext)
         reads.append(y)
-        # The state after the chunk's last token.
+        # The state after the segment's last token.
         r_s = _band(p_theta[:, -1:, :], p.gamma, m).squeeze(1)  # [B, m + n]
         r_m = r[:, -1]
         s_new = le[:, -1, None, None].exp() * s_state - torch.einsum("bj,bjv,bjk->bvk", r_s, e_ext, k_ext)
         m_new = (la[:, -1, None, None].exp() * m_state + c_s0[:, -1, None, None] * s_state
                  - torch.einsum("bj,bjv,bjk->bvk", r_m, e_ext, k_ext))
-        m_state, s_state = clamp_norm(m_new, max_norm), s_new
+        offset += n
+        if offset == chunk:  # a completed chunk: the next one takes its errors at this state
+            m_new, offset = clamp_norm(m_new, max_norm), 0
+            m_err = m_new
+        m_state, s_state = m_new, s_new
         keep = min(c - 1, e_ext.shape[1])
         tail_e, tail_k = e_ext[:, e_ext.shape[1] - keep :], k_ext[:, k_ext.shape[1] - keep :]
-    return torch.cat(reads, 1), MemoryState(m_state, s_state)
+        s0 += n
+    return torch.cat(reads, 1), (m_state, s_state, m_err, tail_e, tail_k), offset
+
+
+def step_divisor(chunk: int, span: int | None) -> int:
+    """What theta is divided by: the chunk size, or the model's context when chunks never fill it. A
+    fixed number, so a token's read never depends on how many tokens follow it in its chunk (the
+    memory is causal, and decoding with a cache gives the forward pass's numbers); at full length
+    with chunks that divide it, it is each chunk's length, as before."""
+    return min(chunk, span) if span else chunk
+
+
+def memory_chunked(p: Projected, state: MemoryState | None, chunk: int, max_norm: float | None = None,
+                   span: int | None = None) -> tuple[torch.Tensor, MemoryState]:
+    """Reads [B, T, dv] and the final state, chunk by chunk (see the module docstring for the algebra)."""
+    b, t, dk = p.phi_k.shape
+    dv = p.v.shape[-1]
+    st = state or zero_state(b, dv, dk, p.v.device, p.v.dtype)
+    m0, s0 = st.M.to(p.v.dtype), st.S.to(p.v.dtype)
+    y, (m_state, s_state, _, _, _), offset = _segments(
+        p, m0, s0, m0, p.v.new_zeros(b, 0, dv), p.v.new_zeros(b, 0, dk), 0, chunk, step_divisor(chunk, span),
+        max_norm)
+    if offset:  # the last chunk was partial: its state is clamped too
+        m_state = clamp_norm(m_state, max_norm)
+    return y, MemoryState(m_state, s_state)
+
+
+@dataclass
+class MemoryCarry:
+    """A decoding batch's memory between steps, per row: M and S after the last token, M at its
+    chunk's start (``m_err``), the errors and keys of the last ``context_window - 1`` tokens (zero
+    before the first: a zero error adds nothing) and the tokens into the current chunk. The tensors
+    are views of the cache's storage and are written in place."""
+
+    M: torch.Tensor  # [B, dv, dk]
+    S: torch.Tensor
+    m_err: torch.Tensor
+    tail_e: torch.Tensor  # [B, c - 1, dv]
+    tail_k: torch.Tensor  # [B, c - 1, dk]
+    offset: torch.Tensor  # [B] long
+
+
+def memory_step(p: Projected, carry: MemoryCarry, chunk: int, max_norm: float | None = None,
+                span: int | None = None) -> torch.Tensor:
+    """Reads [B, T, dv] of the next T tokens of each row, continuing ``carry`` (updated in place):
+    the same numbers as :func:`memory_chunked` over the whole sequence. T > 1 needs the rows at the
+    same offset (a prompt); one token per row may be at any."""
+    div = step_divisor(chunk, span)
+    offsets = carry.offset.tolist()
+    state = (carry.M, carry.S, carry.m_err, carry.tail_e, carry.tail_k)
+    if p.v.shape[1] > 1 or len(set(offsets)) == 1:
+        if len(set(offsets)) != 1:
+            raise ValueError("several tokens per row need the rows at the same point of their chunk")
+        y, new, offset = _segments(p, *state, offsets[0], chunk, div, max_norm)
+        carry.offset.fill_(offset)
+    else:  # one token per row, rows at different points: no chunk ends inside; then per row
+        y, new, _ = _segments(p, *state, 0, chunk + 1, div, max_norm)
+        ends = carry.offset + 1 == chunk
+        m = torch.where(ends[:, None, None], clamp_norm(new[0], max_norm), new[0])
+        new = (m, new[1], torch.where(ends[:, None, None], m, new[2]), new[3], new[4])
+        carry.offset.copy_(torch.where(ends, 0, carry.offset + 1))
+    for dst, src in zip(state, new, strict=True):
+        dst.copy_(src)
+    return y
 
 
 def memory_reference(p: Projected, state: MemoryState | None, chunk: int, max_norm: float | None = None,
-                     ) -> tuple[torch.Tensor, MemoryState]:
+                     span: int | None = None) -> tuple[torch.Tensor, MemoryState]:
     """The same computation one token at a time, written as the recurrences read (for the tests)."""
     b, t, dk = p.phi_k.shape
     dv = p.v.shape[-1]
@@ -249,11 +336,11 @@ def memory_reference(p: Projected, state: MemoryState | None, chunk: int, max_no
     c = p.gamma.numel()
     grads: list[torch.Tensor] = []  # per-token gradient e_i phi(k_i)^T
     m_chunk = m_state
+    n = step_divisor(chunk, span)
     reads = []
     for i in range(t):
         if i % chunk == 0:
             m_chunk = m_state
-            n = min(chunk, t - i)
         e = torch.einsum("bvk,bk->bv", m_chunk, p.phi_k[:, i]) - p.v[:, i]
         grads.append(torch.einsum("bv,bk->bvk", e, p.phi_k[:, i]))
         g = sum(p.gamma[j] * grads[i - j] for j in range(min(c, i + 1)))

@@ -56,16 +56,19 @@ def refinement_objective(losses: list[torch.Tensor], supervision_weight_base: fl
 
 
 def refined_output(model: Any, h: torch.Tensor, targets: torch.Tensor | None,
-                   rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+                   rope: tuple[torch.Tensor, torch.Tensor] | None, cache: Any = None) -> torch.Tensor:
     """The GPT's output with refinement, from the backbone's hidden state h: ``z_0 = h``,
     ``z_k = stack(z_{k-1})`` (``model.refine``, the one shared stack applied again and again). Without
     targets: the last step's logits. With them: the objective above in training mode, the last
     step's cross-entropy in eval mode; each step's loss is left, detached, in ``model.refine_losses``.
-    ``model`` is trainer.model.gpt.GPT (not imported: it imports this module)."""
+    ``model`` is trainer.model.gpt.GPT (not imported: it imports this module); with a decoding ``cache``
+    each step's blocks keep their keys and values in the layers after the backbone's."""
     states, z = [h], h
+    layer = model.shape.n_layers
     for _ in range(model.shape.refine_steps):
         for block in model.refine:
-            z = block(z, rope)
+            z = block(z, rope, kv=cache.layer(layer) if cache is not None else None)
+            layer += 1
         states.append(z)
     if targets is None:
         return model._logits(states[-1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -12,11 +13,22 @@ def serve(
                                  help="A checkpoint folder, or a run name (default: the newest run)."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Local port (default 8000)."),
     dest: Path = typer.Option(Path("checkpoints"), "--dest", help="Where a run's best checkpoint is downloaded."),
+    on_pod: bool = typer.Option(False, "--on-pod", help="Serve on the run's host, tunnelled over its SSH."),
+    engine: str = typer.Option("own", "--engine", metavar="own|vllm",
+                               help="With --on-pod: the trainer's engine (default) or vLLM on the export."),
 ) -> None:
     """Serve a checkpoint (or a run's best) as an OpenAI-compatible API on localhost."""
     from gpucli.cli import render_serve as render
     from gpucli.run import tensorboard as core
     from gpucli.settings import home
+
+    if on_pod:
+        _serve_on_pod(source, port, engine)
+        return
+    if engine != "own":
+        from gpucli.errors import UsageError
+
+        raise UsageError("--engine vllm serves on the run's host: add --on-pod")
 
     if source is not None and core.is_checkpoint(Path(source).expanduser()):
         checkpoint = Path(source).expanduser().resolve()
@@ -38,6 +50,46 @@ def serve(
         served.process.wait()
     finally:
         core.stop_server(served.process)
+
+
+def _serve_on_pod(run: str | None, port: int, engine: str) -> None:
+    from gpucli.cli import render_serve as render
+    from gpucli.run import podserve
+    from gpucli.run import records as runs
+    from gpucli.run import tensorboard as core
+    from gpucli.run.targets import open_host
+
+    record = runs.resolve(run)
+    with open_host(record) as host:
+        server = podserve.start_remote_server(host, record, engine=engine, on_event=render.info)
+        try:
+            if record.provider == "local":  # the host is this machine: nothing to tunnel
+                _ready_then_wait(host, server, f"http://127.0.0.1:{server.port}/v1", record.name, None)
+            else:
+                with core.PortForward(core.transport_of(host), server.port, local_port=port) as fwd:
+                    _ready_then_wait(host, server, f"http://127.0.0.1:{fwd.port}/v1", record.name, fwd)
+        finally:
+            podserve.stop_remote_server(host, server)
+
+
+def _ready_then_wait(host: Any, server: Any, url: str, run: str, fwd: Any) -> None:
+    import time
+
+    from gpucli.cli import render_serve as render
+    from gpucli.run import podserve
+    from gpucli.run import tensorboard as core
+
+    try:
+        core.url_ready(f"{url}/models", podserve.READY_TIMEOUT_S, what=f"the {server.engine} server on the host",
+                       alive=lambda: host.is_running(server.pid))
+    except Exception as e:  # noqa: BLE001 - re-raised with the server's own last words
+        raise podserve.server_failed(host, server, e) from None
+    render.serving_remote(url, run, server.engine)
+    if fwd is not None:
+        fwd.wait()
+        return
+    while host.is_running(server.pid):
+        time.sleep(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -34,7 +34,8 @@ def small_disk(path):
             return (10**13, 0, 10**13)
         c = sum(f.stat().st_size for f in first.iterdir())
         o = (first / "optim_rank0.pt").stat().st_size
-        cap = int(2 * c - o + (1 + diskguard.MARGIN) * c + (c - o) / 2)
+        # + (c - o): the weights-only best checkpoint (checkpoints/best) beside the periodic ones
+        cap = int(2 * c - o + (1 + diskguard.MARGIN) * c + (c - o) / 2) + (c - o)
     used = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
     return (cap, used, max(0, cap - used))
 
@@ -58,7 +59,7 @@ def test_a_small_disk_drops_old_optimizer_files_then_refuses_and_alerts(data_dir
     # On disk: 10 and 20 kept their weights but lost their optimizer files (10 to make room for 30,
     # 20 while trying to make room for 40); 30, the newest, is whole; 40 and 50 were never written,
     # not even half: no temp folder is left to shadow step 30.
-    assert sorted(p.name for p in root.iterdir()) == ["step_000010", "step_000020", "step_000030"]
+    assert sorted(p.name for p in root.iterdir()) == ["best", "step_000010", "step_000020", "step_000030"]
     for step in (10, 20):
         folder = root / ckpt.step_dir_name(step)
         assert sorted(p.name for p in folder.iterdir()) == ["data_meta.json", "meta.json", "model.pt"]

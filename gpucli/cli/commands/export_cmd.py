@@ -1,0 +1,34 @@
+"""gpucli export: a run's best checkpoint in the Hugging Face layout, made on its host; downloaded
+here, or pushed from the host to the Hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def export(
+    run: str = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run)."),
+    dest: Path = typer.Option(Path("exports"), "--dest", help="Where the export is downloaded (DEST/RUN-hf)."),
+    push: str = typer.Option(None, "--push", metavar="ORG/NAME", help="Upload to this Hub repository from the host."),
+    private: bool = typer.Option(False, "--private", help="Create the Hub repository private."),
+) -> None:
+    """Export a run's best weights as model.safetensors + config.json + tokenizer (transformers loads it)."""
+    from gpucli.cli import render_runs
+    from gpucli.cli import render_serve as render
+    from gpucli.run import export as core
+    from gpucli.run import records as runs
+    from gpucli.run.targets import open_host
+
+    if push:
+        core.check_repo(push)
+    record = runs.resolve(run)
+    with open_host(record) as host, render_runs.transfer_progress("downloading") as progress:
+        result = core.export_run(host, record, dest=dest, push=push, private=private, on_event=render.info,
+                                 progress=progress)
+    render.exported(result)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)
