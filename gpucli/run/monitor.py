@@ -106,7 +106,8 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
                                 record.limits.max_hours * price if record.limits.max_hours else None) if c]
             projected = max(projected, min(caps)) if caps else None
     failed_reason = str(finished.get("reason") or "") if finished is not None else ""
-    if finished is not None and failed_reason.startswith(("failed", "setup failed")):
+    if finished is not None and (finished.get("state") == "failed"
+                                 or failed_reason.startswith(("failed", "setup failed"))):
         state = "failed"  # the user's own command (gpucli/pod/jobrun.py) exited non-zero
         if not log_tail and isinstance(finished.get("log_tail"), list):
             log_tail = tuple(str(x) for x in finished["log_tail"])

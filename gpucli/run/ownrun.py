@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 POD = Path(__file__).resolve().parents[1] / "pod"
-JOB_FILES = ("jobrun.py", "logparse.py")
+JOB_FILES = ("jobrun.py", "logparse.py", "terminal.py", "framefiles.py", "jobalerts.py")
 BIG_FILE_BYTES = 100 << 20  # code folders hold code: bigger files (weights, data) are left out of the sync
 GRACE_MARGIN_S = 10.0  # the job's grace ends this long before the watchdog's (and down's) SIGKILL
 DOWN_TIMEOUT_S = 120.0  # gpucli down's wait for the trainer (gpucli.run.monitor.stop_trainer)
@@ -263,7 +263,8 @@ def wait_for_setup(host: Host, workdir: str, alive: Callable[[], bool], *, timeo
             except (GpucliError, OSError):
                 pass
             lines = "\n".join(st.log_tail[-10:])
-            raise GpucliError(f"{st.reason or 'setup failed'}; its last lines:\n{lines}")
+            what = (st.reason or "").removeprefix("setup ")
+            raise GpucliError(f"--setup failed ({what or 'no reason given'}); its last lines:\n{lines}")
         if st.state == "finished" or st.phase == "run":
             return
         if not alive():

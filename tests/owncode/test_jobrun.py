@@ -110,7 +110,8 @@ def test_a_failing_setup_ends_with_its_last_lines_and_never_runs_the_command(job
     res = job.run("touch ran", "--setup", "echo collecting torch; echo 'ERROR: No matching distribution'; exit 3")
     assert res.returncode == 3
     status = job.status()
-    assert status["state"] == "failed" and status["reason"] == "setup failed (exit 3)"
+    assert status["state"] == "failed" and status["reason"] == "setup exit 3"
+    assert status["story"] == "failed (setup exit 3)"
     assert status["log_tail"][-1] == "ERROR: No matching distribution"
     assert job.events("finished")[-1]["log_tail"][-1] == "ERROR: No matching distribution"
     assert not (job.code / "ran").exists()
@@ -121,7 +122,8 @@ def test_a_failing_command_is_failed_with_its_last_lines(job):
     res = job.run(f"python {script}")
     assert res.returncode == 1
     status = job.status()
-    assert status["state"] == "failed" and status["reason"] == "failed (exit 1)"
+    assert status["state"] == "failed" and status["reason"] == "exit 1: RuntimeError: CUDA out of memory (pretend)"
+    assert status["story"] == "failed (exit 1: RuntimeError: CUDA out of memory (pretend))"
     assert status["log_tail"][-1] == "RuntimeError: CUDA out of memory (pretend)"
     assert "loading shard 7" in status["log_tail"]
     assert job.kind("train")[0]["loss"] == 5.0  # what it logged before failing is kept
