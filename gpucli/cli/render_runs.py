@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 
     from gpucli.run.control import DownResult
     from gpucli.run.follow import TailUpdate
+    from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.launch import ResolvedLaunch
     from gpucli.run.lifecycle import Notice
-    from gpucli.run.mirror import MirrorResult
-    from gpucli.run.monitor import FetchResult, RunStatus
+    from gpucli.run.monitor import RunStatus
     from gpucli.run.records import RunRecord
     from gpucli.run.targets import Stray
     from gpucli.ssh import SyncStats
@@ -442,7 +442,7 @@ def downed(result: DownResult) -> None:
 
 
 def mirrored(record: RunRecord, result: MirrorResult) -> None:
-    from gpucli.run.mirror import mirror_root
+    from gpucli.run.harvest import mirror_root
 
     info(f"{record.name}: mirror in {mirror_root(record.name)}: "
          + (f"new {result.checkpoint}" if result.checkpoint else

@@ -138,8 +138,8 @@ def live_status(record: RunRecord) -> RunStatus:
     """The run's state as its host shows it now, with its data preparation. A run seen finished or
     failed is recorded so, with the cost metered on the pod (elapsed x price)."""
     from gpucli.run.monitor import status_of
+    from gpucli.run.runend import own_end
     from gpucli.run.targets import get_target, open_host
-    from gpucli.run.targets.runend import own_end
 
     try:
         host = open_host(record, connect_timeout_s=10)

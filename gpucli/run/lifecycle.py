@@ -8,6 +8,7 @@ everything else to ``on_notice`` as a :class:`Notice`; the commands render both.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,15 +16,23 @@ from typing import TYPE_CHECKING, Literal
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.run import records as runs
+from gpucli.run import start
+from gpucli.run.checkpoints import checkpoint_step, list_checkpoints
 from gpucli.run.defaults import DEFAULTS
+from gpucli.run.harvest import mirror_root
+from gpucli.run.jobs import BUNDLED, Job, job_for, job_of
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
+from gpucli.run.money import balance_guard
+from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.records import RunRecord
+from gpucli.run.runend import own_end
+from gpucli.run.targets import get_target, open_host
+from gpucli.settings import watch_poll_s
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from gpucli.plan.catalog import Catalog
-    from gpucli.run.ownrun import OwnCode
     from gpucli.run.targets import Host, Provisioner
     from gpucli.run.task import Task
     from gpucli.ssh import SshTarget
@@ -51,115 +60,73 @@ class PreparedLaunch:
     resolved: ResolvedLaunch
     provision: Provisioner | None
     ssh: SshTarget | None
-    own: OwnCode | None = None  # the user's own command instead of the bundled trainer
+    job: Job = BUNDLED  # the bundled trainer or the user's own command
 
     @property
     def inputs(self) -> dict:
         """What the record keeps to resolve the same launch again (``gpucli resume``)."""
-        from gpucli.run.ownrun import task_to_json
-
         data = self.request.to_json()
         volume = getattr(self.provision, "volume", None)
         if volume is not None:  # the volume's id: a resume mounts this very volume (names need not be unique)
             data["volume"] = volume.to_json()
-        if self.own is not None:
-            data["own"] = task_to_json(self.own.task)
+        data.update(self.job.inputs())
         return data
 
 
-def run_name_for(catalog: Catalog, req: LaunchRequest, task: Task | None = None) -> str:
+def run_name_for(catalog: Catalog, req: LaunchRequest, job: Job = BUNDLED) -> str:
     """``--name`` checked and free, or a fresh ``model-profile-phase`` name."""
     if req.name:
         runs.check_name(req.name)
         if (runs.runs_dir() / f"{req.name}.json").exists():
             raise UsageError(f"a run named '{req.name}' exists", hint="pick another --name")
         return req.name
-    return runs.unique_name(_default_name(catalog, req, task))
+    return runs.unique_name(_default_name(catalog, req, job))
 
 
-def _default_name(catalog: Catalog, req: LaunchRequest, task: Task | None = None) -> str:
+def _default_name(catalog: Catalog, req: LaunchRequest, job: Job) -> str:
     prof = catalog.profile(req.profile)
-    if task is not None:
-        from gpucli.run.ownrun import default_name
-
-        return default_name(task, prof.name)
     model = req.model or DEFAULTS.model_for(prof.gpu is not None)
-    return f"{model}-{prof.name}-{req.phase}"
+    return job.default_name(prof.name, model, req.phase)
 
 
-def plan(catalog: Catalog, req: LaunchRequest) -> ResolvedLaunch:
-    """What the launch would do (``--dry-run``): checked and resolved, nothing searched or created."""
-    req = req.checked()
-    resolved = resolve(catalog, req, run_name=run_name_for(catalog, req))
-    check_disk(resolved)
-    return resolved
-
-
-def plan_own(catalog: Catalog, req: LaunchRequest, task: Task) -> tuple[ResolvedLaunch, OwnCode]:
-    """``--dry-run`` of an own-code launch: the resolved launch (its command is the job runner's) and task."""
-    from gpucli.run.ownrun import resolve_own
-
-    req = _own_request(req.checked())
-    own = resolve_own(task)
-    return _own_resolved(resolve(catalog, req, run_name=run_name_for(catalog, req, task)), own), own
-
-
-def _own_resolved(resolved: ResolvedLaunch, own: OwnCode) -> ResolvedLaunch:
-    """The trainer's resolution with the job runner as its command and no step count (the job's
-    own code decides how many steps it takes)."""
-    from gpucli.run.ownrun import job_command
-    from gpucli.run.records import PlannedSpeed
-
-    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=None,
-                                   planned=PlannedSpeed(source="no prediction for your own code"))
-    return dataclasses.replace(resolved, command=job_command(resolved, own))
+def plan(catalog: Catalog, req: LaunchRequest, task: Task | None = None) -> tuple[ResolvedLaunch, Job]:
+    """What the launch would do (``--dry-run``): checked and resolved, nothing searched or created.
+    ``task``: the user's own command instead of the bundled trainer."""
+    job = job_for(task)
+    checked = req.checked()
+    resolved = resolve(catalog, job.request(checked), run_name=run_name_for(catalog, checked, job))
+    if job.checks_disk:
+        check_disk(resolved)
+    return job.resolved(resolved), job
 
 
 def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None,
-            task: Task | None = None, volume_id: str | None = None) -> PreparedLaunch:
+            task: Task | None = None, volume_id: str | None = None, job: Job | None = None) -> PreparedLaunch:
     """Check and resolve the request; on a cloud target also choose the offers and the bid, before
     anything is created, so the record and the trainer's dollar limit carry the most this pod can
-    cost per hour rather than the catalogue's typical price. ``task``: the user's own command;
-    ``volume_id``: the network volume an earlier launch of the run used (a resume mounts it again)."""
-
+    cost per hour rather than the catalogue's typical price. ``task``: the user's own command (or
+    ``job``, one already made); ``volume_id``: the network volume an earlier launch of the run used
+    (a resume mounts it again)."""
     req = req.checked()
+    job = job if job is not None else job_for(task)  # a missing folder or a bad grace is said before any offer is searched
     if run_name is not None:
-        return _prepare(catalog, req, run_name, task, volume_id)
+        return _prepare(catalog, req, run_name, job, volume_id)
     # The name is claimed before anything else, so two launches at once never share one.
     name = runs.reserve_name(req.name, exact=True) if req.name else \
-        runs.reserve_name(_default_name(catalog, req, task))
+        runs.reserve_name(_default_name(catalog, req, job))
     try:
-        return _prepare(catalog, req, name, task)
+        return _prepare(catalog, req, name, job)
     except BaseException:
         runs.release_name(name)
         raise
 
 
-def _own_request(req: LaunchRequest) -> LaunchRequest:
-    """The trainer's resolution is reused for the machine, price and limits; its smallest preset keeps
-    a memory check for a model that will never be trained from refusing a small GPU."""
-    return req if req.model else dataclasses.replace(req, model="tiny")
-
-
-def _prepare(catalog: Catalog, req: LaunchRequest, name: str, task: Task | None = None,
+def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
              volume_id: str | None = None) -> PreparedLaunch:
-    if task is None:
-        return _prepare_trainer(catalog, req, name, volume_id)
-    from gpucli.run.ownrun import resolve_own
-
-    own = resolve_own(task)  # a missing folder or a bad grace is said before any offer is searched
-    prepared = _prepare_trainer(catalog, _own_request(req), name, volume_id, own=True)
-    return dataclasses.replace(prepared, resolved=_own_resolved(prepared.resolved, own), own=own)
-
-
-def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id: str | None = None,
-                     own: bool = False) -> PreparedLaunch:
-    from gpucli.run.targets import get_target
-    from gpucli.run.targets.money import balance_guard
-
+    req = job.request(req)
     target = get_target(req.provider)
     resolved = resolve(catalog, req, run_name=name)
-    if not own:  # the bundled trainer's checkpoints, before any offer is searched; own code has no such model
+    if job.checks_disk:  # the bundled trainer's checkpoints, before any offer is searched
         check_disk(resolved)
     provision = None
     if target.needs_gpu and resolved.gpu_id is None:
@@ -175,28 +142,26 @@ def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id:
     balance_guard(target, resolved, force=req.force)  # before anything is rented
     if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
         # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
-        if not own and req.volume_size_gb:  # what would be created must hold the run, before it is
+        if job.checks_disk and req.volume_size_gb:  # what would be created must hold the run, before it is
             check_disk(resolved, volume_gb=req.volume_size_gb)
         provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb,  # type: ignore[attr-defined]
                                        volume_id=volume_id)
         volume = getattr(provision, "volume", None)
-        if not own and volume is not None:  # an existing volume's size is known now
+        if job.checks_disk and volume is not None:  # an existing volume's size is known now
             check_disk(resolved, volume_gb=volume.size_gb)
-    return PreparedLaunch(req, resolved, provision, target.endpoint(req.host, req.identity))
+    return PreparedLaunch(req, job.resolved(resolved), provision, target.endpoint(req.host, req.identity), job)
 
 
 def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: NoticeFn = _quiet) -> RunRecord:
     """Start a new run; a failed launch ends every pod it created before the error goes on."""
-    from gpucli.run.start import launch as start
-
     volume = getattr(prepared.provision, "volume", None)
     if volume is not None and volume.created:
         price = f", ${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else ""
         on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
                 f"{volume.data_center_id}): kept after the run{price} until you delete it")
     try:
-        return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=prepared.ssh,
-                     provision=prepared.provision, inputs=prepared.inputs, own=prepared.own)
+        return start.launch(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=prepared.ssh,
+                            provision=prepared.provision, inputs=prepared.inputs)
     except BaseException:
         cleanup_failed(prepared.resolved.name, on_notice)
         raise
@@ -206,14 +171,10 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
 
 def host_alive(record: RunRecord) -> bool:
     """Whether the run's trainer is alive on a host that answers now."""
-    from gpucli.run.targets import open_host
-
     try:
         host = open_host(record, connect_timeout_s=10)
     except GpucliError:
         return False
-    from gpucli.run.monitor import trainer_alive
-
     with host:
         return bool(trainer_alive(host, record))
 
@@ -224,31 +185,19 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     checkpoint (cloud) or the one on the host (local, ssh), same run. A run on a network volume
     mounts the same volume again, and the newer of the volume's checkpoint and the mirror's wins
     (:func:`choose_restore`)."""
-    from gpucli.run.mirror import mirror_root, newest_good
-    from gpucli.run.targets import get_target
-
     record = runs.resolve(run)
     if not record.launch:
         raise UsageError(f"run {record.name} was started by an older gpucli and cannot be resumed")
     if record.status == "running" and host_alive(record):
         raise UsageError(f"run {record.name} is still running", hint="`gpucli down` it first, or leave it be")
     req = LaunchRequest.from_json(record.launch)
-    task = None
-    if record.launch.get("own"):
-        from gpucli.run.ownrun import task_from_json
-
-        task = task_from_json(record.launch["own"])
+    job = job_of(record)
     target = get_target(record.provider)
     # The run folder is on the volume: the checkpoints written there outlive the pod.
-    on_volume = target.cloud and bool(req.volume) and task is None
+    on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume
     restore = metrics = None
     if target.cloud:
-        if task is not None:
-            from gpucli.run.mirror import own_mirror
-
-            restore = own_mirror(record.name)
-        else:
-            restore = newest_good(record.name)
+        restore = job.restore_point(record.name)
         metrics = mirror_root(record.name) / "metrics.jsonl"
         if restore is None and not from_scratch and not on_volume:
             raise UsageError(f"no mirrored checkpoint of {record.name} on this machine",
@@ -262,31 +211,20 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         record = record.with_(previous_instances=record.previous_instances + old, instance_id=None)
     volume = (record.launch or {}).get("volume")
     volume_id = str(volume["id"]) if isinstance(volume, dict) and volume.get("id") else None
-    prepared = prepare(catalog, req, run_name=record.name, task=task, volume_id=volume_id)
+    prepared = prepare(catalog, req, run_name=record.name, job=job.again(), volume_id=volume_id)
     if "volume" in prepared.inputs:  # the volume this pod mounts (another, when the recorded one was deleted)
         record = record.with_(launch={**(record.launch or {}), "volume": prepared.inputs["volume"]})
-    from gpucli.run.start import launch as start
-
     try:
         if on_volume:
             return _resume_on_volume(prepared, record, restore, metrics, from_scratch=from_scratch, on_step=on_step)
         if restore is not None:
             on_step(f"resuming {record.name} from mirrored {restore.name}")
-        return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=record.ssh or prepared.ssh,
-                     provision=prepared.provision, record=record, restore=restore, metrics=metrics,
-                     own=prepared.own)
+        return start.launch(prepared.resolved, prepared.job, on_event=on_step, save=runs.save,
+                            ssh=record.ssh or prepared.ssh, provision=prepared.provision, record=record,
+                            restore=restore, metrics=metrics)
     except BaseException:
         cleanup_failed(record.name, on_notice)
         raise
-
-
-def _checkpoint_step(folder: Path) -> int | None:
-    import json
-
-    try:
-        return int(json.loads((folder / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def choose_restore(host: Host, workdir: str, mirror: Path | None, *, on_step: StepFn = _quiet) -> tuple[Path | None, bool]:
@@ -296,14 +234,9 @@ def choose_restore(host: Host, workdir: str, mirror: Path | None, *, on_step: St
     mirror, uploaded as on a pod without a volume. Returns (the mirror to upload or None, whether any
     checkpoint is there to resume from). The run's metrics are cut back to the step it continues from,
     so the curve joins up instead of repeating the steps trained again."""
-    import shlex
-
-    from gpucli.run.monitor import list_checkpoints
-    from gpucli.run.start import metrics_until
-
     held = list_checkpoints(host, workdir)
     newest = held[-1] if held else None
-    mirror_step = _checkpoint_step(mirror) if mirror is not None else None
+    mirror_step = checkpoint_step(mirror) if mirror is not None else None
     step: int | None
     if newest is not None and (mirror_step is None or newest.step >= mirror_step):
         behind = f"; the mirror on this machine is at step {mirror_step}, not uploaded" if mirror_step is not None else ""
@@ -318,7 +251,7 @@ def choose_restore(host: Host, workdir: str, mirror: Path | None, *, on_step: St
     path = f"{workdir}/metrics.jsonl"
     if step is not None and host.exists(path):
         data = host.read_file(path)
-        kept = metrics_until(data, step)
+        kept = start.metrics_until(data, step)
         if kept != data:
             host.run(f"mkdir -p -- {shlex.quote(workdir)}", timeout_s=60)
             host.write_file(path, kept, mode=0o644)
@@ -330,9 +263,6 @@ def _resume_on_volume(prepared: PreparedLaunch, record: RunRecord, mirror: Path 
     """A resume whose run folder is on a network volume: the pod is created first (its id recorded
     before any wait, as a launch does), then the volume's checkpoints are compared with the mirror's
     (:func:`choose_restore`) and the launch goes on on that pod."""
-    from gpucli.run.start import launch as start
-    from gpucli.run.targets import get_target
-
     assert prepared.provision is not None
     record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
                           message=None, ssh=None, limits=prepared.resolved.limits)
@@ -359,15 +289,14 @@ def _resume_on_volume(prepared: PreparedLaunch, record: RunRecord, mirror: Path 
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         runs.save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
         raise
-    return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=record.ssh, provision=None,
-                 record=record, restore=upload, metrics=metrics if upload is not None else None, own=prepared.own)
+    return start.launch(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=record.ssh,
+                        provision=None, record=record, restore=upload,
+                        metrics=metrics if upload is not None else None)
 
 
 def cleanup_failed(run_name: str, on_notice: NoticeFn = _quiet) -> None:
     """A failed launch terminates every pod it created: the one its record names and any other pod
     carrying its label. Pods the provisioning loop already ended are not reported again."""
-    from gpucli.run.targets import get_target
-
     try:
         record = runs.load(run_name)
     except GpucliError:
@@ -391,12 +320,6 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
     """Stay with a run until it ends: mirror each new checkpoint, notice a pod taken away, and (with
     ``recover``) resume on a new pod, at most ``max_resumes`` times. Returns how the watch ended:
     ``ended`` (the run is over), ``preempted`` (not recovering) or ``gave-up``."""
-    from gpucli.run.mirror import mirror_once
-    from gpucli.run.monitor import status_of
-    from gpucli.run.targets import get_target, open_host
-    from gpucli.run.targets.runend import own_end
-    from gpucli.settings import watch_poll_s
-
     poll_s = watch_poll_s(poll_s)
     name = runs.resolve(run).name
     resumes = 0
@@ -412,7 +335,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
         try:
             with open_host(record, connect_timeout_s=15) as host:
                 if mirror:
-                    mirror_once(host, record, on_event=info)
+                    job_of(record).mirror(host, record, on_event=info)
                 st = status_of(host, record)
             if st.state in ("finished", "failed") and st.finished_reason:
                 # "failed": the user's own command exited non-zero; a new pod would fail the same way

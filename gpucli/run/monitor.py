@@ -1,24 +1,21 @@
-"""Reading a run from its host: metrics rows, live status, checkpoints, the best one, stopping it.
+"""Reading a run from its host: metrics rows, live status, whether its process lives, stopping it.
 
 Everything here works through the host interface shared by ``LocalHost`` and ``Remote``; the
-trainer's files are the contract (metrics.jsonl rows, status.json, checkpoints/*/meta.json), read
-without torch.
+trainer's files are the contract (metrics.jsonl rows, status.json), read without torch; the
+checkpoints are :mod:`gpucli.run.checkpoints` and :mod:`gpucli.run.harvest`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import posixpath
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import NotFoundError, TransferError
+from gpucli.errors import TransferError
+from gpucli.run import procs
 from gpucli.run.records import RunRecord, parse_iso
 
 if TYPE_CHECKING:
@@ -148,8 +145,6 @@ def log_tail(host: Host, workdir: str, lines: int = 15) -> tuple[str, ...]:
 def trainer_alive(host: Host, record: RunRecord) -> bool | None:
     """Whether the run's trainer is alive (None: it never started); a pid that another process has
     taken since is not alive."""
-    from gpucli.run import procs
-
     return procs.alive(host, record, record.pid, record.pid_ident) if record.pid else None
 
 
@@ -160,167 +155,15 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
     return summarize(record, rows, alive=alive, log_tail=tail)
 
 
-# --------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    name: str  # step_000500
-    path: str  # on the host
-    step: int
-    val_loss: float | None
-    train_loss: float | None
-    kind: str | None
-    files: dict[str, str]  # name -> sha256
-    meta: dict[str, Any]
-
-
-def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
-    """Every complete checkpoint (temp folders of an unfinished write are ignored), by step."""
-    root = f"{workdir}/checkpoints"
-    files = host.list_files(root)
-    out = []
-    for rel in sorted(files):
-        if not rel.endswith("/meta.json"):
-            continue
-        folder = rel.rsplit("/", 1)[0]
-        if folder.startswith(".") or "/" in folder:
-            continue
-        try:
-            meta = json.loads(host.read_file(f"{root}/{rel}"))
-        except (json.JSONDecodeError, TransferError):
-            continue
-        hashes = meta.get("files") or {"model.pt": meta.get("sha256")}
-        out.append(CheckpointInfo(
-            name=folder, path=f"{root}/{folder}", step=int(meta.get("step", -1)), val_loss=meta.get("val_loss"),
-            train_loss=meta.get("train_loss"), kind=meta.get("kind"),
-            files={k: v for k, v in hashes.items() if v}, meta=meta))
-    return sorted(out, key=lambda c: c.step)
-
-
-def best_checkpoint(checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
-    """Lowest validation loss; with no validation yet, the newest (said so by its val_loss None)."""
-    if not checkpoints:
-        raise NotFoundError("the run has no checkpoint yet", hint="wait for the first checkpoint_interval")
-    with_val = [c for c in checkpoints if isinstance(c.val_loss, (int, float))]
-    if with_val:
-        return min(with_val, key=lambda c: (c.val_loss, -c.step))
-    return checkpoints[-1]
-
-
-EXTRA_FILES = ("tokenizer.json", "data_meta.json")  # next to the weights when the trainer wrote them
-
-
-def partial_dir(target: Path) -> Path:
-    """Where a checkpoint is assembled before it is renamed to ``target`` (a cut download's finished
-    files stay there: the next attempt skips what already matches)."""
-    return target.with_name(f".tmp_{target.name}")
-
-
-def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_optimizer: bool = True,
-                        more: dict[str, bytes] | None = None, progress: Any = None) -> tuple[tuple[str, ...], int]:
-    """The one checkpoint downloader (``fetch-best`` and the mirror): every file meta.json lists
-    (without the optimizer state unless ``with_optimizer``), verified against its sha256, plus the
-    tokenizer and data meta when present and ``more`` (name -> bytes) from this side; meta.json last.
-    All of it lands in :func:`partial_dir` and is renamed into place only when complete, so ``target``
-    is always a whole checkpoint (an older one it replaces stays until then). Returns the file names
-    and the bytes downloaded."""
-    tmp = partial_dir(target)
-    tmp.mkdir(parents=True, exist_ok=True)
-    present = host.list_files(ck.path)
-    names = [n for n in ck.files if with_optimizer or not n.startswith("optim_")]
-    names += [n for n in EXTRA_FILES if n in present and n not in names]
-    # All together: over a long link the files (weights, optimizer shards) come on parallel channels.
-    # The bar's size is known from the listing before the first byte.
-    total_bytes = sum(present[n].size for n in names if n in present)
-
-    def bar(p: Any) -> None:
-        from gpucli.ssh import TransferProgress
-
-        progress(TransferProgress(p.bytes_done, max(total_bytes, p.bytes_total), p.files_done, len(names), p.path))
-
-    if progress is not None:
-        bar(SimpleNamespace(bytes_done=0, bytes_total=0, files_done=0, path=""))
-    got = host.download_files([(posixpath.join(ck.path, n), tmp / n, ck.files.get(n)) for n in names],
-                              progress=bar if progress is not None else None)
-    total = sum(s.bytes_total for s in got)
-    for name, data in (more or {}).items():
-        (tmp / name).write_bytes(data)
-    meta = host.read_file(posixpath.join(ck.path, "meta.json"))
-    (tmp / "meta.json").write_bytes(meta)
-    swap_into_place(tmp, target)
-    return tuple(names + ["meta.json"]), total + len(meta)
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    checkpoint: CheckpointInfo
-    dest: Path
-    files: tuple[str, ...]
-    bytes: int
-
-
-_FETCH_TRIES = 3
-
-
-def fetch_best(host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
-               progress: Any = None, on_event: Callable[[str], None] = lambda m: None) -> FetchResult:
-    """Download the best checkpoint's weights and meta (and tokenizer, run config), each verified
-    against the sha256 in meta.json (see :func:`download_checkpoint`).
-
-    On a live run the trainer keeps only the newest checkpoints and the best: a better one can
-    appear, and the one being fetched be deleted, mid-download. Then the choice is made again from a
-    fresh listing (a few times at most)."""
-    from gpucli.ssh import tune_heap_for_downloads
-
-    tune_heap_for_downloads()  # ~15 % faster per GiB; a process-wide choice, made by the downloading command
-    if (record.launch or {}).get("own"):  # the user's own code: its --checkpoints folder
-        from gpucli.run.ownfetch import fetch_best_own
-
-        return fetch_best_own(host, record, dest, progress=progress, on_event=on_event)
-    tries = 0
-    while True:
-        best = best_checkpoint(list_checkpoints(host, record.workdir))
-        val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
-        on_event(f"best checkpoint: {best.name} (val loss {val})")
-        target = dest / f"{record.name}-{best.name}"
-        try:
-            run_yaml = host.read_file(f"{record.workdir}/run.yaml")
-        except TransferError:
-            run_yaml = None
-        try:
-            files, size = download_checkpoint(host, best, target, with_optimizer=with_optimizer,
-                                              more={"run.yaml": run_yaml} if run_yaml else None, progress=progress)
-            return FetchResult(best, target, files, size)
-        except TransferError:
-            tries += 1
-            gone = not any(c.name == best.name for c in list_checkpoints(host, record.workdir))
-            if gone:  # nothing of it can ever complete
-                shutil.rmtree(partial_dir(target), ignore_errors=True)
-            if tries >= _FETCH_TRIES or not gone:
-                raise
-            on_event(f"{best.name} was deleted by the trainer while downloading (a better one came); "
-                     f"choosing again")
-
-
-def _group_alive(host: Host, pid: int) -> bool:
-    """Whether any process of the trainer's process group is left.
-
-    The recorded pid is the detached shell that started the trainer; on SIGTERM that shell dies at
-    once while python (or torchrun and its workers) keeps running to write the emergency checkpoint.
-    Waiting for the pid alone would let ``down`` terminate the pod in the middle of that write.
-    """
-    res = host.run(f"kill -0 -- -{int(pid)} 2>/dev/null", timeout_s=15, check=False)
-    return res.exit_code == 0
-
-
 def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,
                  on_event: Callable[[str], None] = lambda m: None) -> bool:
     """SIGTERM the trainer's process group (it writes its emergency checkpoint), wait for it to
-    exit, then SIGKILL if it outlives ``timeout_s``. Returns whether it had been running."""
-    from gpucli.run import procs
+    exit, then SIGKILL if it outlives ``timeout_s``. Returns whether it had been running.
 
+    The recorded pid is the detached shell that started the trainer; on SIGTERM that shell dies at
+    once while python (or torchrun and its workers) keeps running to write the emergency checkpoint.
+    Waiting for the pid alone would let ``down`` terminate the pod in the middle of that write, so
+    :func:`trainer_alive` asks about the whole process group."""
     if not record.pid or not trainer_alive(host, record):
         return False
     on_event(f"sending SIGTERM to the trainer (pid {record.pid}); it writes an emergency checkpoint")
@@ -328,20 +171,9 @@ def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,
         return False
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not trainer_alive(host, record) and (record.pid_ident is not None or not _group_alive(host, record.pid)):
+        if not trainer_alive(host, record):  # the whole group (procs.alive), not the shell that led it
             return True
         time.sleep(0.5)
     on_event(f"trainer still alive after {timeout_s:.0f} s; sending SIGKILL")
     procs.signal(host, record, record.pid, record.pid_ident, "KILL")
     return True
-
-
-def swap_into_place(tmp: Path, target: Path) -> None:
-    """Put the complete folder ``tmp`` at ``target``; an older copy is moved aside first and removed only
-    after, so a crash in between leaves a complete folder under one of the two names."""
-    if target.exists():
-        old = target.with_name(f".old_{target.name}")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        shutil.rmtree(old, ignore_errors=True)
-    tmp.rename(target)

@@ -1,5 +1,7 @@
-"""Carrying out a resolved launch: provision (cloud) -> wait (deadline) -> bootstrap -> sync -> start the
-trainer and its watchdog -> record.
+"""Carrying out a resolved launch: provision (cloud) -> wait (deadline) -> the job's start (its files,
+then :func:`start_job`: the process and its watchdog) -> record. What a job puts on the host is its
+own (:mod:`gpucli.run.jobs`); what every job gets (the env file's secrets, the watchdog, the run.yaml
+limits less what setup cost) is here.
 
 Every step reports through an ``on_event`` callback (the CLI renders it); nothing here prints. The
 run record is written before anything waits, and the pod id goes into it the moment the provider
@@ -8,20 +10,28 @@ returns one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import datetime as dt
 import importlib.util
+import json
 import os
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import GpucliError, UsageError
+from gpucli.errors import GpucliError
+from gpucli.run.checkpoints import checkpoint_step
 from gpucli.run.launch import ResolvedLaunch
+from gpucli.run.procs import GONE, PROCID, identify
 from gpucli.run.records import RunRecord, now_iso, parse_iso
+from gpucli.run.targets import get_target
+from gpucli.run.targets.podside import write_watchdog_env
+from gpucli.settings import load_keys, watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
 
 if TYPE_CHECKING:
-    from gpucli.run.ownrun import OwnCode
+    from gpucli.run.jobs.base import Job
     from gpucli.run.targets import Host, Provisioner
     from gpucli.ssh import SshTarget
 
@@ -40,8 +50,6 @@ def trainer_package_dir() -> Path:
 def secrets_env() -> dict[str, str]:
     """The pod's 0600 env file: Telegram's token and chat id when configured (and the API base a test
     points elsewhere). Nothing else of this machine's environment goes to the pod."""
-    from gpucli.settings import load_keys
-
     keys = load_keys()
     env = {}
     for var, key in (("TELEGRAM_BOT_TOKEN", "telegram"), ("TELEGRAM_CHAT_ID", "telegram-chat")):
@@ -53,20 +61,15 @@ def secrets_env() -> dict[str, str]:
     return env
 
 
-def _step_of(checkpoint: Path) -> int:
-    import json
-
-    try:
-        return int(json.loads((checkpoint / "meta.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
-        return int(checkpoint.name.rsplit("_", 1)[-1])
+def step_of(checkpoint: Path) -> int:
+    """The step of a checkpoint folder on this machine: its meta.json, else its ``step_N`` name."""
+    step = checkpoint_step(checkpoint)
+    return step if step is not None else int(checkpoint.name.rsplit("_", 1)[-1])
 
 
 def metrics_until(data: bytes, step: int) -> bytes:
     """The metrics rows up to a checkpoint's step: the steps after it are trained again on the new
     pod, so dropping them makes the curve join up instead of repeating a stretch."""
-    import json
-
     keep = []
     for line in data.splitlines(keepends=True):
         try:
@@ -86,125 +89,27 @@ def record_for(resolved: ResolvedLaunch) -> RunRecord:
         planned=resolved.planned, python=resolved.python)
 
 
-def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
-                  save: Callable[[RunRecord], Any], restore: Path | None = None,
-                  metrics: Path | None = None, own: OwnCode | None = None) -> RunRecord:
-    """Bootstrap, sync, write run.yaml and the env file, start the trainer detached.
-
-    ``restore`` (a checkpoint folder on this machine) and ``metrics`` (the run's metrics.jsonl so
-    far) are uploaded first when resuming on a new pod: the trainer's ``--resume auto`` continues
-    from that checkpoint and appends to the same metrics file. ``own``: the user's own command
-    instead of the trainer (:func:`start_own`)."""
-    import yaml
-
-    from gpucli.run.requirements import check_trainer_requirements
-    from gpucli.run.targets import get_target
-
-    if own is not None:
-        return start_own(host, resolved, record, own, on_event=on_event, save=save, restore=restore,
-                         metrics=metrics)
-
+def start_job(host: Host, resolved: ResolvedLaunch, record: RunRecord, command: str, *, what: str, on_event: EventFn,
+              save: Callable[[RunRecord], Any], detail: str = "") -> RunRecord:
+    """The end of every job's start (:meth:`gpucli.run.jobs.base.Job.start`): ``command`` started detached
+    from ``wd/code`` with the 0600 env file, its pid and identity recorded the moment it runs, then the
+    watchdog that ends the billing beside it. ``what`` names it in the progress lines."""
     wd = resolved.workdir
-    # exec starts in the login directory, so a relative workdir works as it is.
-    host.run(f"mkdir -p -- {shlex.quote(wd)}/code {shlex.quote(wd)}/data", timeout_s=60)
-    if get_target(resolved.provider).bootstrap:
-        on_event("bootstrapping the pod (setup_pod.sh)")
-        host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
-        res = host.run(f"cd {shlex.quote(wd)} && sh ./setup_pod.sh {shlex.quote(resolved.python)}",
-                       timeout_s=900, check=False)
-        if res.exit_code != 0:
-            raise GpucliError(f"pod bootstrap failed: {(res.stderr or res.stdout).strip()[-300:]}")
-    on_event(check_trainer_requirements(host, resolved, pod=get_target(resolved.provider).bootstrap).describe)
-    on_event("syncing the trainer code")
-    host.sync_up(trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
-    data_env: dict[str, str] = {}
-    if resolved.data is not None and resolved.data_plan is not None:
-        from gpucli.run.datasources import stage_data
-
-        data_env = stage_data(host, resolved.data, resolved.data_plan, workdir=wd, python=resolved.python,
-                              install=get_target(resolved.provider).bootstrap, on_event=on_event)
-    if restore is not None:
-        on_event(f"restoring checkpoint {restore.name} from this machine")
-        host.sync_up(restore, f"{wd}/checkpoints/{restore.name}", excludes=[])
-        if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
-            host.write_file(f"{wd}/metrics.jsonl", metrics_until(metrics.read_bytes(), _step_of(restore)),
-                            mode=0o644)
-    config = run_yaml_now(resolved, record)
-    host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-    host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
-    on_event("starting the trainer")
-    pid = host.start_detached(resolved.command, cwd=f"{wd}/code", log_path=f"{wd}/console.log",
-                              env_file=f"{wd}/env")
-    from gpucli.run.procs import identify
-
+    on_event(f"starting the {what}")
+    pid = host.start_detached(command, cwd=f"{wd}/code", log_path=f"{wd}/console.log", env_file=f"{wd}/env")
     record = record.with_(status="running", pid=pid, started_at=now_iso(), pid_ident=identify(host, resolved.python, pid))
     save(record)
-    on_event(f"trainer started (pid {pid})")
+    on_event(f"{what} started (pid {pid}){detail}")
     watchdog_pid = start_watchdog(host, resolved, record)
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
     on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
-    return record
-
-
-def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnCode, *, on_event: EventFn,
-              save: Callable[[RunRecord], Any], restore: Path | None = None,
-              metrics: Path | None = None) -> RunRecord:
-    """The own-code launch: env file (before a clone: it holds the git token), runner and code, data,
-    the mirrored checkpoints folder on a resume, then jobrun detached and the watchdog watching its
-    process group. A --setup is waited for: when it fails the launch fails with its last lines."""
-    from gpucli.run import ownrun
-    from gpucli.run.procs import identify
-    from gpucli.run.targets import get_target
-
-    wd = resolved.workdir
-    q = shlex.quote(wd)
-    # status.json of an earlier attempt in the same folder would read as this one's end; a cloud launch
-    # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
-    stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
-    host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
-    host.write_env_file(f"{wd}/env", ownrun.job_env(own, secrets_env()))
-    ownrun.put_code(host, resolved, own, on_event)
-    source = resolved.data
-    if source is not None and source.kind == "local" and source.local is not None:
-        on_event(f"syncing data from {source.local}")
-        stats = host.sync_up(source.local, f"{wd}/data/src")
-        on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
-    elif source is not None and source.kind == "pod" and source.pod_path:
-        # already there: GPUCLI_DATA (data/src) links to it, nothing is uploaded
-        host.run(f"test -e {shlex.quote(source.pod_path)} && ln -sfn -- {shlex.quote(source.pod_path)} "
-                 f"{q}/data/src", timeout_s=60)
-    elif source is not None:
-        raise UsageError(f"--data {source.spec}: your own code takes a local folder or pod:/path",
-                         hint="https:// and hf:// data are fetched and prepared for the bundled trainer; "
-                              "download them in your --setup command instead")
-    if restore is not None:
-        on_event(f"restoring the mirrored {own.checkpoints}/ from this machine")
-        host.sync_up(restore, own.checkpoints_dir(wd), excludes=[])
-        if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
-            host.write_file(f"{wd}/metrics.jsonl", metrics.read_bytes(), mode=0o644)
-    on_event("starting the job")
-    pid = host.start_detached(ownrun.job_command(resolved, own), cwd=f"{wd}/code", log_path=f"{wd}/console.log",
-                              env_file=f"{wd}/env")
-    record = record.with_(status="running", pid=pid, started_at=now_iso(),
-                          pid_ident=identify(host, resolved.python, pid))
-    save(record)
-    on_event(f"job started (pid {pid}): {own.task.run}")
-    watchdog_pid = start_watchdog(host, resolved, record)
-    record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
-    save(record)
-    on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
-    if own.task.setup:
-        ownrun.wait_for_setup(host, wd, lambda: host.is_running(pid), on_event=on_event)
     return record
 
 
 def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
     """run.yaml with the hour and dollar limits reduced by what provisioning and setup already cost:
     the pod has been billing since it was created, the trainer's clock starts now."""
-    import copy
-    import datetime as dt
-
     config = copy.deepcopy(dict(resolved.trainer_config))
     created = parse_iso(record.created_at)
     if created is None:
@@ -216,12 +121,7 @@ def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
 
 def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> int:
     """Start gpucli/pod/watchdog.py next to the trainer, in its own session (see its docstring)."""
-    from gpucli.settings import watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
-
     wd = resolved.workdir
-    from gpucli.run.procs import GONE, PROCID
-    from gpucli.run.targets.podside import write_watchdog_env
-
     host.write_file(f"{wd}/watchdog.py", POD_WATCHDOG.read_bytes(), mode=0o755)
     host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)  # imported by the watchdog
     created = parse_iso(record.created_at)
@@ -239,20 +139,17 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> i
                                env_file=write_watchdog_env(host, wd, resolved.provider))
 
 
-def launch(resolved: ResolvedLaunch, *, on_event: EventFn, save: Callable[[RunRecord], Any],
+def launch(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Callable[[RunRecord], Any],
            ssh: SshTarget | None = None, provision: Provisioner | None = None,
            inputs: Mapping[str, Any] | None = None, record: RunRecord | None = None,
-           restore: Path | None = None, metrics: Path | None = None, own: OwnCode | None = None) -> RunRecord:
+           restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
     """Run the launch sequence. ``provision`` (cloud targets) creates the pod and returns its endpoint;
     it gets ``on_created(instance_id)`` to record the id before it waits. ``record`` continues an
     existing run (a resume); ``restore``/``metrics`` are uploaded before the trainer starts. ``save``
-    writes the record (it is called before anything waits)."""
-    from gpucli.run.targets import get_target
-
+    writes the record (it is called before anything waits). ``job`` puts the bundled trainer or the
+    user's own command on the host."""
     if record is None:
-        record = record_for(resolved).with_(launch=dict(inputs) if inputs is not None else None)
-        if own is not None:
-            record = record.with_(model="own-code", phase="own-code")
+        record = job.labelled(record_for(resolved).with_(launch=dict(inputs) if inputs is not None else None))
     else:
         record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
                               message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
@@ -272,8 +169,8 @@ def launch(resolved: ResolvedLaunch, *, on_event: EventFn, save: Callable[[RunRe
             if record.ssh is not None and host.host_key:
                 record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
                 save(record)
-            return start_on_host(host, resolved, record, on_event=on_event, save=save, restore=restore,
-                                 metrics=metrics, own=own)
+            return job.start(host, resolved, record, on_event=on_event, save=save, restore=restore,
+                             metrics=metrics)
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         save(record.with_(status="failed", ended_at=now_iso(), message=message[:500]))

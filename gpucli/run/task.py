@@ -64,7 +64,7 @@ class Task:
     budget_usd: float | None = None
     max_hours: float | None = None
     stall_minutes: float | None = None
-    grace_s: float | None = None  # SIGTERM to SIGKILL for the job (default: gpucli.run.ownrun)
+    grace_s: float | None = None  # SIGTERM to SIGKILL for the job (default: gpucli.run.jobs.own)
     env: tuple[tuple[str, str], ...] = ()
     source: Path | None = None  # the file it came from
 

@@ -91,7 +91,7 @@ def test_cloud_lifecycle(provider, request, capsys, tmp_path):
     assert rows[0]["kind"] == "event" and rows[0]["event"] == "started"
 
     # fetch-best brings the best checkpoint home, verified.
-    from gpucli.run.monitor import list_checkpoints
+    from gpucli.run.checkpoints import list_checkpoints
     from gpucli.run.targets import open_host
 
     def checkpoint_with_val():

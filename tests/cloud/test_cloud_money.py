@@ -39,8 +39,8 @@ def test_balance_guard_numbers_force_and_unknown_balance(request, monkeypatch):
     from gpucli.plan.catalog import load_catalog
     from gpucli.run.launch import LaunchRequest, resolve
     from gpucli.run.limits import Limits
+    from gpucli.run.money import BalanceTooLowError, balance_guard
     from gpucli.run.targets import get_target
-    from gpucli.run.targets.money import BalanceTooLowError, balance_guard
 
     emu = emulator_for(request, "runpod")
     target = get_target("runpod")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from gpucli.run import records as runs
-from gpucli.run.mirror import mirror_root, newest_good
+from gpucli.run.harvest import mirror_root, newest_good
 from tests.cloud.test_cloud_launch import assert_nothing_running, cli, emulator_for, launch, rows_of, wait_for
 
 
@@ -138,7 +138,7 @@ def test_recover_never_rents_after_the_run_finished(runpod_emulator, capsys, tmp
 def test_a_finish_by_signal_is_not_the_runs_own_end(runpod_emulator, capsys, tmp_path):
     """A provider stopping the container sends SIGTERM too: a mirrored ``finished (signal)`` leaves the
     decision to the provider's state (here: preempted)."""
-    from gpucli.run.targets.runend import own_end
+    from gpucli.run.runend import own_end
 
     emu = runpod_emulator
     name = "signalled"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run.monitor import download_checkpoint, list_checkpoints
+from gpucli.run.checkpoints import list_checkpoints
+from gpucli.run.harvest import download_checkpoint
 from gpucli.run.targets.local import LocalHost
 from gpucli.ssh.remote import Remote, SshTarget
 

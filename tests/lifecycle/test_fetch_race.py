@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import TransferError
-from gpucli.run.monitor import fetch_best
+from gpucli.run.jobs import fetch_best
 from gpucli.run.records import RunRecord
 from gpucli.run.targets.local import LocalHost
 

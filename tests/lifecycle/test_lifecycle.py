@@ -45,7 +45,7 @@ def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> 
         return code == 0 and (json.loads(out).get("step") or 0) >= 12
 
     wait_for(two_checkpoints, 150, "step 12")
-    from gpucli.run.monitor import list_checkpoints
+    from gpucli.run.checkpoints import list_checkpoints
     from gpucli.run.targets import open_host
 
     with open_host(runs.load(name)) as host:

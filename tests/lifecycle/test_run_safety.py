@@ -141,8 +141,7 @@ def fake_checkpoint(workdir: Path, step: int = 10, val_loss: float = 2.0) -> Non
 
 @pytest.mark.parametrize("what", ["fetch-best", "mirror"])
 def test_downloads_tune_the_heap_first(tmp_path, monkeypatch, what):
-    from gpucli.run.mirror import mirror_once
-    from gpucli.run.monitor import fetch_best
+    from gpucli.run.jobs import fetch_best, mirror_once
     from gpucli.run.targets import LocalHost
     from gpucli.ssh import heap
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.notify.conftest import fields
 from tests.support.telegram import TelegramEmulator, markdown_ok
+from trainer.spec.alerts import EVENTS
 from trainer.spec.config import ConfigError
 from trainer.spec.load import load_config
 from trainer.watch import notify
@@ -188,7 +189,7 @@ def test_config_knows_the_events_and_the_cost_interval(tmp_path):
     cfg = load_config(None, ["--training.max_steps=5", "--notifications.cost_update_hours=0.5",
                              "--notifications.telegram.timeout_s=3"])
     assert cfg.notifications.cost_update_hours == 0.5 and "cost_update" in cfg.notifications.events
-    assert set(cfg.notifications.events) == set(notify.EVENTS)
+    assert set(cfg.notifications.events) == set(EVENTS)
     with pytest.raises(ConfigError, match="unknown event 'ppl_spikes'"):
         load_config(None, ["--training.max_steps=5", "--notifications.events=[ppl_spikes]"])
     with pytest.raises(ConfigError, match="cost_update_hours must be > 0"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import GpucliError
-from gpucli.run.ownrun import clone
+from gpucli.run.jobs.own import clone
 from gpucli.run.targets import LocalHost
 from gpucli.run.task import GitCode
 

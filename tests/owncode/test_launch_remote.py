@@ -114,7 +114,7 @@ for step in range(start + 1, start + 400):
 
 
 def test_cloud_mirror_and_resume_put_the_checkpoints_back_and_rerun_setup(capsys, tmp_path, request):
-    from gpucli.run.mirror import mirror_root
+    from gpucli.run.harvest import mirror_root
     from tests.support.cli import cli
 
     emu = emulator_for(request, "runpod")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from gpucli.run.owncheckpoints import choose_checkpoint, group_checkpoints, step_in_name
+from gpucli.run.checkpoints import choose_checkpoint, group_checkpoints, step_in_name
 from gpucli.ssh import RemoteFile
 
 

@@ -178,7 +178,7 @@ def test_checkpoint_with_optimizer_shards_comes_down_in_parallel_and_verified(wa
     on several channels at once, one bar over all of them, each file checked against meta.json."""
     import json
 
-    from gpucli.run import monitor
+    from gpucli.run import checkpoints, harvest
 
     ck_dir = tmp_path / "pod" / "checkpoints" / "step_000100"
     names = ["model.pt"] + [f"optim_rank{i}.pt" for i in range(8)]
@@ -186,14 +186,14 @@ def test_checkpoint_with_optimizer_shards_comes_down_in_parallel_and_verified(wa
         _random_file(ck_dir / n, (3 * SEG) // 2 + i)
     files = {n: _sha(ck_dir / n) for n in names}
     (ck_dir / "meta.json").write_text(json.dumps({"step": 100, "files": files}))
-    ck = monitor.CheckpointInfo("step_000100", str(ck_dir), 100, 1.0, 1.0, "best", files, {})
+    ck = checkpoints.CheckpointInfo("step_000100", str(ck_dir), 100, 1.0, 1.0, "best", files, {})
     pools: list[int] = []
     seen: list[TransferProgress] = []
     target = tmp_path / "local" / "best"
     with Remote(wan) as r:
         real_pool = r._sftp_pool
         monkeypatch.setattr(r, "_sftp_pool", lambda n: pools.append(n) or real_pool(n))
-        got, total = monitor.download_checkpoint(r, ck, target, with_optimizer=True, progress=seen.append)
+        got, total = harvest.download_checkpoint(r, ck, target, with_optimizer=True, progress=seen.append)
     assert max(pools) >= 2  # more than one channel carried the files
     assert sorted(got) == sorted(names + ["meta.json"])
     for n in names:
@@ -203,5 +203,5 @@ def test_checkpoint_with_optimizer_shards_comes_down_in_parallel_and_verified(wa
     assert {p.bytes_total for p in seen} == {size} and seen[-1].bytes_done == size  # one bar, known size
     ck_dir.joinpath("optim_rank3.pt").write_bytes(b"tampered")  # a file that no longer matches meta.json
     with Remote(wan) as r, pytest.raises(TransferError):
-        monitor.download_checkpoint(r, ck, tmp_path / "local" / "again", with_optimizer=True)
+        harvest.download_checkpoint(r, ck, tmp_path / "local" / "again", with_optimizer=True)
     assert _sha(target / "optim_rank3.pt") == files["optim_rank3.pt"]  # the good copy is untouched

@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.spec.alerts import EVENTS
+
 
 class ConfigError(ValueError):
     """A bad config file, key or value. The message is one line and says which key."""
@@ -271,21 +273,8 @@ class TelegramConfig:
 @dataclass
 class NotificationsConfig:
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
-    events: list[str] = field(
-        default_factory=lambda: [
-            "checkpoint_saved",
-            "validation_complete",
-            "training_complete",
-            "error_occurred",
-            "ppl_spike",
-            "stage_transition",
-            "cost_update",
-            "gate_collapse",
-            "static_memory",
-            "refinement_order",
-        ]
-    )
-    """Which events alert (see ``trainer.watch.notify.EVENTS``)."""
+    events: list[str] = field(default_factory=lambda: list(EVENTS))
+    """Which events alert (every one of ``trainer.spec.alerts.EVENTS`` unless listed)."""
     cost_update_hours: float | None = 4.0
     """A cost_update (hours, limits.price_per_hour_usd, $ so far) every this many hours; None = never."""
 

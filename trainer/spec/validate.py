@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from trainer.spec.alerts import EVENTS
 from trainer.spec.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, Config, ConfigError
 
 
@@ -57,8 +58,6 @@ def validate(cfg: Config) -> None:
     positive("limits.price_per_hour_usd", cfg.limits.price_per_hour_usd)
     positive("notifications.cost_update_hours", cfg.notifications.cost_update_hours)
     positive("notifications.telegram.timeout_s", cfg.notifications.telegram.timeout_s, allow_none=False)
-    from trainer.spec.alerts import EVENTS
-
     for ev in cfg.notifications.events:
         if ev not in EVENTS:
             raise ConfigError(f"notifications.events: unknown event '{ev}' (valid: {', '.join(EVENTS)})")

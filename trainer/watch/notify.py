@@ -17,6 +17,10 @@ HTTP libraries put the URL (and so the token) into their exception messages.
 
 Token and chat id default to ``$TELEGRAM_BOT_TOKEN`` / ``$TELEGRAM_CHAT_ID``; the API base defaults to
 ``$TELEGRAM_API_BASE`` or https://api.telegram.org (tests point it at an emulator).
+
+Standard library only, and no import of the rest of the trainer: the pod's job runner for your own
+code (gpucli/pod/jobrun.py) loads this file on its own, beside it on the pod. The event names are
+``trainer.spec.alerts.EVENTS``.
 """
 
 from __future__ import annotations
@@ -33,8 +37,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-
-from trainer.spec.alerts import EVENTS  # noqa: F401 - the one vocabulary, re-exported
 
 log = logging.getLogger("trainer.watch.notify")
 

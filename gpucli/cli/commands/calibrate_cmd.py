@@ -16,7 +16,8 @@ def calibrate(run: str = typer.Argument(None, metavar="[RUN]", help="Run name (d
     from gpucli.errors import TransferError
     from gpucli.run import records as runs
     from gpucli.run.calibrate import append_entry, entry_from_run
-    from gpucli.run.monitor import list_checkpoints, read_all_rows
+    from gpucli.run.checkpoints import list_checkpoints
+    from gpucli.run.monitor import read_all_rows
     from gpucli.run.targets import open_host
     from gpucli.settings import home
 

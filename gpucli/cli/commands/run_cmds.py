@@ -109,13 +109,10 @@ def launch(
                       stall_minutes=stall_minutes))
     catalog = load_catalog()
     if dry_run:
-        if task is not None:
-            resolved, own = lifecycle.plan_own(catalog, req, task)
-            render.launch_plan(resolved, json_=json_)
-            for line in own.describe():
-                render.info(line)
-            return
-        render.launch_plan(lifecycle.plan(catalog, req), json_=json_)
+        resolved, job = lifecycle.plan(catalog, req, task)
+        render.launch_plan(resolved, json_=json_)
+        for line in job.describe():
+            render.info(line)
         return
     prepared = lifecycle.prepare(catalog, req, task=task)
     with render.status_line() as step:
@@ -145,7 +142,7 @@ def mirror(run: str = RUN_ARG) -> None:
     """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
     from gpucli.cli import render_runs as render
     from gpucli.run import records as runs
-    from gpucli.run.mirror import mirror_once
+    from gpucli.run.jobs import mirror_once
     from gpucli.run.targets import open_host
 
     record = runs.resolve(run, on_bad=render.warn)
@@ -224,7 +221,7 @@ def fetch_best(
     """Download the checkpoint with the lowest validation loss, verified by sha256."""
     from gpucli.cli import render_runs as render
     from gpucli.run import records as runs
-    from gpucli.run.monitor import fetch_best as do_fetch
+    from gpucli.run.jobs import fetch_best as do_fetch
     from gpucli.run.targets import open_host
 
     record = runs.resolve(run, on_bad=render.warn)

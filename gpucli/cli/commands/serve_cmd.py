@@ -23,7 +23,7 @@ def serve(
     else:
         from gpucli.cli import render_runs
         from gpucli.run import records as runs
-        from gpucli.run.monitor import fetch_best
+        from gpucli.run.jobs import fetch_best
         from gpucli.run.targets import open_host
 
         record = runs.resolve(source)

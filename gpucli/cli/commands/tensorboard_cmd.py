@@ -18,7 +18,7 @@ def tensorboard(
     from gpucli.errors import NotFoundError
     from gpucli.run import records as runs
     from gpucli.run import tensorboard as core
-    from gpucli.run.mirror import mirror_root
+    from gpucli.run.harvest import mirror_root
     from gpucli.run.targets import open_host
 
     record = runs.resolve(run)

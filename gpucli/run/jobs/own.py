@@ -1,4 +1,4 @@
-"""The user's own training command on the host: the own-code half of :mod:`gpucli.run.start`.
+"""The user's own training command as a job (:class:`gpucli.run.jobs.base.Job`): :class:`OwnCode`.
 
 The pod-side runner (``gpucli/pod/jobrun.py`` with ``logparse.py``) is uploaded beside the run folder
 and started detached where the bundled trainer would be: its pid is the process group the watchdog
@@ -16,8 +16,11 @@ Layout on the host (``wd`` is the run's folder)::
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
 import os
 import posixpath
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -26,13 +29,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
+from gpucli.run import harvest
+from gpucli.run.launch import LaunchRequest, ResolvedLaunch
+from gpucli.run.records import PlannedSpeed, RunRecord
+from gpucli.run.start import secrets_env, start_job
+from gpucli.run.targets import get_target
 from gpucli.run.task import GitCode, Task
+from gpucli.settings import load_keys, watchdog_grace_s
+from gpucli.ssh import DEFAULT_EXCLUDES, load_ignore, walk_local
 
 if TYPE_CHECKING:
-    from gpucli.run.launch import ResolvedLaunch
+    from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.targets import Host
 
-POD = Path(__file__).resolve().parents[1] / "pod"
+EventFn = Callable[[str], None]
+
+POD = Path(__file__).resolve().parents[2] / "pod"
 JOB_FILES = ("jobrun.py", "logparse.py", "terminal.py", "framefiles.py", "jobalerts.py")
 BIG_FILE_BYTES = 100 << 20  # code folders hold code: bigger files (weights, data) are left out of the sync
 GRACE_MARGIN_S = 10.0  # the job's grace ends this long before the watchdog's (and down's) SIGKILL
@@ -67,10 +79,96 @@ class OwnCode:
             lines.append("env: " + ", ".join(k for k, _ in t.env) + " (in the 0600 env file)")
         return lines
 
+    # -- the job contract: resolve -------------------------------------------------------------------
+
+    kind = "own"
+    checks_disk = False  # no model of the trainer's: its checkpoint sizes are unknown before the launch
+    resumes_from_volume = False  # a resume uploads the mirrored --checkpoints folder
+
+    def request(self, req: LaunchRequest) -> LaunchRequest:
+        """The trainer's resolution is reused for the machine, price and limits; its smallest preset
+        keeps a memory check for a model that will never be trained from refusing a small GPU."""
+        return req if req.model else dataclasses.replace(req, model="tiny")
+
+    def resolved(self, resolved: ResolvedLaunch) -> ResolvedLaunch:
+        """The trainer's resolution with the job runner as its command and no step count (the job's
+        own code decides how many steps it takes)."""
+        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(max_steps=None), disk=None,
+                                       planned=PlannedSpeed(source="no prediction for your own code"))
+        return dataclasses.replace(resolved, command=job_command(resolved, self))
+
+    def default_name(self, profile: str, model: str, phase: str) -> str:
+        return default_name(self.task, profile)
+
+    def labelled(self, record: RunRecord) -> RunRecord:
+        return record.with_(model="own-code", phase="own-code")
+
+    def inputs(self) -> dict[str, Any]:
+        return {"own": task_to_json(self.task)}
+
+    def again(self) -> OwnCode:
+        return resolve_own(self.task)
+
+    # -- start ---------------------------------------------------------------------------------------
+
+    def start(self, host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
+              save: Callable[[RunRecord], Any], restore: Path | None = None,
+              metrics: Path | None = None) -> RunRecord:
+        """Env file (before a clone: it holds the git token), runner and code, data, the mirrored
+        checkpoints folder on a resume, then jobrun detached and the watchdog watching its process
+        group. A --setup is waited for: when it fails the launch fails with its last lines."""
+        wd = resolved.workdir
+        q = shlex.quote(wd)
+        # status.json of an earlier attempt in the same folder would read as this one's end; a cloud launch
+        # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
+        stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
+        host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
+        host.write_env_file(f"{wd}/env", job_env(self, secrets_env()))
+        put_code(host, resolved, self, on_event)
+        put_data(host, resolved, on_event)
+        if restore is not None:
+            on_event(f"restoring the mirrored {self.checkpoints}/ from this machine")
+            host.sync_up(restore, self.checkpoints_dir(wd), excludes=[])
+            if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
+                host.write_file(f"{wd}/metrics.jsonl", metrics.read_bytes(), mode=0o644)
+        record = start_job(host, resolved, record, job_command(resolved, self), what="job", on_event=on_event,
+                           save=save, detail=f": {self.task.run}")
+        if self.task.setup:
+            pid = record.pid
+            assert pid is not None  # start_job recorded it
+            wait_for_setup(host, wd, lambda: host.is_running(pid), on_event=on_event)
+        return record
+
+    # -- harvest and resume --------------------------------------------------------------------------
+
+    def fetch_best(self, host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
+                   progress: Any = None, on_event: EventFn) -> FetchResult:
+        return harvest.fetch_best_folder(host, record, self.checkpoints_dir(record.workdir), dest,
+                                         progress=progress, on_event=on_event)
+
+    def mirror(self, host: Host, record: RunRecord, *, keep: int = 2, progress: Any = None,
+               on_event: EventFn) -> MirrorResult:
+        return harvest.mirror_folder(host, record, self.checkpoints_dir(record.workdir), progress=progress,
+                                     on_event=on_event)
+
+    def restore_point(self, run: str) -> Path | None:
+        return harvest.own_mirror(run)
+
+
+def checkpoints_folder(text: str | None) -> str:
+    """--checkpoints as the run folder names it: relative to the code folder, no trailing slash."""
+    return (text or "checkpoints").strip().rstrip("/") or "checkpoints"
+
+
+def from_record(data: Mapping[str, Any]) -> OwnCode:
+    """The job a run record's ``launch.own`` describes, as it was launched (nothing checked again: the
+    code folder need not be on this machine to read the run's checkpoints)."""
+    task = task_from_json(data)
+    grace = task.grace_s if task.grace_s is not None else min(60.0, max_grace_s())
+    return OwnCode(task=task, grace_s=grace, checkpoints=checkpoints_folder(task.checkpoints))
+
 
 def max_grace_s() -> float:
-    from gpucli.settings import watchdog_grace_s
-
     return max(1.0, min(watchdog_grace_s(), DOWN_TIMEOUT_S) - GRACE_MARGIN_S)
 
 
@@ -85,7 +183,7 @@ def resolve_own(task: Task) -> OwnCode:
     if grace > ceiling:
         raise UsageError(f"--grace {grace:g} s must stay below the watchdog's grace less {GRACE_MARGIN_S:g} s "
                          f"({ceiling:g} s)", hint="raise GPUCLI_WATCHDOG_GRACE_S, or give the job less time")
-    ck = (task.checkpoints or "checkpoints").strip().rstrip("/") or "checkpoints"
+    ck = checkpoints_folder(task.checkpoints)
     if ck.startswith("/") or ".." in ck.split("/"):
         raise UsageError(f"--checkpoints {ck}: must be a folder inside the code folder")
     return OwnCode(task=task, grace_s=grace, checkpoints=ck)
@@ -118,8 +216,6 @@ def task_from_json(data: Mapping[str, Any]) -> Task:
 
 def default_name(task: Task, profile: str) -> str:
     """``<code folder>-<profile>`` in run-name characters."""
-    import re
-
     base = task.code.url.rstrip("/").rsplit("/", 1)[-1] if isinstance(task.code, GitCode) \
         else task.code.resolve().name
     slug = re.sub(r"[^a-z0-9-]+", "-", base.lower().removesuffix(".git")).strip("-") or "job"
@@ -145,8 +241,6 @@ def job_command(resolved: ResolvedLaunch, own: OwnCode) -> str:
 def code_excludes(root: Path, on_event: Callable[[str], None]) -> list[str]:
     """What the code sync leaves out: the defaults (``.git`` among them), the folder's own
     ``.gitignore``, and files over :data:`BIG_FILE_BYTES` (named, so nothing is missed silently)."""
-    from gpucli.ssh import DEFAULT_EXCLUDES, load_ignore, walk_local
-
     excludes = list(DEFAULT_EXCLUDES)
     gitignore = root / ".gitignore"
     if gitignore.is_file():
@@ -159,8 +253,6 @@ def code_excludes(root: Path, on_event: Callable[[str], None]) -> list[str]:
 
 
 def git_token() -> str | None:
-    from gpucli.settings import load_keys
-
     return os.environ.get("GPUCLI_GIT_TOKEN") or load_keys().get("git") or None
 
 
@@ -190,12 +282,10 @@ def clone(host: Host, workdir: str, code: GitCode, on_event: Callable[[str], Non
 
 
 def _trainer_notify() -> Path | None:
-    import importlib.util
-
     spec = importlib.util.find_spec("trainer")
     if spec is None or not spec.origin:
         return None
-    path = Path(spec.origin).resolve().parent / "notify.py"
+    path = Path(spec.origin).resolve().parent / "watch" / "notify.py"
     return path if path.is_file() else None
 
 
@@ -214,6 +304,24 @@ def put_code(host: Host, resolved: ResolvedLaunch, own: OwnCode, on_event: Calla
     on_event(f"syncing the code from {code}")
     stats = host.sync_up(code, f"{wd}/code", excludes=code_excludes(code, on_event))
     on_event(f"code: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+
+
+def put_data(host: Host, resolved: ResolvedLaunch, on_event: Callable[[str], None]) -> None:
+    """--data for own code: a local folder synced to ``wd/data/src``, or a pod path linked there."""
+    wd = resolved.workdir
+    source = resolved.data
+    if source is not None and source.kind == "local" and source.local is not None:
+        on_event(f"syncing data from {source.local}")
+        stats = host.sync_up(source.local, f"{wd}/data/src")
+        on_event(f"data: {stats.files_sent} files sent, {stats.files_skipped} unchanged")
+    elif source is not None and source.kind == "pod" and source.pod_path:
+        # already there: GPUCLI_DATA (data/src) links to it, nothing is uploaded
+        host.run(f"test -e {shlex.quote(source.pod_path)} && ln -sfn -- {shlex.quote(source.pod_path)} "
+                 f"{shlex.quote(wd)}/data/src", timeout_s=60)
+    elif source is not None:
+        raise UsageError(f"--data {source.spec}: your own code takes a local folder or pod:/path",
+                         hint="https:// and hf:// data are fetched and prepared for the bundled trainer; "
+                              "download them in your --setup command instead")
 
 
 def job_env(own: OwnCode, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -235,8 +343,6 @@ class JobState:
 
 
 def job_state(host: Host, workdir: str) -> JobState:
-    import json
-
     try:
         data = json.loads(host.read_file(f"{workdir}/status.json"))
     except (GpucliError, OSError, ValueError):

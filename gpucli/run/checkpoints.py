@@ -1,7 +1,10 @@
-"""Which checkpoint ``fetch-best`` brings back from a job gpucli did not write (pure: listing + rows in).
+"""The checkpoint rules, for both kinds of job: what counts as a checkpoint, how it is verified, and
+which one is the best. Downloading them is :mod:`gpucli.run.harvest`.
 
-The bundled trainer writes ``checkpoints/step_N/meta.json`` with its validation loss; a user's own
-code writes whatever it writes under ``--checkpoints``. Two shapes cover the common scripts:
+The bundled trainer writes ``checkpoints/step_N/meta.json`` with its validation loss and every file's
+sha256 (:func:`list_checkpoints`, :func:`best_checkpoint`, :func:`verify`). A user's own code writes
+whatever it writes under ``--checkpoints`` (:func:`choose_checkpoint`, pure: listing + rows in). Two
+shapes cover the common scripts:
 
 - **a checkpoint per step**: folders or files with a step number in the name (Hugging Face
   ``checkpoint-500/``, Lightning ``epoch=0-step=200.ckpt``, nanochat's ``model_000500.pt`` +
@@ -19,11 +22,18 @@ checkpoint; ``min_age_s`` leaves out checkpoints still being written on a live r
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpucli.errors import NotFoundError, TransferError
+
+if TYPE_CHECKING:
+    from gpucli.run.targets import Host
 
 # A number right after one of these words names the step ("epoch=0-step=200": 200, not 0).
 _KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?(\d+)", re.IGNORECASE)
@@ -161,3 +171,97 @@ def choose_checkpoint(listing: Mapping[str, Any], rows: Iterable[Mapping[str, An
         what = "the single checkpoint file" if len(single.files) == 1 else "the checkpoint folder"
         return CheckpointChoice(single, f"{what}, as the job last wrote it", (single,))
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The bundled trainer's checkpoints: checkpoints/step_N/ with a meta.json listing every file's sha256
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    name: str  # step_000500
+    path: str  # on the host
+    step: int
+    val_loss: float | None
+    train_loss: float | None
+    kind: str | None
+    files: dict[str, str]  # name -> sha256
+    meta: dict[str, Any]
+
+
+def list_checkpoints(host: Host, workdir: str) -> list[CheckpointInfo]:
+    """Every complete checkpoint (temp folders of an unfinished write are ignored), by step."""
+    root = f"{workdir}/checkpoints"
+    files = host.list_files(root)
+    out = []
+    for rel in sorted(files):
+        if not rel.endswith("/meta.json"):
+            continue
+        folder = rel.rsplit("/", 1)[0]
+        if folder.startswith(".") or "/" in folder:
+            continue
+        try:
+            meta = json.loads(host.read_file(f"{root}/{rel}"))
+        except (json.JSONDecodeError, TransferError):
+            continue
+        hashes = meta.get("files") or {"model.pt": meta.get("sha256")}
+        out.append(CheckpointInfo(
+            name=folder, path=f"{root}/{folder}", step=int(meta.get("step", -1)), val_loss=meta.get("val_loss"),
+            train_loss=meta.get("train_loss"), kind=meta.get("kind"),
+            files={k: v for k, v in hashes.items() if v}, meta=meta))
+    return sorted(out, key=lambda c: c.step)
+
+
+def best_checkpoint(checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
+    """Lowest validation loss; with no validation yet, the newest (said so by its val_loss None)."""
+    if not checkpoints:
+        raise NotFoundError("the run has no checkpoint yet", hint="wait for the first checkpoint_interval")
+    with_val = [c for c in checkpoints if isinstance(c.val_loss, (int, float))]
+    if with_val:
+        return min(with_val, key=lambda c: (c.val_loss, -c.step))
+    return checkpoints[-1]
+
+
+def sha256_of(path: Path) -> str:
+    from gpucli.ssh import sha256_file
+
+    return sha256_file(path)
+
+
+def verify(folder: Path) -> bool:
+    """Whether every file meta.json lists is there with its sha256 (a checkpoint on this machine)."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    files = meta.get("files") or {"model.pt": meta.get("sha256")}
+    return all((folder / name).exists() and sha256_of(folder / name) == want for name, want in files.items())
+
+
+def same_files(folder: Path, ck: CheckpointInfo) -> bool:
+    """Whether the checkpoint on this machine in ``folder`` lists the files (and hashes) ``ck`` does."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (meta.get("files") or {}) == ck.files
+
+
+def step_folders(root: Path) -> list[Path]:
+    """The ``step_N`` folders under ``root`` on this machine, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_")), key=lambda p: p.name)
+
+
+def newest_verified(root: Path) -> Path | None:
+    """The newest ``step_N`` folder under ``root`` whose files verify."""
+    return next((f for f in reversed(step_folders(root)) if verify(f)), None)
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step a checkpoint on this machine was written at (its meta.json), None when unreadable."""
+    try:
+        return int(json.loads((folder / "meta.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

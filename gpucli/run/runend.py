@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from gpucli.run.monitor import RunStatus
-    from gpucli.run.records import RunRecord
+from gpucli.run import records as runs
+from gpucli.run.harvest import mirror_root
+from gpucli.run.monitor import RunStatus
+from gpucli.run.records import RunRecord
 
 #: Finish reasons that are not the trainer's own decision.
 NOT_OWN = ("signal",)
@@ -56,10 +57,6 @@ def _number(value: Any) -> float | None:
 def own_end(record: RunRecord) -> RunStatus | None:
     """``finished (<reason>)`` when the run's own end record says it finished by itself (the record is
     then saved as finished); None when nothing on this side says so. Never asks a provider."""
-    from gpucli.run import records as runs
-    from gpucli.run.mirror import mirror_root
-    from gpucli.run.monitor import RunStatus
-
     if record.status == "finished" and record.end_reason not in NOT_OWN:
         return RunStatus(state="finished", finished_reason=record.end_reason, step=record.step,
                          loss=record.loss, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,

@@ -1,0 +1,115 @@
+"""The bundled trainer as a job: ``python -m trainer.train`` (or torchrun) from the synced ``trainer/``
+package, configured by run.yaml, its checkpoints ``checkpoints/step_N/`` with a meta.json."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpucli.errors import GpucliError
+from gpucli.run import harvest
+from gpucli.run.datasources import stage_data
+from gpucli.run.requirements import check_trainer_requirements
+from gpucli.run.start import (
+    POD_SETUP,
+    metrics_until,
+    run_yaml_now,
+    secrets_env,
+    start_job,
+    step_of,
+    trainer_package_dir,
+)
+from gpucli.run.targets import get_target
+
+if TYPE_CHECKING:
+    from gpucli.run.harvest import FetchResult, MirrorResult
+    from gpucli.run.launch import LaunchRequest, ResolvedLaunch
+    from gpucli.run.records import RunRecord
+    from gpucli.run.targets import Host
+
+EventFn = Callable[[str], None]
+
+
+class BundledTrainer:
+    """The bundled trainer (:class:`gpucli.run.jobs.base.Job`)."""
+
+    kind = "trainer"
+    checks_disk = True
+    resumes_from_volume = True
+
+    def request(self, req: LaunchRequest) -> LaunchRequest:
+        return req
+
+    def resolved(self, resolved: ResolvedLaunch) -> ResolvedLaunch:
+        return resolved
+
+    def default_name(self, profile: str, model: str, phase: str) -> str:
+        return f"{model}-{profile}-{phase}"
+
+    def labelled(self, record: RunRecord) -> RunRecord:
+        return record
+
+    def inputs(self) -> dict[str, Any]:
+        return {}
+
+    def again(self) -> BundledTrainer:
+        return self
+
+    def describe(self) -> list[str]:
+        return []
+
+    def start(self, host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
+              save: Callable[[RunRecord], Any], restore: Path | None = None,
+              metrics: Path | None = None) -> RunRecord:
+        """Bootstrap, sync, write run.yaml and the env file, start the trainer detached.
+
+        ``restore`` (a checkpoint folder on this machine) and ``metrics`` (the run's metrics.jsonl so
+        far) are uploaded first when resuming on a new pod: the trainer's ``--resume auto`` continues
+        from that checkpoint and appends to the same metrics file."""
+        wd = resolved.workdir
+        target = get_target(resolved.provider)
+        # exec starts in the login directory, so a relative workdir works as it is.
+        host.run(f"mkdir -p -- {shlex.quote(wd)}/code {shlex.quote(wd)}/data", timeout_s=60)
+        if target.bootstrap:
+            on_event("bootstrapping the pod (setup_pod.sh)")
+            host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
+            res = host.run(f"cd {shlex.quote(wd)} && sh ./setup_pod.sh {shlex.quote(resolved.python)}",
+                           timeout_s=900, check=False)
+            if res.exit_code != 0:
+                raise GpucliError(f"pod bootstrap failed: {(res.stderr or res.stdout).strip()[-300:]}")
+        on_event(check_trainer_requirements(host, resolved, pod=target.bootstrap).describe)
+        on_event("syncing the trainer code")
+        host.sync_up(trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
+        data_env: dict[str, str] = {}
+        if resolved.data is not None and resolved.data_plan is not None:
+            data_env = stage_data(host, resolved.data, resolved.data_plan, workdir=wd, python=resolved.python,
+                                  install=target.bootstrap, on_event=on_event)
+        if restore is not None:
+            on_event(f"restoring checkpoint {restore.name} from this machine")
+            host.sync_up(restore, f"{wd}/checkpoints/{restore.name}", excludes=[])
+            if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
+                host.write_file(f"{wd}/metrics.jsonl", metrics_until(metrics.read_bytes(), step_of(restore)),
+                                mode=0o644)
+        config = run_yaml_now(resolved, record)
+        host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
+        host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
+        return start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
+
+    def fetch_best(self, host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
+                   progress: Any = None, on_event: EventFn) -> FetchResult:
+        return harvest.fetch_best_trainer(host, record, dest, with_optimizer=with_optimizer, progress=progress,
+                                          on_event=on_event)
+
+    def mirror(self, host: Host, record: RunRecord, *, keep: int = 2, progress: Any = None,
+               on_event: EventFn) -> MirrorResult:
+        return harvest.mirror_trainer(host, record, keep=keep, progress=progress, on_event=on_event)
+
+    def restore_point(self, run: str) -> Path | None:
+        return harvest.newest_good(run)
+
+
+BUNDLED = BundledTrainer()
