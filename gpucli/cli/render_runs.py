@@ -185,7 +185,7 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
     t.add_column("what", style="dim")
     t.add_column("value")
     rows = [
-        ("state", st.state + (f" ({st.finished_reason})" if st.finished_reason else "")),
+        ("state", state_words(st)),
         ("where", f"{record.provider}" + (f" {record.instance_id}" if record.instance_id else "")
          + (f" {record.ssh.user}@{record.ssh.host}:{record.ssh.port}" if record.ssh else "")),
         ("setup", f"{record.n_gpus}x {record.gpu or 'CPU'}, {record.profile}/{record.phase}, model {record.model}"),
@@ -304,8 +304,17 @@ def _run_error(rows: list[dict[str, Any]]) -> str | None:
     return str(errors[-1]["error"])[:300] if errors else None
 
 
+def state_words(st: RunStatus) -> str:
+    """``finished (exit 0)``, ``failed (exit 1: KeyError: 'x')``, ``stopped by cap: max_hours 0.01 h at 36 s``:
+    the own-code runner's one line where it wrote one, else the state and its reason."""
+    return st.story or st.state + (f" ({st.finished_reason})" if st.finished_reason else "")
+
+
 def tail_end(record: RunRecord, rows: list[dict[str, Any]], st: RunStatus) -> str:
     """How a run ended, in one line (the failure's own words where the trainer wrote them)."""
+    if st.story:
+        return f"run {record.name} {st.story}" + (f", last step {st.step}" if st.step is not None else
+                                                  ", before any metrics")
     at = f" at step {st.step}" if st.step is not None else " before its first step"
     if st.state == "failed":
         # Its error row, else the console's last line (an import error or a traceback's exception).
@@ -415,7 +424,7 @@ def fetched(result: FetchResult, *, json_: bool) -> None:
     if json_:
         json_out({"checkpoint": result.checkpoint.name, "step": result.checkpoint.step,
                   "val_loss": result.checkpoint.val_loss, "dest": str(result.dest), "files": list(result.files),
-                  "bytes": result.bytes})
+                  "bytes": result.bytes, "reason": result.checkpoint.meta.get("reason")})
         return
     c = result.checkpoint
     out().print(f"fetched [bold]{c.name}[/] (step {c.step}, val loss "
@@ -427,7 +436,9 @@ def downed(result: DownResult) -> None:
     from gpucli.run.targets import get_target
 
     record = result.record
-    what = ["trainer stopped (emergency checkpoint written)" if result.was_running else "trainer was not running"]
+    own = bool((record.launch or {}).get("own"))
+    what = [("job stopped" if own else "trainer stopped (emergency checkpoint written)") if result.was_running
+            else f"{'job' if own else 'trainer'} was not running"]
     if result.ended_pod:
         # With no pod id recorded (a create whose answer was lost), the pods were found by the run's label.
         what.append(f"pod {record.instance_id} terminated" if record.instance_id

@@ -392,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jobrun: {exc}", file=sys.stderr)
         write_status(run_dir, state="failed", reason=str(exc), exit_code=None, log_tail=[str(exc)])
         return 2
+    (run_dir / "stop_reason").unlink(missing_ok=True)  # an earlier run's on this folder
     stop = Stop(max(args.grace_s, 0.0))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop.request)

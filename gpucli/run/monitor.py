@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import TransferError
+from gpucli.errors import GpucliError, TransferError
 from gpucli.run import procs
 from gpucli.run.records import RunRecord, parse_iso
 
@@ -68,6 +68,7 @@ class RunStatus:
     projected_cost_usd: float | None = None
     eta_s: float | None = None
     finished_reason: str | None = None
+    story: str | None = None  # the user's own command's end in one line (jobrun.py): "failed (exit 1: ...)"
     process_alive: bool | None = None
     last_event: str | None = None
     log_tail: tuple[str, ...] = field(default_factory=tuple)
@@ -129,6 +130,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         tok_per_s=last.get("tok_per_s") if last else None, mfu=last.get("mfu") if last else None,
         elapsed_s=elapsed, cost_usd=cost, usd_per_hour=price, projected_cost_usd=projected, eta_s=eta,
         finished_reason=finished.get("reason") if finished else None, process_alive=alive,
+        story=str(finished["story"]) if finished and isinstance(finished.get("story"), str) else None,
         last_event=events[-1].get("event") if events else None, log_tail=log_tail)
 
 
@@ -166,7 +168,14 @@ def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,
     :func:`trainer_alive` asks about the whole process group."""
     if not record.pid or not trainer_alive(host, record):
         return False
-    on_event(f"sending SIGTERM to the trainer (pid {record.pid}); it writes an emergency checkpoint")
+    own = bool((record.launch or {}).get("own"))
+    if own:  # the job's runner tells this apart from a cap or a provider's SIGTERM (its end story)
+        try:
+            host.write_file(f"{record.workdir}/stop_reason", b"by you\n", mode=0o644)
+        except (GpucliError, OSError):
+            pass
+    on_event(f"sending SIGTERM to the {'job' if own else 'trainer'} (pid {record.pid})"
+             + ("" if own else "; it writes an emergency checkpoint"))
     if procs.signal(host, record, record.pid, record.pid_ident, "TERM") != "sent":
         return False
     deadline = time.monotonic() + timeout_s

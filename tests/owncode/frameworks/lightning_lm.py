@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from tiny import BLOCK, blocks, far_text, near_text, tokenizer
+from tiny import blocks, far_text, near_text, tokenizer
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--epochs", type=int, default=4)
