@@ -67,7 +67,12 @@ def status_line() -> Iterator[Any]:
     yield step
 
 
-def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
+def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None) -> None:
+    """``launch --dry-run``: the machine, price and limits; then the trainer's plan and run.yaml, or, for
+    your own code (``task``: its resolved lines), the command and the task."""
+    if task is not None:
+        _own_plan(r, task, json_=json_)
+        return
     data = {
         "run": r.name, "provider": r.provider, "profile": r.profile, "phase": r.phase, "model": r.model.name,
         "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
@@ -105,6 +110,24 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
+
+
+def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
+    if json_:
+        json_out({"run": r.name, "provider": r.provider, "profile": r.profile, "gpu": r.gpu_name,
+                  "n_gpus": r.n_gpus, "workdir": r.workdir, "price_per_hour_usd": r.price_per_hour_usd,
+                  "limits": r.limits, "command": r.command, "task": task})
+        return
+    o = out()
+    o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
+            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), your own code")
+    limits = (f"limits: hours {r.limits.max_hours or '-'}, budget "
+              f"{money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, stall {r.limits.stall_minutes:g} min")
+    o.print((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits,
+            markup=False, highlight=False)
+    o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
+    for line in task:
+        o.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _planned_volume(r: ResolvedLaunch) -> dict[str, Any]:

@@ -333,6 +333,27 @@ def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics
     return proc.returncode
 
 
+def use_venv(venv: Path, env: dict[str, str], with_pip: bool) -> str | None:
+    """Create ``venv`` when missing (with this Python, seeing its packages read-only:
+    ``--system-site-packages``; pip in it when a --setup will install) and put it first on the job's
+    PATH. Returns why it could not be made, or None."""
+    python = venv / "bin" / "python"
+    pip = venv / "bin" / "pip"
+    if not python.exists() or (with_pip and not pip.exists()):
+        cmd = [sys.executable, "-m", "venv", "--system-site-packages", *([] if with_pip else ["--without-pip"]),
+               str(venv)]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"venv {venv}: {exc}"
+        if res.returncode != 0:
+            return f"venv {venv}: {(res.stderr or res.stdout).strip()[-300:]}"
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONHOME", None)
+    return None
+
+
 def setup_marker(run_dir: Path, setup: str) -> tuple[Path, str]:
     return run_dir / ".setup-done", hashlib.sha256(setup.encode()).hexdigest()
 
@@ -378,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-file", type=Path, help="more KEY=value variables for the job")
     ap.add_argument("--price-per-hour-usd", type=float, help="for the Telegram cost updates")
     ap.add_argument("--cost-every-h", type=float, default=1.0, help="hours between Telegram cost updates")
+    ap.add_argument("--venv", type=Path, help="run --setup and --cmd in this venv (created when missing)")
     ap.add_argument("--logdir", type=Path, action="append", default=[],
                     help="where the job writes TensorBoard/CSV logs, when not under --cwd (repeatable)")
     ap.add_argument("--ack-wait-s", type=float, default=0.0,
@@ -445,6 +467,13 @@ def main(argv: list[str] | None = None) -> int:
         return code if code and code > 0 else 1
 
     with open(run_dir / "train.log", "ab") as log:
+        if args.venv is not None:
+            write_status(run_dir, state="running", phase="setup", pid=os.getpid())
+            why = use_venv(args.venv.expanduser().resolve(), env, with_pip=bool(args.setup))
+            if why is not None:
+                tail.add(why)
+                return finish("failed", f"setup {why}", None)
+            log.write(f"[gpucli] environment: {args.venv}\n".encode())
         if args.setup:
             marker, digest = setup_marker(run_dir, args.setup)
             done = marker.exists() and marker.read_text().strip() == digest

@@ -72,7 +72,7 @@ def test_failing_command_is_failed_with_its_last_lines(capsys, tmp_path):
     assert code == 0, err  # the command fails after the launch returned
     finished_rows(capsys, "own-fail")
     st = status_json(capsys, "own-fail")
-    assert st["state"] == "failed" and st["finished_reason"] == "failed (exit 1)"
+    assert st["state"] == "failed" and st["story"] == "failed (exit 1: RuntimeError: CUDA out of memory (pretend))"
     assert any("CUDA out of memory (pretend)" in line for line in st["log_tail"])
     assert runs.load("own-fail").status == "failed"
     code, out, err = cli(capsys, "status", "own-fail")
@@ -109,7 +109,8 @@ def test_task_file_with_cli_override_and_dry_run(capsys, tmp_path):
                                     "limits: {hours: 2}\n")
     code_rc, out, err = cli(capsys, "launch", str(code / "task.yaml"), "--name", "from-cli", "--dry-run")
     assert code_rc == 0, err
-    assert "from-cli" in out and "checkpoints: out/" in err and "MY_SETTING" in err and "Dry run" in out
+    assert "from-cli" in out and "checkpoints: out/" in out and "MY_SETTING" in out and "Dry run" in out
+    assert "run.yaml" not in out and "model tiny" not in out and "steps of" not in out  # the trainer's, not this
     assert not (runs.runs_dir() / "from-cli.json").exists()
     code_rc, out, err = cli(capsys, "launch", str(code / "task.yaml"), "--name", "from-cli")
     assert code_rc == 0, err
@@ -169,7 +170,7 @@ def test_telegram_from_the_pod(capsys, tmp_path, telegram_emulator):
     assert emu.wait_for(lambda e: len(e.messages) >= 2, timeout=20)
     texts = emu.texts()
     assert any("own-tg" in t and "started" in t for t in texts)
-    assert any("failed (exit 1)" in t and "CUDA out of memory (pretend)" in t for t in texts), texts
+    assert any("exit 1: RuntimeError: CUDA out of memory (pretend)" in t for t in texts), texts
     record_text = (runs.runs_dir() / "own-tg.json").read_text()
     assert "placeholder-bot-token" not in record_text
     assert "placeholder-bot-token" not in (Path(runs.load("own-tg").workdir) / "console.log").read_text()
@@ -184,4 +185,4 @@ def test_watch_ends_on_a_failed_job_instead_of_resuming_it(capsys, tmp_path):
     finished_rows(capsys, "own-watch")
     how = lifecycle.watch("own-watch", load_catalog(), mirror=True, recover=True, poll_s=0.2, sleep=lambda s: None)
     assert how == "ended" and runs.load("own-watch").status == "failed"
-    assert runs.load("own-watch").end_reason == "failed (exit 1)"
+    assert runs.load("own-watch").end_reason == "exit 1: RuntimeError: CUDA out of memory (pretend)"

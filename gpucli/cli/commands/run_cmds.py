@@ -110,9 +110,8 @@ def launch(
     catalog = load_catalog()
     if dry_run:
         resolved, job = lifecycle.plan(catalog, req, task)
-        render.launch_plan(resolved, json_=json_)
-        for line in job.describe():
-            render.info(line)
+        lines = job.describe()
+        render.launch_plan(resolved, json_=json_, task=lines if job.kind == "own" else None)
         return
     prepared = lifecycle.prepare(catalog, req, task=task)
     with render.status_line() as step:
