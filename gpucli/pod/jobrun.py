@@ -358,11 +358,11 @@ def setup_marker(run_dir: Path, setup: str) -> tuple[Path, str]:
     return run_dir / ".setup-done", hashlib.sha256(setup.encode()).hexdigest()
 
 
-def exit_reason(code: int, lines: list[str]) -> str:
+def exit_reason(code: int, tail: Any) -> str:
     """``exit 1: KeyError: 'name'`` (the last traceback's exception line when there is one) or
     ``signal 9``."""
     what = f"signal {-code}" if code < 0 else f"exit {code}"
-    error = terminal.exception_line(lines)
+    error = tail.exceptions.found
     return f"{what}: {error}" if error else what
 
 
@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
                 if stop.requested_at is not None:
                     return finish("finished", "signal", code)
                 if code != 0:
-                    return finish("failed", "setup " + exit_reason(code, list(tail)), code)
+                    return finish("failed", "setup " + exit_reason(code, tail), code)
                 marker.write_text(digest + "\n")
                 metrics.event("setup_done", elapsed_s=time.time() - started)
         if stop.requested_at is not None:
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         return finish("finished", "signal", code)
     if code == 0:
         return finish("finished", "exit 0", 0)
-    return finish("failed", exit_reason(code, list(tail)), code)
+    return finish("failed", exit_reason(code, tail), code)
 
 
 if __name__ == "__main__":

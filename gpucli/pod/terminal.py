@@ -157,8 +157,10 @@ class Tail:
     def __init__(self, size: int = 20) -> None:
         self.lines: deque[str] = deque(maxlen=size)
         self.last_bar = False
+        self.exceptions = Exceptions()
 
     def add(self, line: str) -> None:
+        self.exceptions.add(line)
         line = line.rstrip()
         if not line.strip():
             return
@@ -178,19 +180,29 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 _EXC = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*|:?)$")
 
 
-def exception_line(lines: list[str]) -> str | None:
-    """The exception line of the last Python traceback in ``lines`` ("KeyError: 'missing_column'"), or
-    None when there is none. torchrun's ``[rank0]: `` prefix is taken off."""
-    found, in_tb = None, False
-    for raw in lines:
+class Exceptions:
+    """Fed every console line: the exception line of the last Python traceback seen (a traceback is
+    often longer than the tail kept). torchrun's ``[rank0]: `` prefix is taken off."""
+
+    def __init__(self) -> None:
+        self.found: str | None = None
+        self.in_tb = False
+
+    def add(self, raw: str) -> None:
         line = re.sub(r"^\[(?:rank|default)\d+\]:\s?", "", raw.rstrip())
         if line.strip() == _TRACEBACK:
-            in_tb = True
-            continue
-        if not in_tb or not line or line[0].isspace() or line.startswith("^"):
-            continue
-        if line.startswith(_CHAINED):
-            continue
+            self.in_tb = True
+            return
+        if not self.in_tb or not line or line[0].isspace() or line.startswith("^") or line.startswith(_CHAINED):
+            return
         if _EXC.match(line):
-            found, in_tb = line.strip()[:300], False
-    return found
+            self.found, self.in_tb = line.strip()[:300], False
+
+
+def exception_line(lines: list[str]) -> str | None:
+    """The exception line of the last Python traceback in ``lines`` ("KeyError: 'missing_column'"), or
+    None when there is none."""
+    seen = Exceptions()
+    for line in lines:
+        seen.add(line)
+    return seen.found
