@@ -104,12 +104,15 @@ def _tensor_value(buf: bytes) -> float | None:
     return float(values[0]) if len(values) == 1 else None
 
 
-def event_scalars(record: bytes) -> tuple[int | None, dict[str, float]]:
-    """(step, {tag: value}) of one Event's scalar summaries."""
+def event_scalars(record: bytes) -> tuple[int | None, dict[str, float], float | None]:
+    """(step, {tag: value}, wall time) of one Event's scalar summaries."""
     step: int | None = None
+    wall: float | None = None
     scalars: dict[str, float] = {}
     for num, wire, value in fields(record):
-        if num == 2 and wire == 0:
+        if num == 1 and wire == 1:
+            wall = struct.unpack("<d", value)[0]
+        elif num == 2 and wire == 0:
             step = value if value < (1 << 63) else value - (1 << 64)
         elif num == 5 and wire == 2:
             for vnum, vwire, item in fields(value):
@@ -125,7 +128,7 @@ def event_scalars(record: bytes) -> tuple[int | None, dict[str, float]]:
                         number = _tensor_value(f)
                 if tag is not None and number is not None and math.isfinite(number):
                     scalars[tag] = number
-    return step, scalars
+    return step, scalars, wall
 
 
 def scalar_rows(step: int, scalars: dict[str, float]) -> list[Row]:
@@ -161,10 +164,14 @@ class EventFile:
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, 0
         self.step: int | None = None
+        self.wall: float | None = None
         self.scalars: dict[str, float] = {}
 
     def _flush(self) -> list[Row]:
         rows = scalar_rows(self.step, self.scalars) if self.step is not None else []
+        for row in rows:
+            if self.wall is not None:
+                row["logged_at"] = self.wall  # when the framework wrote it (the event's wall_time)
         self.scalars = {}
         return rows
 
@@ -186,9 +193,9 @@ class EventFile:
             if end > len(data):
                 break
             try:
-                step, scalars = event_scalars(data[i + 12:i + 12 + size])
+                step, scalars, wall = event_scalars(data[i + 12:i + 12 + size])
             except (ValueError, IndexError, struct.error):
-                step, scalars = None, {}
+                step, scalars, wall = None, {}, None
             i = end
             if step is None or not scalars:
                 continue
@@ -196,6 +203,7 @@ class EventFile:
                 rows += self._flush()
                 self.step = step
             self.scalars.update(scalars)
+            self.wall = wall
         self.offset += i
         if len(data) - i < 12 or i == 0:  # everything complete was read: the step's values are in
             rows += self._flush()

@@ -190,7 +190,7 @@ class Exceptions:
 
     def add(self, raw: str) -> None:
         line = re.sub(r"^\[(?:rank|default)\d+\]:\s?", "", raw.rstrip())
-        if line.strip() == _TRACEBACK:
+        if line.endswith(_TRACEBACK):  # perhaps after a progress bar on the same line (stderr, no newline)
             self.in_tb = True
             return
         if not self.in_tb or not line or line[0].isspace() or line.startswith("^") or line.startswith(_CHAINED):

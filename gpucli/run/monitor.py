@@ -75,7 +75,9 @@ class RunStatus:
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,
-              now: dt.datetime | None = None, log_tail: tuple[str, ...] = ()) -> RunStatus:
+              now: dt.datetime | None = None, log_tail: tuple[str, ...] = (), phase: str | None = None) -> RunStatus:
+    """The run's state from its rows; ``phase``: the own-code runner's (``setup``/``run`` in its
+    status.json), so that a job installing or loading says so before its first metric."""
     train = [r for r in rows if r.get("kind") == "train"]
     vals = [r for r in rows if r.get("kind") == "val"]
     events = [r for r in rows if r.get("kind") == "event"]
@@ -116,7 +118,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
     elif alive is False:
         state = "failed" if not finished else "finished"
     elif alive:
-        state = "running" if train else "starting"
+        state = "running" if train or phase == "run" else "setting up" if phase == "setup" else "starting"
     else:
         state = record.status
     # nanochat logs bits per byte, not a loss: shown in the loss's place where no row has a loss
@@ -154,7 +156,13 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
     rows = read_all_rows(host, record.workdir)
     alive = trainer_alive(host, record)
     tail = log_tail(host, record.workdir) if alive is False else ()
-    return summarize(record, rows, alive=alive, log_tail=tail)
+    phase = None
+    if alive and (record.launch or {}).get("own") and not any(r.get("kind") == "train" for r in rows):
+        try:
+            phase = json.loads(host.read_file(f"{record.workdir}/status.json")).get("phase")
+        except (GpucliError, OSError, ValueError, AttributeError):
+            phase = None
+    return summarize(record, rows, alive=alive, log_tail=tail, phase=phase)
 
 
 def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,

@@ -26,6 +26,7 @@ def test_event_files_of_the_real_summary_writer(tmp_path, new_style):
     w.close()
     (path,) = tmp_path.glob("events.out.tfevents.*")
     rows = EventFile(path).poll()
+    assert all(abs(r["logged_at"] - time.time()) < 600 for r in rows)  # the events' wall_time
     train = [(r["step"], round(r["loss"], 4), r.get("lr")) for r in rows if r["kind"] == "train"]
     assert train == [(5, 2.5, pytest.approx(1e-3)), (10, 2.0, pytest.approx(1e-3)), (15, 1.5, pytest.approx(1e-3))]
     assert [(r["step"], r["val_loss"]) for r in rows if r["kind"] == "val"] == [(10, 2.25)]

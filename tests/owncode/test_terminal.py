@@ -82,3 +82,7 @@ def test_exception_line_of_chained_and_torchrun_tracebacks():
                            "[rank0]: torch.OutOfMemoryError: CUDA out of memory."]) == \
         "torch.OutOfMemoryError: CUDA out of memory."
     assert exception_line(["iter 5: loss 2.0", "Killed"]) is None
+    # stderr's traceback right after a bar on stdout, no newline between: one terminal line
+    assert exception_line([" 40%|████      | 16/40 [00:00<00:00, 28.90it/s]Traceback (most recent call last):",
+                           "  File \"hf_clm.py\", line 52, in on_step_end", "KeyError: 'missing_column'",
+                           " 48%|████▊     | 19/40 [00:01<00:01, 17.01it/s]"]) == "KeyError: 'missing_column'"
