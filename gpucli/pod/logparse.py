@@ -61,7 +61,8 @@ _NANOGPT_ITER = re.compile(
 _NANOGPT_EVAL = re.compile(rf"^step (?P<step>\d+): train loss (?P<loss>{_NUM}), val loss (?P<val>{_NUM})")
 # nanochat scripts/base_train.py
 _NANOCHAT_STEP = re.compile(rf"^step (?P<step>\d+)/(?P<total>\d+) \((?P<pct>{_NUM})%\) \| loss: (?P<loss>{_NUM})")
-_NANOCHAT_FIELD = re.compile(r"\|\s*(?P<key>lrm|dt|tok/sec|mfu|epoch):\s*(?P<val>[-+0-9.,eE]+)")
+# (recent versions print "bf16_mfu: 47.31" and "epoch: 1 pq: 3 rg: 7")
+_NANOCHAT_FIELD = re.compile(r"\|\s*(?P<key>lrm|dt|tok/sec|(?:[a-z0-9]+_)?mfu|epoch):\s*(?P<val>[-+0-9.,eE]+)")
 _NANOCHAT_VAL = re.compile(rf"^Step (?P<step>\d+) \| Validation bpb: (?P<bpb>{_NUM})")
 # tqdm: "[desc: ]NN%|bar| n/total [elapsed<remaining, rate, k=v, ...]" (total "?" when unknown)
 _TQDM = re.compile(r"^(?:(?P<desc>[^|]*?):\s*)?(?:(?P<pct>\d+)%\|[^|]*\|\s*)?(?P<n>\d+)/(?P<total>\d+|\?)\s*"
@@ -266,7 +267,7 @@ class LogParser:
                 key = f["key"]
                 if key == "tok/sec":
                     row["tok_per_s"] = v
-                elif key == "mfu":
+                elif key.endswith("mfu"):
                     row["mfu"] = v / 100
                 elif key == "dt":
                     row["dt_ms"] = v

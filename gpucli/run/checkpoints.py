@@ -153,9 +153,11 @@ def score(checkpoints: list[OwnCheckpoint], rows: Iterable[Mapping[str, Any]]) -
 class FrameworkBest:
     """The best checkpoint as the framework itself recorded it (Hugging Face ``best_model_checkpoint``)."""
 
-    name: str  # the checkpoint's folder name ("checkpoint-30")
+    name: str | None  # the checkpoint's folder name ("checkpoint-30"), or
     metric: float | None
     source: str  # "checkpoint-40/trainer_state.json"
+    step: int | None = None  # its step (nanochat: the meta_NNNNNN.json with the lowest val_bpb)
+    what: str = "best_model_checkpoint"
 
 
 def newest_trainer_state(listing: Mapping[str, Any]) -> str | None:
@@ -181,6 +183,36 @@ def hf_best(text: str, source: str) -> FrameworkBest | None:
                          float(metric) if isinstance(metric, (int, float)) else None, source)
 
 
+_NANOCHAT_META = re.compile(r"(?:^|/)meta_(\d+)\.json$")
+
+
+def nanochat_metas(listing: Mapping[str, Any]) -> list[str]:
+    """nanochat's ``meta_NNNNNN.json`` files that sit beside a ``model_NNNNNN.pt`` of the same step."""
+    out = []
+    for rel in listing:
+        m = _NANOCHAT_META.search(rel)
+        if m and f"{rel[: m.start() + (1 if rel[m.start()] == '/' else 0)]}model_{m.group(1)}.pt" in listing:
+            out.append(rel)
+    return sorted(out)
+
+
+def nanochat_best(metas: Mapping[str, str]) -> FrameworkBest | None:
+    """The step whose ``meta_NNNNNN.json`` has the lowest ``val_bpb`` (what nanochat logs each save)."""
+    import json
+
+    best: tuple[float, int, str] | None = None
+    for rel, text in metas.items():
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        bpb, step = (data.get("val_bpb"), data.get("step")) if isinstance(data, dict) else (None, None)
+        if isinstance(bpb, (int, float)) and isinstance(step, int) and math.isfinite(bpb):
+            if best is None or (bpb, -step) < (best[0], -best[1]):
+                best = (float(bpb), step, rel)
+    return None if best is None else FrameworkBest(None, best[0], best[2], step=best[1], what="lowest val_bpb")
+
+
 def choose_checkpoint(listing: Mapping[str, Any], rows: Iterable[Mapping[str, Any]], *,
                       now: float | None = None, min_age_s: float = 0.0,
                       framework: FrameworkBest | None = None) -> CheckpointChoice | None:
@@ -193,11 +225,12 @@ def choose_checkpoint(listing: Mapping[str, Any], rows: Iterable[Mapping[str, An
         stepped = [c for c in stepped if now - c.mtime >= min_age_s]
     if stepped:
         scored = score(stepped, list(rows))
-        named = next((c for c in scored if framework is not None and c.name == framework.name), None)
+        named = next((c for c in scored if framework is not None and (
+            c.name == framework.name if framework.name is not None else c.step == framework.step)), None)
         if named is not None and framework is not None:
-            metric = f", best_metric {framework.metric:.4f}" if framework.metric is not None else ""
-            return CheckpointChoice(named, f"the framework's best_model_checkpoint in {framework.source}{metric}",
-                                    tuple(scored))
+            metric = f" {framework.metric:.4f}" if framework.metric is not None else ""
+            return CheckpointChoice(named, f"the framework's own record: {framework.what}{metric} in "
+                                    f"{framework.source}", tuple(scored))
         with_val = [c for c in scored if c.val_loss is not None]
         if with_val:
             best = min(with_val, key=lambda c: (c.val_loss, -(c.step or 0)))

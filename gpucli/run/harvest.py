@@ -35,6 +35,8 @@ from gpucli.run.checkpoints import (
     group_checkpoints,
     hf_best,
     list_checkpoints,
+    nanochat_best,
+    nanochat_metas,
     newest_trainer_state,
     newest_verified,
     same_files,
@@ -269,11 +271,15 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, p
     live = bool(trainer_alive(host, record))
     framework = None
     state = newest_trainer_state(listing)
-    if state is not None:  # a Hugging Face Trainer's: its own record of the best checkpoint
-        try:
+    metas = nanochat_metas(listing)
+    try:
+        if state is not None:  # a Hugging Face Trainer's: its own record of the best checkpoint
             framework = hf_best(host.read_file(f"{root}/{state}").decode(errors="replace"), state)
-        except (GpucliError, OSError):
-            framework = None
+        elif metas:  # nanochat's: the val_bpb saved with each checkpoint
+            framework = nanochat_best({m: host.read_file(f"{root}/{m}").decode(errors="replace")
+                                       for m in metas[-200:]})
+    except (GpucliError, OSError):
+        framework = None
     choice = choose_checkpoint(listing, rows, now=time.time(), min_age_s=LIVE_MIN_AGE_S if live else 0.0,
                                framework=framework)
     if choice is None:

@@ -27,6 +27,16 @@ def test_nanogpt_iter_and_eval_lines():
     ]
 
 
+def test_nanochat_base_train_lines_of_recent_versions():
+    # scripts/base_train.py now: "bf16_mfu" and the dataloader position after the epoch
+    rows = feed(["step 00042/01000 (4.20%) | loss: 3.123456 | lrm: 1.00 | dt: 412.50ms | tok/sec: 1,271,012 | "
+                 "bf16_mfu: 47.31 | epoch: 1 pq: 3 rg: 7 | total time: 0.21m | eta: 6.6m",
+                 "Step 00250 | Validation bpb: 0.912345", "Step 00250 | CORE metric: 0.2010"])
+    assert rows == [{"kind": "train", "step": 42, "loss": 3.123456, "max_steps": 1000, "lrm": 1.0, "dt_ms": 412.5,
+                     "tok_per_s": 1271012.0, "mfu": pytest.approx(0.4731), "epoch": 1.0},
+                    {"kind": "val", "step": 250, "val_bpb": 0.912345}]
+
+
 def test_nanochat_step_and_validation_lines():
     rows = feed(["step 00042/01000 (4.20%) | loss: 3.123456 | lrm: 1.00 | dt: 412.50ms | tok/sec: 1,271,012 | "
                  "mfu: 47.31 | epoch: 0 | total time: 0.21m | eta: 6.6m",
