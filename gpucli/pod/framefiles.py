@@ -69,6 +69,7 @@ def fields(buf: bytes) -> list[tuple[int, int, Any]]:
     while i < n:
         key, i = _varint(buf, i)
         num, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, i = _varint(buf, i)
         elif wire == 1:

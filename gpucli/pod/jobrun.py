@@ -133,7 +133,7 @@ class Metrics:
         self.val_loss: float | None = None
         self.best_val: float | None = None
         self.spikes = logparse.LossSpikes()
-        self.alerts: Alerts | None = None
+        self.alerts: Any = None  # jobalerts.Alerts
 
     def _open(self) -> None:
         if self.fh is None:

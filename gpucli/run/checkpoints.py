@@ -69,6 +69,8 @@ def step_in_name(name: str) -> int | None:
     m = _KEYWORD_STEP.search(stem)
     if m:
         return int(m.group(1))
+    if re.fullmatch(r"version_\d+|v\d+|run_?\d+", stem):  # a logger's run folder (Lightning's version_0)
+        return None
     m = _NUMBER.search(stem)
     return int(m.group(1)) if m else None
 

@@ -103,3 +103,14 @@ def test_lightning_logger_folders_are_not_checkpoints():
     choice = choose_checkpoint(listing, rows)
     assert [c.name for c in choice.candidates] == ["epoch=0-step=8.ckpt", "epoch=2-step=24.ckpt"]
     assert choice.checkpoint.name == "epoch=2-step=24.ckpt"
+
+
+def test_checkpoints_inside_lightning_version_folders():
+    # fetch-best --checkpoints lightning_logs: ModelCheckpoint's default place is version_N/checkpoints/
+    listing = {"version_0/events.out.tfevents.1.vm.1.0": (10, 1.0), "version_0/hparams.yaml": (10, 1.0),
+               "version_0/checkpoints/epoch=1-step=16.ckpt": (10, 1.0),
+               "version_0/checkpoints/epoch=3-step=32.ckpt": (10, 2.0)}
+    choice = choose_checkpoint(listing, [{"kind": "val", "step": 15, "val_loss": 2.0},
+                                         {"kind": "val", "step": 31, "val_loss": 2.5}])
+    assert [c.step for c in choice.candidates] == [16, 32]
+    assert choice.checkpoint.files == ("version_0/checkpoints/epoch=1-step=16.ckpt",)
