@@ -205,4 +205,18 @@ def test_the_watchdog_hours_cap_stops_the_job_through_jobrun(job):
     assert proc.wait(timeout=5) == 0
     assert "limit reached" in (job.run_dir / "watchdog.json").read_text()
     assert list((job.code / "checkpoints").glob("emergency_step_*.pt"))
-    assert job.events("finished")[-1]["reason"] == "signal"
+    # the watchdog said why before it signalled: the runner's end story names the cap
+    assert job.events("finished")[-1]["reason"] == "stopped by cap: max_hours 0.000833333 h at 3 s"
+
+
+def test_setup_installs_into_the_jobs_venv_never_into_this_python(job, tmp_path):
+    import sys
+
+    venv = tmp_path / "venvs" / "abc"
+    res = job.run("python -c 'import sys; print(\"prefix\", sys.prefix)'", "--venv", str(venv),
+                  "--setup", "pip --version; python -m pip --version")
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = (job.run_dir / "train.log").read_text()
+    pips = [line for line in log.splitlines() if line.startswith("pip ")]
+    assert len(pips) == 2 and all(str(venv) in line for line in pips), pips  # pip of the venv, both ways
+    assert f"prefix {venv}" in log and sys.prefix != str(venv)

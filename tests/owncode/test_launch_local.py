@@ -186,3 +186,33 @@ def test_watch_ends_on_a_failed_job_instead_of_resuming_it(capsys, tmp_path):
     how = lifecycle.watch("own-watch", load_catalog(), mirror=True, recover=True, poll_s=0.2, sleep=lambda s: None)
     assert how == "ended" and runs.load("own-watch").status == "failed"
     assert runs.load("own-watch").end_reason == "exit 1: RuntimeError: CUDA out of memory (pretend)"
+
+
+def test_down_says_stopped_by_you_and_no_emergency_checkpoint(capsys, tmp_path):
+    code, out, err = launch_own(capsys, tmp_path, "graceful", "own-down", "--provider", "local")
+    assert code == 0, err
+    wait_for(lambda: len(train_losses(rows_of(capsys, "own-down"))) >= 3, 60, "rows")
+    code, out, err = cli(capsys, "down", "own-down")
+    assert code == 0, err
+    assert "job stopped" in out + err and "emergency checkpoint" not in out + err  # the trainer's words
+    finished_rows(capsys, "own-down")
+    assert status_json(capsys, "own-down")["story"] == "stopped by you"
+
+
+def test_the_job_runs_in_a_venv_of_its_own_reused_by_its_code_folder(capsys, tmp_path):
+    import sys
+
+    code = tmp_path / "venvcode"
+    code.mkdir()
+    probe = "import os, sys; print(sys.prefix, os.environ.get('VIRTUAL_ENV'), flush=True)"
+    prefixes = []
+    for name in ("own-venv-1", "own-venv-2"):
+        rc, out, err = cli(capsys, "launch", "--code", str(code), "--run", f"python -c \"{probe}\"", "--name", name,
+                           "--provider", "local")
+        assert rc == 0, err
+        finished_rows(capsys, name)
+        log = (Path(runs.load(name).workdir) / "train.log").read_text()
+        prefix, venv = log.strip().splitlines()[-1].split()
+        prefixes.append(prefix)
+        assert prefix == venv and Path(prefix).parent.name == ".venvs" and prefix != sys.prefix
+    assert prefixes[0] == prefixes[1]  # one per code folder, reused
