@@ -298,11 +298,12 @@ def last_progress(run_dir: Path, started: float) -> float:
 
 
 def cap_words(max_hours: float | None, budget_usd: float | None, price: float | None) -> str:
-    """The cap that ends the run first, as the user set it: ``max_hours 0.01 h`` or ``budget $5 at $2/h``."""
+    """The cap that ends the run first, as it was given: ``max_hours 0.01 h`` or ``budget $5 at $2/h``
+    ("no cap" when there is none: never an error, this runs before the watch loop)."""
     budget_h = budget_usd / price if budget_usd is not None and price else None
     if budget_h is not None and (max_hours is None or budget_h < max_hours):
         return f"budget ${budget_usd:g} at ${price:g}/h"
-    return f"max_hours {max_hours:g} h"
+    return f"max_hours {max_hours:g} h" if max_hours is not None else "no cap"
 
 
 def elapsed_words(seconds: float) -> str:
