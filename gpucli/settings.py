@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.errors import UsageError
+from gpucli.errors import UnknownNameError, UsageError
 
 PACKAGE_CATALOG = Path(__file__).resolve().parent / "profiles"
 
@@ -116,8 +116,6 @@ _KEY_ALIASES = {"vastai": "vast", "vast.ai": "vast", "telegram-token": "telegram
 
 def key_spec(name: str) -> KeySpec:
     """The key called ``name`` (case, ``_`` for ``-`` and the usual aliases accepted)."""
-    from gpucli.errors import UnknownNameError
-
     key = name.strip().lower().replace("_", "-")
     key = _KEY_ALIASES.get(key, key)
     if key not in KEYS:

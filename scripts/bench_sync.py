@@ -12,7 +12,7 @@ ratio against rsync, and gpucli's peak RSS.
     python scripts/bench_sync.py --small    # 64 MiB, 1,000 files: a smoke run for the tests
     python scripts/bench_sync.py --rtt-ms 20,100,200 --rate-mbs 40 --big-mib 256   # WAN table
 
-With ``--rtt-ms``, every tool connects through ``tests/ssh/wan_proxy.py`` (a userspace proxy on
+With ``--rtt-ms``, every tool connects through ``tests/gpucli/ssh/wan_proxy.py`` (a userspace proxy on
 127.0.0.1: that RTT added, each direction capped at ``--rate-mbs``, both shared by all connections of
 a tool), one proxy per RTT, and the table adds the share of the link each tool used (the link floor
 is size / rate; the whole command's time, connect included, is what is compared with it).
@@ -126,7 +126,7 @@ def main() -> int:
         raise SystemExit("--rtt-ms must be 0..10000 and --rate-mbs > 0")
 
     sys.path.insert(0, str(REPO))
-    from tests.ssh.wan_proxy import WanProxy
+    from tests.gpucli.ssh.wan_proxy import WanProxy
     from tests.support.sshd import SshServer, make_keypair
 
     big_bytes = (args.big_mib << 20) if args.big_mib else (64 << 20) if args.small else (1 << 30)

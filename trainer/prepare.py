@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
                     help="byte | char | bpe (trained on a sample) | gpt2 | file | PATH to a tokenizer.json")
     ap.add_argument("--tokenizer-file", help="tokenizer.json for --tokenizer file, or GPT-2's for gpt2 "
                                              "(default: the Hugging Face cache)")
-    ap.add_argument("--vocab-size", type=_positive_int, default=32000, help="BPE vocabulary (seed 000: 32000)")
+    ap.add_argument("--vocab-size", type=_positive_int, default=32000, help="BPE vocabulary size (default 32000: the Atlas 1B plan's vocabulary, a Llama-sized one)")
     ap.add_argument("--tokenizer-sample", type=_positive_int, default=100_000_000,
                     help="bytes of text a bpe or char vocabulary is learned from")
     ap.add_argument("--val-split", type=_fraction, default=0.1, help="share of documents held out")

@@ -103,7 +103,7 @@ class Server:
                 raise ApiError(400, f"messages[{i}] must have a string 'role' and a string 'content'",
                                f"messages[{i}]")
         if self.chat_template:
-            import jinja2
+            import jinja2  # optional: jinja2 only for a chat template
 
             env = jinja2.Environment(undefined=jinja2.StrictUndefined)
             try:
@@ -362,9 +362,9 @@ def load(checkpoint: Path, *, device: str, max_batch: int = 8, seed: int = 0,
          model_id: str | None = None) -> Server:
     """The checkpoint loaded the trainer's way (``trainer.sample.load_for_inference``), with its engine
     started. On CUDA the weights and the cache are bf16."""
-    import torch
+    import torch  # lazy: the HTTP layer is used and tested without torch
 
-    from trainer.sample import load_for_inference
+    from trainer.sample import load_for_inference  # lazy: imports torch (see above)
 
     model, tok, meta = load_for_inference(checkpoint, device)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -382,7 +382,7 @@ def load(checkpoint: Path, *, device: str, max_batch: int = 8, seed: int = 0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
+    import torch  # lazy: the HTTP layer is used and tested without torch
 
     ap = argparse.ArgumentParser(prog="python -m trainer.serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", required=True, help="checkpoint, checkpoints folder or run folder")

@@ -1,5 +1,5 @@
 """The console script. ``gpucli --help`` is answered from a text generated from the Typer app
-(gpucli/_help.py, kept equal to it by tests/unit/test_help_cache.py) without importing Typer:
+(gpucli/_help.py, kept equal to it by tests/gpucli/cli/test_help_cache.py) without importing Typer:
 Python's own start here is ~0.08 s and importing Typer another ~0.05 s, which together leave no room
 under 0.15 s. Everything else goes through gpucli.cli.app."""
 

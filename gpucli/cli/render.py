@@ -203,3 +203,14 @@ def notify_sent(sent: Any, token_source: str) -> None:
     info(f"sent a test message to Telegram chat {sent.chat_id}{mid} using the bot token from {token_source}")
 
 
+def alert_events(alerts: dict[str, str], *, json_: bool = False) -> None:
+    """`gpucli notify events`: every alert a run can send, with what raises it."""
+    if json_:
+        json_out([{"event": name, "when": when} for name, when in alerts.items()])
+        return
+    t = table("Alert events (notifications.events in run.yaml picks among them; all by default)")
+    t.add_column("event")
+    t.add_column("sent when")
+    for name, when in alerts.items():
+        t.add_row(name, when)
+    out().print(t)

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
 from gpucli import settings
 from gpucli.errors import ProviderError
 
@@ -67,8 +69,6 @@ def _read_runpod_toml(path: Path) -> str | None:
     except OSError:
         return None
     try:
-        import tomllib
-
         data = tomllib.loads(text)
     except Exception:  # noqa: BLE001 - a broken file is the same as no file
         match = re.search(r'^\s*api_key\s*=\s*["\']([^"\']+)["\']', text, re.MULTILINE)

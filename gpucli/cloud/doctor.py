@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpucli.cloud import get_provider
 from gpucli.cloud.credentials import MissingKeyError, resolve_key
 from gpucli.cloud.http import AuthError, HttpClient, NetworkError, RetryPolicy
 from gpucli.errors import ProviderError
@@ -57,8 +58,6 @@ def check_provider(name: str, *, public_key: str | None, key_path: str,
                    provider_factory: Callable[..., object] | None = None) -> DoctorReport:
     """Key, reachability, balance and SSH key of provider ``name``. ``public_key`` is gpucli's key
     (None when it does not exist yet); ``key_path`` is where it lives, for the message."""
-    from gpucli.cloud import get_provider
-
     factory = provider_factory or get_provider
     checks: list[Check] = []
     try:

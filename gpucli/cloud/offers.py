@@ -12,6 +12,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpucli.cloud import get_provider
+from gpucli.cloud.credentials import MissingKeyError
 from gpucli.cloud.query import (
     DEFAULT_ALLOCATED_STORAGE_GB,
     DEFAULT_FILTERS,
@@ -191,9 +193,6 @@ def search_all(providers: Sequence[str], query: Query | None, *, spot: bool, lim
     ``required`` (the user named it) or every provider failed: then the error is raised. Nothing is
     printed here; the caller shows the warnings.
     """
-    from gpucli.cloud import get_provider
-    from gpucli.cloud.credentials import MissingKeyError
-
     if limit < 1:
         raise QueryError(f"--limit must be at least 1, got {limit}")
     check_order(order)

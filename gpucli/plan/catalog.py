@@ -34,6 +34,7 @@ from gpucli.plan.schema import (
     Price,
     SingleProfile,
 )
+from gpucli.settings import catalog_dir, home
 from trainer.spec.presets import MODELS, nanochat_spec
 
 __all__ = [
@@ -50,8 +51,6 @@ _CACHE: dict[Path, Catalog] = {}
 
 def load_catalog(directory: Path | None = None) -> Catalog:
     """Load and validate every catalogue file in ``directory`` (default: the configured catalogue)."""
-    from gpucli.settings import catalog_dir
-
     directory = Path(directory) if directory is not None else catalog_dir()
     directory = directory.resolve()
     if directory in _CACHE:
@@ -64,8 +63,6 @@ def load_catalog(directory: Path | None = None) -> Catalog:
     phases = read("phases.yaml", _parse_phases)
     singles, clusters = read("profiles.yaml", _parse_profiles, gpus, phases)
     # Measured entries: the catalogue's own, then this user's (`gpucli calibrate RUN` writes those).
-    from gpucli.settings import home
-
     calibration: tuple[CalibrationEntry, ...] = ()
     for path in (directory / "calibration.yaml", home() / "calibration.yaml"):
         if path.exists():

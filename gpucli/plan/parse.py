@@ -372,7 +372,7 @@ def _parse_calibration(data: Any, file: str, gpus: Mapping[str, Gpu]) -> tuple[C
 
 
 def _read_yaml(path: Path) -> Any:
-    import yaml
+    import yaml  # lazy: yaml only when a catalogue file is read (gpucli --help stays fast)
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader is ~10x faster
     try:

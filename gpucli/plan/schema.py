@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpucli.errors import UnknownNameError
 from trainer.spec.modelspec import ModelSpec
+from trainer.spec.presets import lookup
 
 INTERCONNECTS = ("nvlink", "pcie")
 PRICE_KINDS = ("spot", "on-demand", "owned")
@@ -170,8 +171,6 @@ class Catalog:
         raise UnknownNameError("GPU", name, names)
 
     def model(self, name: str) -> ModelShape:
-        from trainer.spec.presets import lookup
-
         spec = lookup(name)
         if spec is not None:
             return spec

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import http.client
+import importlib
 import json
 import os
 import re
@@ -190,8 +191,6 @@ def download_all(items: list[dict], raw: Path, progress: Progress, threads: int 
 
 
 def hf_download(repo: str, pattern: str | None, raw: Path, progress: Progress) -> None:
-    import importlib
-
     try:  # optional, only for hf:// data (by name: everything else here is the standard library)
         snapshot_download = importlib.import_module("huggingface_hub").snapshot_download
     except ImportError:

@@ -34,9 +34,16 @@ def load_notifier(env: dict[str, str]) -> Any:
         return None
 
 
+# The alert vocabulary, copied from trainer/spec/alerts.py (this file is standard library only and cannot
+# import the trainer); tests/gpucli/pod/test_alert_vocabulary.py holds the two equal.
+ALERT_EVENTS = ("run_started", "checkpoint_saved", "validation_complete", "training_complete", "error_occurred",
+                "ppl_spike", "stage_transition", "cost_update", "gate_collapse", "static_memory", "refinement_order")
+
+
 class Alerts:
     """Telegram messages for a job gpucli does not know: started, finished, failed (last lines), loss
-    spike, and a cost update every ``cost_every_h`` hours when the price is known."""
+    spike (``ppl_spike``: the perplexity is the loss's exponential), and a cost update every
+    ``cost_every_h`` hours when the price is known. Event names are :data:`ALERT_EVENTS`."""
 
     def __init__(self, notifier: Any, name: str, price_per_hour: float | None, cost_every_h: float) -> None:
         self.n, self.name, self.price, self.every_h = notifier, name, price_per_hour, cost_every_h
@@ -52,7 +59,7 @@ class Alerts:
 
     def spike(self, step: Any, loss: float, mean: float) -> None:
         self.send(f"*{self.name}*: loss spike at step {step}: {loss:.4f} (> 2x the rolling mean {mean:.4f})",
-                  "loss_spike")
+                  "ppl_spike")
 
     def tick(self) -> None:
         if self.n is None or not self.price or self.every_h <= 0:

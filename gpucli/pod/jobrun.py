@@ -70,7 +70,7 @@ logparse = _load("logparse")
 terminal = _load("terminal")
 framefiles = _load("framefiles")
 jobalerts = _load("jobalerts")
-Alerts, load_notifier = jobalerts.Alerts, jobalerts.load_notifier
+Alerts, load_notifier, ALERT_EVENTS = jobalerts.Alerts, jobalerts.load_notifier, jobalerts.ALERT_EVENTS
 
 
 TAIL_LINES = 20

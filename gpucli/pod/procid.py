@@ -8,6 +8,11 @@ process's start time (``/proc/PID/stat`` field 22, clock ticks since boot); wher
 the start time ``ps -o lstart=`` prints. The command line is not part of it: the detached shell
 ``exec``s the trainer, so the command changes while the process stays the same.
 
+This file is also the one answer to "is this process group alive?" (:func:`group_alive`): any of its
+processes that is not a zombie (in a container without an init, exited processes may never be
+reaped). The watchdog and ``LocalHost`` call it; ``Remote.is_running`` (gpucli/ssh) runs the same test
+as a shell line on hosts where no Python is known yet.
+
 Exit status of ``signal``: 0 sent, 1 nothing of that process group is left, 3 the pid is someone
 else's now (nothing sent).
 """
@@ -49,6 +54,31 @@ def identity(pid: int) -> str | None:
     return f"ps:{out}" if out else None
 
 
+def _live_members(pgid: int) -> list[list[str]]:
+    """The ``/proc/PID/stat`` fields (after the command) of every process of group ``pgid`` that is not
+    a zombie."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+                out.append(fields)
+    return out
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is alive (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's group, but alive
+    if not os.path.isdir("/proc/self"):
+        return True  # no /proc: the signal's answer is all there is
+    return bool(_live_members(pgid))
+
+
 def _members_since(pgid: int, ident: str) -> bool:
     """Whether a live process of group ``pgid`` started no earlier than the recorded leader, in the
     same boot (the leader, a shell, may be gone while its children finish their checkpoint)."""
@@ -56,12 +86,7 @@ def _members_since(pgid: int, ident: str) -> bool:
     if len(parts) != 3 or parts[0] != "proc" or parts[1] != _boot_id() or not os.path.isdir("/proc/self"):
         return False
     since = int(parts[2])
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields and fields[0] != "Z" and int(fields[2]) == pgid and int(fields[19]) >= since:
-                return True
-    return False
+    return any(int(fields[19]) >= since for fields in _live_members(pgid))
 
 
 def owned(pgid: int, ident: str) -> bool | None:

@@ -31,6 +31,7 @@ Everything it does is logged to ``watchdog.log`` and its verdict to ``watchdog.j
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -43,8 +44,6 @@ from pathlib import Path
 def _load_procid():  # noqa: ANN202 - a module
     """procid.py from next to this file (on the pod as here): by path, so this file stays one that
     runs as a plain script with nothing but the standard library."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("gpucli_procid", Path(__file__).with_name("procid.py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -69,27 +68,6 @@ def write_state(run_dir: Path, **fields: object) -> None:
 # ---- the trainer's process group ---------------------------------------------------------------
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # Zombies do not count (an exited leader not yet reaped).
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
 def stop_group(run_dir: Path, pgid: int, grace_s: float, ident: str | None = None) -> None:
     """SIGTERM (the trainer writes its emergency checkpoint), then SIGKILL after ``grace_s``; only
     while ``pgid`` is still the process ``ident`` names."""
@@ -103,7 +81,7 @@ def stop_group(run_dir: Path, pgid: int, grace_s: float, ident: str | None = Non
     log(run_dir, f"sent SIGTERM to the trainer (process group {pgid})")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not group_alive(pgid):
+        if not procid.group_alive(pgid):
             return
         time.sleep(0.5)
     if procid.send(pgid, ident, "KILL") == 0:
@@ -364,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     while verdict is None:
         now = time.time()
         seen_rows = (run_dir / "metrics.jsonl").exists()
-        if not group_alive(args.pgid) or (ident is not None and not procid.owned(args.pgid, ident)):
+        if not procid.group_alive(args.pgid) or (ident is not None and not procid.owned(args.pgid, ident)):
             reason = finished_reason(run_dir)
             verdict = f"finished ({reason})" if reason else "crashed"
             break

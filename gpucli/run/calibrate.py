@@ -12,6 +12,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpucli.errors import UsageError
 from gpucli.run.records import RunRecord
 
@@ -59,8 +61,6 @@ def entry_from_run(record: RunRecord, rows: list[dict[str, Any]], meta: dict[str
 
 def append_entry(path: Path, entry: dict[str, Any]) -> None:
     """Append as one more item of the top-level YAML list (the file stays one valid list)."""
-    import yaml
-
     path.parent.mkdir(parents=True, exist_ok=True)
     existing = yaml.safe_load(path.read_text()) if path.exists() else None
     if existing is not None and not isinstance(existing, list):

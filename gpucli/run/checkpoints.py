@@ -22,6 +22,7 @@ checkpoint; ``min_age_s`` leaves out checkpoints still being written on a live r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, TransferError
+from gpucli.ssh import sha256_file
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -138,8 +140,6 @@ def _val_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[str | None, list[tuple
 
 def score(checkpoints: list[OwnCheckpoint], rows: Iterable[Mapping[str, Any]]) -> list[OwnCheckpoint]:
     """Each checkpoint with the validation value logged nearest before (or at) its step."""
-    import dataclasses
-
     metric, vals = _val_rows(rows)
     out = []
     for ck in checkpoints:
@@ -171,8 +171,6 @@ def newest_trainer_state(listing: Mapping[str, Any]) -> str | None:
 
 def hf_best(text: str, source: str) -> FrameworkBest | None:
     """``best_model_checkpoint`` and ``best_metric`` of a ``trainer_state.json`` (None when unset)."""
-    import json
-
     try:
         data = json.loads(text)
     except ValueError:
@@ -200,8 +198,6 @@ def nanochat_metas(listing: Mapping[str, Any]) -> list[str]:
 
 def nanochat_best(metas: Mapping[str, str]) -> FrameworkBest | None:
     """The step whose ``meta_NNNNNN.json`` has the lowest ``val_bpb`` (what nanochat logs each save)."""
-    import json
-
     best: tuple[float, int, str] | None = None
     for rel, text in metas.items():
         try:
@@ -299,8 +295,6 @@ def best_checkpoint(checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
 
 
 def sha256_of(path: Path) -> str:
-    from gpucli.ssh import sha256_file
-
     return sha256_file(path)
 
 

@@ -7,6 +7,7 @@ Like the rest of the core, nothing here prints: results are returned, progress g
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import time
@@ -15,11 +16,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import GpucliError, ProviderError, UsageError
+from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
+from gpucli.run import procs
 from gpucli.run import records as runs
 from gpucli.run.lifecycle import Notice, NoticeFn
-from gpucli.run.monitor import RunStatus
+from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
 from gpucli.run.records import RunRecord
+from gpucli.run.runend import own_end
+from gpucli.run.targets import TARGETS, get_target, open_host
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host, Stray
@@ -34,8 +38,6 @@ def _quiet(*_: object) -> None:
 
 
 def _finite(value: object) -> float | None:
-    import math
-
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
@@ -113,9 +115,6 @@ def summarize_prepare(rows: list[dict[str, Any]], *, price: float | None, traini
 
 def prepare_rows(host: Host, workdir: str) -> list[dict[str, Any]]:
     """Every progress row of the run's data step ([] where it wrote none)."""
-    from gpucli.errors import TransferError
-    from gpucli.run.monitor import parse_rows
-
     rows: list[dict[str, Any]] = []
     offset, tail = 0, b""
     while True:
@@ -137,10 +136,6 @@ def with_prepare(st: RunStatus, prepare: PrepareStatus | None) -> LiveStatus:
 def live_status(record: RunRecord) -> RunStatus:
     """The run's state as its host shows it now, with its data preparation. A run seen finished or
     failed is recorded so, with the cost metered on the pod (elapsed x price)."""
-    from gpucli.run.monitor import status_of
-    from gpucli.run.runend import own_end
-    from gpucli.run.targets import get_target, open_host
-
     try:
         host = open_host(record, connect_timeout_s=10)
     except GpucliError as exc:
@@ -185,10 +180,6 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
          on_notice: NoticeFn = _quiet) -> DownResult:
     """Stop the trainer (SIGTERM: it writes an emergency checkpoint), then end the pod unless
     ``keep_pod``; the record gets the end and the metered cost."""
-    from gpucli.run import procs
-    from gpucli.run.monitor import status_of, stop_trainer
-    from gpucli.run.targets import get_target, open_host
-
     record = runs.resolve(run, on_bad=lambda text: on_notice(Notice("warn", text)))
     was_running = False
     try:
@@ -215,8 +206,6 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
 def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
     """gpucli-labelled pods that no active run owns, on every cloud target (one without a key is
     reported and skipped)."""
-    from gpucli.run.targets import TARGETS
-
     strays: list[Stray] = []
     for target in TARGETS.values():
         if not target.cloud:
@@ -232,8 +221,6 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
 
 def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
     """Terminate each; a ProviderError at the end names those still running."""
-    from gpucli.run.targets import get_target
-
     failed = []
     for s in strays:
         try:
@@ -251,8 +238,6 @@ def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
 def sync_paths(run: str, paths: Iterable[Path], *, on_synced: Callable[[Path, SyncStats], None] = _quiet
                ) -> None:
     """Push files and folders into the run's ``data/src`` (incremental: unchanged files are skipped)."""
-    from gpucli.run.targets import open_host
-
     paths = list(paths)
     for path in paths:
         if not path.exists():

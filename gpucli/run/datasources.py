@@ -16,15 +16,18 @@ before training, under the run's watchdog, so its time counts against ``--hours`
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gpucli.errors import UsageError
+from gpucli.errors import GpucliError, UsageError
+from gpucli.settings import lookup_key
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -193,8 +196,6 @@ POD_FETCH = Path(__file__).resolve().parents[1] / "pod" / "fetch.py"
 
 def hf_env() -> dict[str, str]:
     """HF_TOKEN for the pod's 0600 env file (``gpucli keys set hf`` or $HF_TOKEN), never a command line."""
-    from gpucli.settings import lookup_key
-
     found = lookup_key("hf")
     return {"HF_TOKEN": found[0]} if found else {}
 
@@ -205,11 +206,6 @@ def stage_data(host: Host, source: DataSource, plan: Mapping[str, Any], *, workd
     folder (local), a check that the path is there (pod:), huggingface_hub (hf://, installed with pip
     where the target is bootstrapped, else refused), fetch.py and datasource.json. Returns the
     variables the env file must carry (HF_TOKEN for hf://)."""
-    import json
-    import shlex
-
-    from gpucli.errors import GpucliError
-
     py = shlex.quote(python)
     if source.kind == "local" and source.local is not None:
         on_event(f"syncing data from {source.local}")

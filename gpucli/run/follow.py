@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import ConnectionFailed, TransferError, UsageError
+from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
+from gpucli.run import records
 from gpucli.run.monitor import RunStatus, log_tail, parse_rows, summarize, trainer_alive
 
 if TYPE_CHECKING:
@@ -140,9 +141,6 @@ def _end(host: Host, record: RunRecord, rows: list[dict[str, Any]], gone: bool) 
 
 def _reloaded(record: RunRecord) -> RunRecord:
     """The record as the launch (another process) has written it since."""
-    from gpucli.errors import GpucliError
-    from gpucli.run import records
-
     try:
         return records.load(record.name)
     except GpucliError:

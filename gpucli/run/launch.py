@@ -7,22 +7,32 @@ Every unset option takes its value from :mod:`gpucli.run.defaults`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import datetime as dt
 import math
+import os
 import shlex
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
-from gpucli.plan.disk import DiskNeed
-from gpucli.plan.estimate import Fit, choose_micro_batch
-from gpucli.run.datasources import DataSource
+from gpucli.plan.disk import DiskNeed, checkpoint_disk, disk_need
+from gpucli.plan.estimate import Fit, choose_micro_batch, train_flops_per_token
+from gpucli.plan.planner import PlanRequest, PriceQuote, Setup, choose_price, estimate_train
+from gpucli.run.datasources import DataSource, parse_data, pod_plan, volume_mount
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
 from gpucli.run.records import PlannedSpeed
-from trainer.spec.config import JOB_STARTED_ENV
+from gpucli.run.targets import get_target
+from trainer.spec.config import DEMO_MAX_BYTES, JOB_STARTED_ENV, ConfigError
+from trainer.spec.load import apply_override, parse_override, validated_config
+from trainer.spec.modelspec import spec_problem, unsupported_message
+from trainer.spec.resolve import model_spec
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,6 @@ class LaunchRequest:
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
-        from gpucli.run.targets import get_target
-
         req = dataclasses.replace(self, provider=self.provider.strip().lower(),
                                   extra=tuple(s if s.startswith("--") else f"--{s}" for s in self.extra))
         # An unknown name says which names there are; a target that needs --host says so.
@@ -69,8 +77,6 @@ class LaunchRequest:
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} must be a positive number, got {value}")
         if req.data is not None:
-            from gpucli.run.datasources import parse_data
-
             parse_data(req.data)
         if req.volume is not None and not getattr(get_target(req.provider), "network_volumes", False):
             raise UsageError(f"--volume: {req.provider} has no network volumes",
@@ -201,11 +207,6 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
     """run.yaml's mapping with the ``--section.key=value`` overrides written into it (so the file on
     the pod is the whole truth: a resume or a restart by hand runs the same thing), checked by the
     trainer's own config loader before anything is rented."""
-    import copy
-
-    from trainer.spec.config import ConfigError
-    from trainer.spec.load import apply_override, parse_override, validated_config
-
     cfg = copy.deepcopy(cfg)
     try:
         for item in overrides:
@@ -225,8 +226,6 @@ def _run_spec(checked: Any, error: type[Exception]) -> Any:
     the preset with every ``model.*`` override. A run with no preset and no vocabulary takes the
     prepared data's on the pod; a stand-in of 64 checks its shape here (the vocabulary changes no
     other field's validity)."""
-    from trainer.spec.resolve import model_spec
-
     m = checked.model
     stand_in = 64 if m.preset is None and m.vocab_size is None else None
     try:
@@ -239,8 +238,6 @@ def _check_model(checked: Any, error: type[Exception]) -> None:
     """What the trainer checks only once it builds the model, checked here without torch: the shape
     the preset and the ``model.*`` overrides make (heads dividing the width, what the trainer can
     build), and sequence lengths within the model's context."""
-    from trainer.spec.modelspec import spec_problem, unsupported_message
-
     spec = _run_spec(checked, error)
     problem = spec_problem(spec)
     if problem:
@@ -256,8 +253,6 @@ def _check_model(checked: Any, error: type[Exception]) -> None:
 
 def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedLaunch:
     """Everything a launch will do, decided before any machine is touched."""
-    from gpucli.run.targets import get_target
-
     target = get_target(req.provider)
     profile = catalog.profile(req.profile)
     phase = catalog.phase(req.phase)
@@ -281,8 +276,6 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
                 f"(needs {fr.memory.total_gb:.0f} GB per GPU)", hint="pick a larger profile or a smaller --model")
         fit = fr.fit.value
         micro, accum, batch_note = keep_global_batch(samples, accum, fr.memory.micro_batch)
-    from trainer.spec.modelspec import unsupported_message
-
     refusal = unsupported_message(model)
     if refusal:
         # never train a different model than the one planned (a RoPE preset with a position table)
@@ -293,15 +286,11 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     ckpt_interval = req.checkpoint_interval or max(val_interval, steps // 10)
     price = limits.price_per_hour_usd
     if price is None and gpu is not None:
-        from gpucli.plan.planner import choose_price
-
         p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand")
         price = p.usd_per_gpu_hour * n_gpus if p else None
     if limits.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
     limits = limits.with_(price_per_hour_usd=price, stall_minutes=limits.stall_minutes or DEFAULTS.stall_minutes)
-    from gpucli.run.datasources import parse_data, pod_plan, volume_mount
-
     source = parse_data(req.data) if req.data else None
     if req.workdir:
         workdir = req.workdir.rstrip("/")
@@ -374,11 +363,6 @@ def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: in
     """What the planner predicts for this run (GPU setups only), kept for plan-against-actual."""
     if gpu_id is None:
         return PlannedSpeed(source="no prediction for CPU runs")
-    import datetime as dt
-
-    from gpucli.plan.estimate import train_flops_per_token
-    from gpucli.plan.planner import PlanRequest, PriceQuote, Setup, estimate_train
-
     tokens = float(steps * micro * accum * n_gpus * seq_len)
     req = PlanRequest(model=model, today=dt.date.today(), tokens=tokens)
     setup = Setup(catalog.gpus[gpu_id], n_gpus, PriceQuote((price or 0) / n_gpus, "on-demand", "launch", "", None, False))
@@ -393,8 +377,6 @@ _TOKEN_BYTES = 2.2  # prepared bytes per byte of text at most: a uint16 token pe
 
 
 def _folder_bytes(path: Any) -> int:
-    import os
-
     total = 0
     for dirpath, _, names in os.walk(path):
         for n in names:
@@ -408,8 +390,6 @@ def _folder_bytes(path: Any) -> int:
 def _data_gb(source: DataSource | None, checked: Any) -> float | None:
     """The data the run folder's disk holds: the raw text uploaded (a local --data folder) and its tokens.
     None where the size is not known before the launch (URLs, Hugging Face, a pod path)."""
-    from trainer.spec.config import DEMO_MAX_BYTES
-
     cap = checked.data.max_bytes
     if source is None:  # the demo corpus: read on the pod, only its tokens are written
         return _TOKEN_BYTES * (cap if cap is not None else DEMO_MAX_BYTES) / 1e9
@@ -421,9 +401,6 @@ def _data_gb(source: DataSource | None, checked: Any) -> float | None:
 
 def _free_gb(workdir: str) -> tuple[float, str]:
     """Free space of the disk ``workdir`` will be on (its nearest existing folder)."""
-    import shutil
-    from pathlib import Path
-
     p = Path(workdir).expanduser().absolute()
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -434,8 +411,6 @@ def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: i
                req: LaunchRequest, workdir: str, source: DataSource | None) -> DiskNeed:
     """The run's checkpoints (its own model, optimizer, keep_last, GPU count and sharding), data and
     headroom, against the disk its folder will be on where that is known before renting."""
-    from gpucli.plan.disk import checkpoint_disk, disk_need
-
     spec = _run_spec(checked, UsageError) or model
     t, hw = checked.training, checked.hardware
     # FSDP as trainer.loop.dist.want_fsdp decides it: asked for, or 16 bytes a parameter past half a GPU.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.run import records as runs
@@ -27,6 +27,7 @@ from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.targets import get_target, open_host
+from gpucli.run.targets.local import local_gpus
 from gpucli.settings import watch_poll_s
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class Notice:
 
 
 StepFn = Callable[[str], None]
+EventFn = StepFn
 NoticeFn = Callable[[Notice], None]
 
 
@@ -132,8 +134,6 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
     if target.needs_gpu and resolved.gpu_id is None:
         raise UsageError(f"profile {req.profile} has no GPU; {target.name} pods need a GPU profile")
     if req.provider == "local" and resolved.gpu_id is not None and not req.force:
-        from gpucli.run.targets.local import local_gpus
-
         if local_gpus() == 0:  # refused before anything starts: nothing is recorded, nothing costs
             raise UsageError(f"profile {req.profile} needs a GPU ({resolved.gpu_name}) and this machine has none",
                              hint="--profile cpu runs here on the CPU; --force launches anyway")
@@ -166,13 +166,52 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
         on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
                 f"{volume.data_center_id}): kept after the run{price} until you delete it")
     try:
-        return start.launch(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=prepared.ssh,
+        return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=prepared.ssh,
                             provision=prepared.provision, inputs=prepared.inputs)
     except BaseException:
         cleanup_failed(prepared.resolved.name, on_notice)
         raise
     finally:
         runs.release_name(prepared.resolved.name)  # the record holds the name from its first save on
+
+
+def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Callable[[RunRecord], Any],
+              ssh: SshTarget | None = None, provision: Provisioner | None = None,
+              inputs: Mapping[str, Any] | None = None, record: RunRecord | None = None,
+              restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
+    """Run the launch sequence: provision (cloud) -> wait (deadline) -> the job's start -> record.
+    ``provision`` (cloud targets) creates the pod and returns its endpoint; it gets
+    ``on_created(instance_id)`` to record the id before it waits. ``record`` continues an
+    existing run (a resume); ``restore``/``metrics`` are uploaded before the trainer starts. ``save``
+    writes the record (it is called before anything waits). ``job`` puts the bundled trainer or the
+    user's own command on the host."""
+    if record is None:
+        record = job.labelled(start.record_for(resolved).with_(launch=dict(inputs) if inputs is not None else None))
+    else:
+        record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
+                              message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
+    save(record)  # written before anything waits
+    try:
+        if provision is not None:
+            def on_created(instance_id: str) -> None:
+                nonlocal record
+                assert record is not None  # saved above, before anything waits
+                record = record.with_(instance_id=instance_id)
+                save(record)
+
+            ssh = provision(on_created=on_created, on_event=on_event)
+        record = record.with_(ssh=ssh, status="starting")
+        save(record)
+        with get_target(record.provider).open(record) as host:
+            if record.ssh is not None and host.host_key:
+                record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
+                save(record)
+            return job.start(host, resolved, record, on_event=on_event, save=save, restore=restore,
+                             metrics=metrics)
+    except BaseException as exc:
+        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
+        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
+        raise
 
 
 def host_alive(record: RunRecord) -> bool:
@@ -225,7 +264,7 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
             return _resume_on_volume(prepared, record, restore, metrics, from_scratch=from_scratch, on_step=on_step)
         if restore is not None:
             on_step(f"resuming {record.name} from mirrored {restore.name}")
-        return start.launch(prepared.resolved, prepared.job, on_event=on_step, save=runs.save,
+        return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save,
                             ssh=record.ssh or prepared.ssh, provision=prepared.provision, record=record,
                             restore=restore, metrics=metrics)
     except BaseException:
@@ -295,7 +334,7 @@ def _resume_on_volume(prepared: PreparedLaunch, record: RunRecord, mirror: Path 
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         runs.save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
         raise
-    return start.launch(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=record.ssh,
+    return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=record.ssh,
                         provision=None, record=record, restore=upload,
                         metrics=metrics if upload is not None else None)
 

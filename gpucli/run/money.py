@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gpucli.errors import ExitCode, GpucliError
+from gpucli.errors import ExitCode, GpucliError, ProviderError
 
 if TYPE_CHECKING:
     from gpucli.run.launch import ResolvedLaunch
@@ -37,8 +37,6 @@ def needed_usd(resolved: ResolvedLaunch) -> tuple[float, str] | None:
 def balance_guard(target: Target, resolved: ResolvedLaunch, *, force: bool = False) -> float | None:
     """Refuse (:class:`BalanceTooLowError`, one line with the numbers) when the provider reports a
     balance below what the run may cost, unless ``force``. Returns the balance read (None: none)."""
-    from gpucli.errors import ProviderError
-
     if not target.cloud or force:
         return None
     need = needed_usd(resolved)

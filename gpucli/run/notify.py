@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucli.errors import ConnectionFailed, ProviderError, UsageError
+from gpucli.settings import load_keys
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 _TOKEN_IN_URL = re.compile(r"/bot[^/\s'\"]+")
@@ -53,8 +54,6 @@ def scrub(text: str, token: str | None) -> str:
 
 def resolve_target() -> TelegramTarget:
     """Token and chat id from the environment, else keys.json; a UsageError that says how to set them."""
-    from gpucli.settings import load_keys
-
     stored = load_keys()
 
     def pick(env_var: str, key: str) -> tuple[str, str] | None:
@@ -81,7 +80,7 @@ def resolve_target() -> TelegramTarget:
 
 def send_message(target: TelegramTarget, text: str, *, timeout_s: float = 10.0) -> SentMessage:
     """POST ``sendMessage`` once. Raises TelegramRejected (an error answer) or ConnectionFailed."""
-    import requests
+    import requests  # lazy: requests costs ~0.1 s of start-up
 
     url = f"{target.api_base}/bot{target.token}/sendMessage"
     try:

@@ -16,14 +16,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpucli.errors import NotFoundError, UsageError
+from gpucli.errors import NotFoundError, UnknownNameError, UsageError
 from gpucli.run.limits import Limits
 from gpucli.settings import home
-
-if TYPE_CHECKING:
-    from gpucli.ssh import SshTarget
+from gpucli.ssh import SshTarget
 
 __all__ = ["Limits", "PlannedSpeed", "RunRecord", "check_name", "list_runs", "load", "now_iso", "parse_iso",
            "resolve", "runs_dir", "save", "unique_name"]
@@ -197,8 +195,6 @@ def _from_json(data: Any, path: Path) -> RunRecord:
     try:
         ssh = None
         if data.get("ssh"):
-            from gpucli.ssh import SshTarget
-
             ssh = SshTarget(**data["ssh"])
         limits = Limits.from_json(data.get("limits"))
         if limits.price_per_hour_usd is None and data.get("price_per_hour_usd") is not None:
@@ -242,8 +238,6 @@ def load(name: str) -> RunRecord:
     path = runs_dir() / f"{name}.json"
     if not path.exists():
         names = [r.name for r in list_runs()]
-        from gpucli.errors import UnknownNameError
-
         if names:
             raise UnknownNameError("run", name, names)
         raise NotFoundError(f"no run named '{name}'", hint="start one with `gpucli launch`")

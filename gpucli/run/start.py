@@ -1,7 +1,6 @@
-"""Carrying out a resolved launch: provision (cloud) -> wait (deadline) -> the job's start (its files,
-then :func:`start_job`: the process and its watchdog) -> record. What a job puts on the host is its
-own (:mod:`gpucli.run.jobs`); what every job gets (the env file's secrets, the watchdog, the run.yaml
-limits less what setup cost) is here.
+"""What every job gets on its host when it starts, whatever its kind (:mod:`gpucli.run.jobs`): the env
+file's secrets, the process started detached and recorded (:func:`start_job`), the watchdog beside it,
+the run.yaml limits less what provisioning and setup cost, the metrics cut back on a resume.
 
 Every step reports through an ``on_event`` callback (the CLI renders it); nothing here prints. The
 run record is written before anything waits, and the pod id goes into it the moment the provider
@@ -11,13 +10,12 @@ returns one.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime as dt
 import importlib.util
 import json
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,14 +24,11 @@ from gpucli.run.checkpoints import checkpoint_step
 from gpucli.run.launch import ResolvedLaunch
 from gpucli.run.procs import GONE, PROCID, identify
 from gpucli.run.records import RunRecord, now_iso, parse_iso
-from gpucli.run.targets import get_target
 from gpucli.run.targets.podside import write_watchdog_env
 from gpucli.settings import load_keys, watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
 
 if TYPE_CHECKING:
-    from gpucli.run.jobs.base import Job
-    from gpucli.run.targets import Host, Provisioner
-    from gpucli.ssh import SshTarget
+    from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
 POD_SETUP = Path(__file__).resolve().parents[1] / "pod" / "setup_pod.sh"
@@ -137,41 +132,3 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> i
         args += ["--startup-minutes", f"{startup:g}"]
     return host.start_detached(" ".join(shlex.quote(a) for a in args), cwd=f"{wd}/code", log_path=f"{wd}/watchdog.out",
                                env_file=write_watchdog_env(host, wd, resolved.provider))
-
-
-def launch(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Callable[[RunRecord], Any],
-           ssh: SshTarget | None = None, provision: Provisioner | None = None,
-           inputs: Mapping[str, Any] | None = None, record: RunRecord | None = None,
-           restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
-    """Run the launch sequence. ``provision`` (cloud targets) creates the pod and returns its endpoint;
-    it gets ``on_created(instance_id)`` to record the id before it waits. ``record`` continues an
-    existing run (a resume); ``restore``/``metrics`` are uploaded before the trainer starts. ``save``
-    writes the record (it is called before anything waits). ``job`` puts the bundled trainer or the
-    user's own command on the host."""
-    if record is None:
-        record = job.labelled(record_for(resolved).with_(launch=dict(inputs) if inputs is not None else None))
-    else:
-        record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
-                              message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
-    save(record)  # written before anything waits
-    try:
-        if provision is not None:
-            def on_created(instance_id: str) -> None:
-                nonlocal record
-                assert record is not None  # saved above, before anything waits
-                record = record.with_(instance_id=instance_id)
-                save(record)
-
-            ssh = provision(on_created=on_created, on_event=on_event)
-        record = record.with_(ssh=ssh, status="starting")
-        save(record)
-        with get_target(record.provider).open(record) as host:
-            if record.ssh is not None and host.host_key:
-                record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
-                save(record)
-            return job.start(host, resolved, record, on_event=on_event, save=save, restore=restore,
-                             metrics=metrics)
-    except BaseException as exc:
-        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
-        save(record.with_(status="failed", ended_at=now_iso(), message=message[:500]))
-        raise

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from gpucli.errors import NotFoundError, UsageError
 
 KEYS = ("run", "code", "setup", "checkpoints", "data", "profile", "provider", "name", "metrics_regex", "spot",
@@ -192,8 +194,6 @@ def parse_task(data: Any, *, file: str = "task.yaml", base: Path = Path(".")) ->
 
 def load_task(path: str | Path) -> Task:
     """Read and check a task file (``NotFoundError`` / ``TaskError``, never a traceback)."""
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text()

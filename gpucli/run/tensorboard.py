@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import posixpath
 import select
 import shlex
 import socket
@@ -173,8 +174,6 @@ def run_logdir(record: RunRecord, logdir: str | None = None) -> str:
     """Where a run's TensorBoard events are, relative to its folder: the bundled trainer's ``tb``; for
     your own code the code folder (TensorBoard finds ``runs/``, ``lightning_logs/``... under it), or
     ``--logdir`` inside it."""
-    import posixpath
-
     if not (record.launch or {}).get("own"):
         return "tb"
     sub = posixpath.normpath((logdir or ".").strip("/")) if logdir else "."

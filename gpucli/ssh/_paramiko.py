@@ -61,7 +61,7 @@ def load() -> Any:
     if blocked:
         sys.modules["invoke"] = None  # type: ignore[assignment]  # makes `import invoke` fail fast
     try:
-        import paramiko
+        import paramiko  # lazy: paramiko (~0.3 s) loads at the first connection
     finally:
         if blocked:
             del sys.modules["invoke"]
@@ -84,7 +84,10 @@ def fallback(reason: str) -> None:
 def sftp_limits(sftp: Any) -> tuple[int, int]:
     """Ask OpenSSH for its max read/write length (255 KiB); paramiko's 32 KiB default splits every
     request into a full packet and a tiny one (paramiko #494)."""
-    from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
+    from paramiko.sftp import (  # lazy: paramiko (~0.3 s) loads at the first connection
+        CMD_EXTENDED,
+        CMD_EXTENDED_REPLY,
+    )
 
     request = getattr(sftp, "_request", None)
     if request is None:
@@ -175,7 +178,7 @@ def request_numbers(sftp: Any) -> Iterator[Callable[[], int]]:
 
 def raise_status(sftp: Any, body: bytes) -> None:
     """Raise the exception paramiko raises for an SFTP status reply ``body`` (no-op for OK)."""
-    from paramiko.message import Message
+    from paramiko.message import Message  # lazy: paramiko (~0.3 s) loads at the first connection
 
     sftp._convert_status(Message(body))
 
@@ -211,7 +214,7 @@ def send_window(chan: Any) -> SendWindow | None:
 
 def send_message(transport: Any, payload: bytes | bytearray) -> None:
     """Send one SSH message (payload bytes) the way paramiko sends channel data."""
-    from paramiko.message import Message
+    from paramiko.message import Message  # lazy: paramiko (~0.3 s) loads at the first connection
 
     transport._send_user_message(Message(bytes(payload)))
 
@@ -298,6 +301,7 @@ def _clear_to_send(t: Any) -> Iterator[None]:
             break
         t.clear_to_send_lock.release()
         if time.monotonic() > deadline:
+            # lazy: paramiko (~0.3 s) loads at the first connection
             from paramiko.ssh_exception import SSHException
 
             raise SSHException("Key-exchange timed out waiting for key negotiation")

@@ -97,7 +97,11 @@ class Batch:
         ops, self._ops = self._ops, []
         if not ops:
             return []
-        from paramiko.sftp import CMD_ATTRS, CMD_HANDLE, CMD_STATUS
+        from paramiko.sftp import (  # lazy: paramiko (~0.3 s) loads at the first connection
+            CMD_ATTRS,
+            CMD_HANDLE,
+            CMD_STATUS,
+        )
 
         replies = _paramiko.pipelined(self.sftp, [_frame(op, args) for op, args in ops])
         if replies is None:
@@ -107,6 +111,7 @@ class Batch:
             if t == CMD_STATUS:
                 out.append(Reply(error=_paramiko.status_error(self.sftp, msg)))
             elif t == CMD_ATTRS:
+                # lazy: paramiko (~0.3 s) loads at the first connection
                 from paramiko.sftp_attr import SFTPAttributes
 
                 out.append(Reply(attrs=SFTPAttributes._from_msg(msg)))
@@ -119,7 +124,7 @@ class Batch:
 
 def _frame(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """``(type, *args)`` as paramiko's ``_async_request`` frames them."""
-    from paramiko.sftp import (
+    from paramiko.sftp import (  # lazy: paramiko (~0.3 s) loads at the first connection
         CMD_CLOSE,
         CMD_EXTENDED,
         CMD_MKDIR,
@@ -130,7 +135,7 @@ def _frame(op: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
         CMD_WRITE,
         int64,
     )
-    from paramiko.sftp_attr import SFTPAttributes
+    from paramiko.sftp_attr import SFTPAttributes  # lazy: paramiko (~0.3 s) loads at the first connection
 
     if op == "mkdir":
         attr = SFTPAttributes()

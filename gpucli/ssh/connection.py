@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpucli.errors import ConnectionFailed, HostKeyError, RemoteCommandError, TransferError
+from gpucli.settings import home
 from gpucli.ssh import _paramiko
 from gpucli.ssh.target import (
     CommandResult,
@@ -83,8 +84,6 @@ class Connection:
                  connect_timeout_s: float = 15.0) -> None:
         self.target = parse_target(target) if isinstance(target, str) else target
         if known_hosts is None:
-            from gpucli.settings import home
-
             known_hosts = home() / "known_hosts"
         self.known_hosts = known_hosts
         self.connect_timeout_s = connect_timeout_s

@@ -17,6 +17,7 @@ import os
 import posixpath
 import re
 import shlex
+import stat as st
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -90,8 +91,6 @@ class Files(ParallelDownloads):
 
     def stat(self, remote_path: str) -> RemoteStat | None:
         """None when the path does not exist."""
-        import stat as st
-
         path = norm(remote_path)
         with self._io(f"stat {path}"):
             try:
@@ -165,8 +164,6 @@ class Files(ParallelDownloads):
         return self._sftp_walk(d)
 
     def _sftp_walk(self, root: str) -> dict[str, RemoteFile]:
-        import stat as st
-
         files: dict[str, RemoteFile] = {}
         sftp = self._sftp_client()
         stack = [""]

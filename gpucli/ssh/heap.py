@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 __all__ = ["tune_heap_for_downloads"]
@@ -28,8 +29,6 @@ def tune_heap_for_downloads() -> None:
         if _tuned:
             return
         _tuned = True
-    import ctypes
-
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -53,7 +53,12 @@ def read_range(sftp: paramiko.SFTPClient, path: str, offset: int, length: int,
     is bounded by the requests in flight. The SFTP session is only ours while this runs: if it
     stops midway (a drop, a failing sink) it is closed, so no stray reply desynchronises it.
     """
-    from paramiko.sftp import CMD_DATA, CMD_READ, CMD_STATUS, SFTP_EOF
+    from paramiko.sftp import (  # lazy: paramiko (~0.3 s) loads at the first connection
+        CMD_DATA,
+        CMD_READ,
+        CMD_STATUS,
+        SFTP_EOF,
+    )
 
     if not _paramiko.sftp_pipeline_ok(sftp, "reads of one request at a time"):
         _read_public(sftp, path, offset, length, sink, max_read)
@@ -234,7 +239,7 @@ class SegmentWriter:
             raise
 
     def _send(self, handle: bytes, f: LocalFile, seg: Any) -> None:
-        from paramiko.sftp import CMD_WRITE
+        from paramiko.sftp import CMD_WRITE  # lazy: paramiko (~0.3 s) loads at the first connection
 
         head = _READ_HEAD.size + len(handle) + _READ_TAIL.size
         pkt = bytearray(head + self.chunk)
@@ -274,7 +279,7 @@ class SegmentWriter:
 
     def _collect(self, block: bool) -> None:
         """Parse the acknowledgements that have arrived (when ``block``, wait for at least one)."""
-        from paramiko.sftp import CMD_STATUS, SFTP_OK
+        from paramiko.sftp import CMD_STATUS, SFTP_OK  # lazy: paramiko (~0.3 s) loads at the first connection
 
         while self._inflight and (block or self._chan.recv_ready()):
             data = self._chan.recv(1 << 16)

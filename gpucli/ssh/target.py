@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucli.errors import HostKeyError
+from gpucli.errors import HostKeyError, UsageError
 
 __all__ = ["CommandResult", "DownloadStats", "RemoteStat", "SshTarget", "SyncStats", "parse_target"]
 
@@ -43,8 +43,6 @@ _TARGET_RE = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(
 def parse_target(text: str, *, identity_file: str | None = None, host_key: str | None = None,
                  default_user: str = "root") -> SshTarget:
     """Parse ``user@host[:port]`` (IPv6 as ``[::1]:2222``); the user defaults to root, as on pods."""
-    from gpucli.errors import UsageError
-
     m = _TARGET_RE.match(text.strip())
     if not m:
         raise UsageError(f"cannot parse SSH target '{text}'", hint="use user@host or user@host:port")

@@ -16,6 +16,7 @@ import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 
 # Patterns that are never worth sending to a pod: VCS data, caches, our own temporaries.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
@@ -220,8 +221,6 @@ def manifest_command(remote_dir: str) -> str:
     NUL-terminated so any file name survives; prints nothing (exit 0) when the folder does not exist.
     Exit status 3 means ``find`` lacks ``-printf`` (busybox), and the caller falls back to SFTP.
     """
-    from shlex import quote
-
     q = quote(remote_dir)
     return (f"[ -d {q} ] || exit 0; find {q} -type f -printf '%s %T@ %P\\0' 2>/dev/null "
             f"|| {{ find {q} -maxdepth 0 -printf '' 2>/dev/null || exit 3; }}")

@@ -262,3 +262,21 @@ def telegram_emulator(monkeypatch):
         yield emu
     finally:
         emu.stop()
+
+
+_FIELD = re.compile(r"^(?P<key>[A-Za-z ]+): `(?P<value>[^`]*)`")
+
+
+def fields(text: str) -> dict[str, str]:
+    """``Key: `value``` lines of an alert as a dict (plus 'title' and 'Stage')."""
+    lines = text.split("\n")
+    out = {"title": lines[0].strip("*")}
+    for line in lines[1:]:
+        m = _FIELD.match(line)
+        if m:
+            out[m["key"]] = m["value"]
+        elif line.startswith("Time: "):
+            out["Time"] = line[len("Time: "):]
+        elif line.startswith("Now entering Stage `"):
+            out["Stage"] = line.split("`")[1]
+    return out

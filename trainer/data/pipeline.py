@@ -11,6 +11,7 @@ second document also goes to it, so a small corpus still gets one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing as mp
@@ -420,6 +421,4 @@ class _Counter:
         self.value = value
 
     def get_lock(self):
-        import contextlib
-
         return contextlib.nullcontext()

@@ -8,9 +8,13 @@ JSON Lines record's text field, a Parquet row, or ``segment_lines`` lines of a t
 
 from __future__ import annotations
 
+import bz2
 import fnmatch
+import gzip
 import io
 import json
+import lzma
+import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +89,6 @@ def collect_files(inputs: list[str]) -> list[Path]:
 
 def stdlib_sources() -> tuple[Path, list[Path]]:
     """The Python standard library's own .py files: a corpus every machine with Python has."""
-    import sysconfig
-
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
     return root, files
@@ -121,19 +123,13 @@ def open_stream(src: Source) -> tuple[io.RawIOBase | io.BufferedIOBase, object]:
     if not c:
         return raw, raw
     if c == ".gz":
-        import gzip
-
         return gzip.GzipFile(fileobj=raw), raw
     if c == ".bz2":
-        import bz2
-
         return bz2.BZ2File(raw), raw
     if c == ".xz":
-        import lzma
-
         return lzma.LZMAFile(raw), raw
     try:
-        import zstandard
+        import zstandard  # optional: only for .zst files
     except ImportError:
         raw.close()
         raise RuntimeError(f"{src.name}: .zst files need the 'zstandard' package (pip install zstandard)") from None
@@ -276,7 +272,7 @@ class _Prefixed:
 def _parquet_docs(src: Source, text_field: str, stats: PieceStats, position: list[int]
                   ) -> Iterator[tuple[bytes, int, np.ndarray]]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional: only for parquet files
     except ImportError:
         raise RuntimeError(f"{src.name}: Parquet files need the 'pyarrow' package (pip install pyarrow)") from None
     if src.compression:

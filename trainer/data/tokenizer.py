@@ -129,8 +129,13 @@ class BPETokenizer:
 
 def _hf():
     try:
-        from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers import decoders, models, pre_tokenizers, trainers
+        from tokenizers import Tokenizer as HFTokenizer  # optional: tokenizers only for a trained BPE
+        from tokenizers import (  # optional: tokenizers only for a trained BPE
+            decoders,
+            models,
+            pre_tokenizers,
+            trainers,
+        )
     except ImportError:
         raise RuntimeError("this tokenizer needs the 'tokenizers' package (pip install tokenizers), "
                            "or use the byte or char tokenizer") from None

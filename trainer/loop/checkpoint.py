@@ -20,6 +20,7 @@ import os
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,6 @@ class _HashingFile:
             self.sha.update(b)
             return self._f.write(b)
         if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256")
         hashed = self._pool.submit(self.sha.update, b)
         try:
@@ -141,8 +140,6 @@ def save_files(objs: dict[str, Any], directory: Path) -> dict[str, str]:
     slow part and each file has its own hasher); returns name -> sha256."""
     if len(objs) == 1:
         return {name: save_file(obj, directory / name) for name, obj in objs.items()}
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(len(objs), thread_name_prefix="ckpt-write") as pool:
         futures = {name: pool.submit(save_file, obj, directory / name) for name, obj in objs.items()}
         return {name: f.result() for name, f in futures.items()}

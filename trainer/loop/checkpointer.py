@@ -44,7 +44,10 @@ class Checkpointer:
 
     def model_state(self) -> dict | None:
         if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+            from torch.distributed.checkpoint.state_dict import (  # lazy: torch.distributed.checkpoint only for sharded (FSDP) runs
+                StateDictOptions,
+                get_model_state_dict,
+            )
 
             sd = get_model_state_dict(self.raw, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return sd if self.d.master else None
@@ -57,6 +60,7 @@ class Checkpointer:
         so only rank 0 writes them (8 GPUs would otherwise write 8 copies, 12 bytes per parameter
         each) and the others write just their RNG state."""
         if self.fsdp:
+            # lazy: torch.distributed.checkpoint only for sharded (FSDP) runs
             from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
             opt: dict[str, Any] | None = get_optimizer_state_dict(self.raw, self.optimizer)
@@ -159,7 +163,10 @@ class Checkpointer:
         assert meta is not None
         state = ckpt.load_model_state(path) if (d.master or not fsdp) else {}
         if fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+            from torch.distributed.checkpoint.state_dict import (  # lazy: torch.distributed.checkpoint only for sharded (FSDP) runs
+                StateDictOptions,
+                set_model_state_dict,
+            )
 
             set_model_state_dict(self.raw, state, options=StateDictOptions(full_state_dict=True,
                                                                            broadcast_from_rank0=True))
@@ -172,6 +179,7 @@ class Checkpointer:
             opt["optimizer"] = shared["optimizer"] if shared else None
         if opt is not None and opt.get("optimizer") is not None:
             if fsdp:
+                # lazy: torch.distributed.checkpoint only for sharded (FSDP) runs
                 from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
                 set_optimizer_state_dict(self.raw, self.optimizer, opt["optimizer"])

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainer.model.fp8 import enable_fp8
 from trainer.model.gpt import GPT, select_attention
 from trainer.spec.config import Config, ConfigError
 from trainer.spec.resolve import ModelShape
@@ -106,8 +107,6 @@ def build_model(cfg: Config, d: Dist, shape: ModelShape, amp: bool) -> tuple[GPT
         raw = GPT(shape)
     raw.loss_chunk_rows = cfg.hardware.loss_chunk_rows
     if cfg.hardware.fp8:  # before sharding, DDP and compile, as torchao asks
-        from trainer.model.fp8 import enable_fp8
-
         enable_fp8(raw, d.device)
     model: torch.nn.Module = raw
     if fsdp:
@@ -139,7 +138,7 @@ def compile_model(raw: GPT, scope: str, mode: str | None = None, backend: str = 
 
 def _shard(raw: GPT, device: torch.device, amp: bool) -> None:
     """FSDP2: shard each block and the root; weights materialize only as shards."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # lazy: FSDP only when sharding
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if amp else None
     kw = {"mp_policy": mp} if mp is not None else {}

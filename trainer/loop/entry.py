@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.spec.config import ConfigError
+from trainer.spec.config import JOB_STARTED_ENV, ConfigError
 
 
 def parse_argv(argv: list[str], usage: str) -> tuple[str | None, list[str]]:
@@ -58,8 +58,6 @@ def work_started_at() -> float | None:
     it (``GPUCLI_JOB_STARTED_AT``, set before the data is fetched and prepared, so preparation counts
     against the hour and dollar caps), else this process's start. A value in the future or days old
     is not this job's and is ignored."""
-    from trainer.spec.config import JOB_STARTED_ENV
-
     proc = process_started_at()
     try:
         job = float(os.environ.get(JOB_STARTED_ENV, ""))

@@ -6,7 +6,7 @@ buffer, a Nesterov look-ahead, five steps of the quintic iteration with coeffici
 2.0315) in bf16, decoupled weight decay, and the step scaled by sqrt(max(1, rows / cols)).
 
 :class:`Muon` is that algorithm written out, with the same operations in the same order, so one
-process gives bit for bit ``torch.optim.Muon``'s update (tests/trainer/test_muon.py checks it where
+process gives bit for bit ``torch.optim.Muon``'s update (tests/trainer/loop/test_muon.py checks it where
 torch ships it). Under DDP every rank already holds the all-reduced gradient, so every rank keeps
 the momentum of every matrix (an element-wise update, and the optimizer state stays identical on
 all ranks, so rank 0's checkpoint resumes them all) while the Newton–Schulz iterations, the costly

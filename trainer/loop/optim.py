@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from trainer.loop.muon import Muon
 from trainer.spec.config import Config, ConfigError, TrainingConfig
 
 MUON_WEIGHT_DECAY = 0.0
@@ -121,8 +122,6 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, fused: bool, *, rank: i
         matrices = native(group, lr=lr, weight_decay=MUON_WEIGHT_DECAY, momentum=momentum, nesterov=True,
                           adjust_lr_fn="original")
     else:  # DDP, or FSDP2 shards (trainer.loop.muon.Muon orthogonalises whole matrices, each on one rank)
-        from trainer.loop.muon import Muon
-
         matrices = Muon(group, lr=lr, momentum=momentum, weight_decay=MUON_WEIGHT_DECAY, rank=rank,
                         world=world)
     return ChainedOptimizer(matrices, adamw)

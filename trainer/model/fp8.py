@@ -49,7 +49,7 @@ def enable_fp8(model: torch.nn.Module, device: torch.device) -> int:
     problem = fp8_problem(device)
     if problem:
         raise ConfigError(problem)
-    from torchao.float8 import convert_to_float8_training
+    from torchao.float8 import convert_to_float8_training  # optional: torchao only with hardware.fp8
 
     before = sum(isinstance(m, torch.nn.Linear) and type(m) is torch.nn.Linear for m in model.modules())
     convert_to_float8_training(model, module_filter_fn=_block_linear)

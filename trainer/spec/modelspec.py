@@ -5,7 +5,7 @@ torch is up. The named presets are in ``trainer/spec/presets.py``; a YAML mappin
 measured shape) is parsed by its reader into a :class:`ModelSpec`, never passed around as a dict.
 
 The parameter count is a method of the description, so the number the planner prices and the number
-the trainer builds are one computation: ``tests/trainer/test_units.py`` builds every preset the
+the trainer builds are one computation: ``tests/trainer/model/test_gpt.py`` builds every preset the
 trainer supports and checks ``GPT.num_params()`` against it exactly.
 """
 

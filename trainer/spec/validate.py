@@ -7,6 +7,8 @@ import math
 
 from trainer.spec.alerts import EVENTS
 from trainer.spec.config import ATTENTION_KERNELS, COMPILE_SCOPES, OPTIMIZERS, Config, ConfigError
+from trainer.spec.modelspec import MLP_KINDS, NORMS, POSITIONS
+from trainer.spec.presets import MODELS, lookup
 
 
 def validate(cfg: Config) -> None:
@@ -68,8 +70,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.refine_steps must be >= 0 (0 = off), got {m.refine_steps}")
     if m.gate_init is not None and not (math.isfinite(m.gate_init) and 0.0 < m.gate_init < 1.0):
         raise ConfigError(f"model.gate_init must be in (0, 1), got {m.gate_init!r}")
-    from trainer.spec.modelspec import MLP_KINDS, NORMS, POSITIONS
-
     for name, choices in (("mlp", MLP_KINDS), ("pos_embedding", POSITIONS), ("norm", NORMS)):
         if getattr(m, name) is not None and getattr(m, name) not in choices:
             raise ConfigError(f"model.{name} must be {', '.join(choices)}, got {getattr(m, name)!r}")
@@ -111,8 +111,6 @@ def validate(cfg: Config) -> None:
         if getattr(cfg.faults, name) < 0:
             raise ConfigError(f"faults.{name} must be >= 0 (0 = off), got {getattr(cfg.faults, name)}")
     if m.preset is not None:
-        from trainer.spec.presets import MODELS, lookup
-
         if lookup(m.preset) is None:
             raise ConfigError(f"model.preset '{m.preset}' is unknown (choose from {', '.join(MODELS)} or dN, "
                               "nanochat's depth N)")

@@ -59,11 +59,11 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: float | None, n_devic
 def memory_gib(device: Any) -> float:
     """Peak memory of a ``torch.device``: the CUDA allocator's on a GPU, the process's max RSS on CPU."""
     if device.type == "cuda":
-        import torch
+        import torch  # lazy: the rows are written and read without torch
 
         return torch.cuda.max_memory_allocated(device) / 2**30
     try:
-        import resource
+        import resource  # Unix only
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     except Exception:
@@ -87,7 +87,7 @@ class MetricsLogger:
         self._f = open(out_dir / "metrics.jsonl", "a")
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # optional: tensorboard
 
                 self._tb = SummaryWriter(str(out_dir / "tb"))
             except Exception:  # tensorboard not installed: the jsonl is the record

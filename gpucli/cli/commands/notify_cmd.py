@@ -1,10 +1,11 @@
-"""`gpucli notify test`: send a test message with the Telegram token and chat id runs would use."""
+"""`gpucli notify test`: send a test message with the Telegram token and chat id runs would use;
+`gpucli notify events`: the alert vocabulary (trainer/spec/alerts.py) runs send."""
 
 from __future__ import annotations
 
 import typer
 
-notify_app = typer.Typer(help="Telegram alerts: checkpoints, validations, errors, PPL spikes, cost updates.",
+notify_app = typer.Typer(help="Telegram alerts: a test message, and the events runs send.",
                          no_args_is_help=True)
 
 
@@ -22,6 +23,15 @@ def notify_test(
     target = resolve_target()
     sent = send_message(target, message, timeout_s=timeout)
     render.notify_sent(sent, target.token_source)
+
+
+@notify_app.command("events")
+def notify_events(json_: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """The events a run can alert on (the trainer's and your own code's alike), with what raises each."""
+    from gpucli.cli import render
+    from trainer.spec.alerts import ALERTS
+
+    render.alert_events(ALERTS, json_=json_)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ Layout on the host (``wd`` is the run's folder)::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -246,8 +247,6 @@ def venv_dir(resolved: ResolvedLaunch, task: Task) -> str | None:
     """The job's own environment on a local or SSH host: one per code folder (and Python), reused by
     every run of that folder, beside the run folders (``<runs>/.venvs/<hash>``). None on a pod: a
     pod's image Python is the job's, as it is the trainer's."""
-    import hashlib
-
     if resolved.provider not in ("local", "ssh"):
         return None
     source = f"{task.code.url}@{task.code.ref or ''}" if isinstance(task.code, GitCode) else str(task.code.resolve())

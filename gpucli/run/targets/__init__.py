@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpucli.errors import UnknownNameError
 from gpucli.run.targets.base import Host, PodState, Provisioner, Stray, Target
 from gpucli.run.targets.local import LocalHost, LocalTarget
 from gpucli.run.targets.runpod import RunPodTarget
@@ -28,8 +29,6 @@ def target_names() -> list[str]:
 
 
 def get_target(name: str) -> Target:
-    from gpucli.errors import UnknownNameError
-
     target = TARGETS.get(name.strip().lower())
     if target is None:
         raise UnknownNameError("provider", name, list(TARGETS))

@@ -21,16 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucli.errors import NoCapacityError, UsageError
+from gpucli.cloud import get_provider
+from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, LaunchSpec
+from gpucli.cloud.provision import provision_with_retries
+from gpucli.errors import NoCapacityError, ProviderError, UsageError
 from gpucli.run.targets.base import PodState, Stray
-from gpucli.settings import home
+from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
+from gpucli.run.targets.ssh import open_remote, ssh_shell_argv
+from gpucli.settings import home, pod_ssh_user, provider_poll_s
+from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
-    from gpucli.cloud.base import InstanceState, Offer, Provider
+    from gpucli.cloud.base import Offer, Provider
     from gpucli.cloud.runpod import NetworkVolume
     from gpucli.plan.catalog import Catalog, Gpu
     from gpucli.run.records import RunRecord
-    from gpucli.ssh import Remote, SshTarget
+    from gpucli.ssh import Remote
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +56,7 @@ def ssh_keypair() -> tuple[Path, str]:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpucli", "-f", str(key)],
                            check=True, capture_output=True)
         else:  # paramiko cannot write ed25519 keys; RSA 3072 is accepted everywhere
-            import paramiko
+            import paramiko  # lazy: paramiko (~0.3 s) only to write a key
 
             rsa = paramiko.RSAKey.generate(3072)
             rsa.write_private_key_file(str(key))
@@ -125,21 +131,13 @@ class CloudTarget:
         return None  # known once the pod is up
 
     def interactive_shell(self, record: RunRecord) -> tuple[list[str], str | None]:
-        from gpucli.run.targets.hostkeys import pod_known_hosts_for_ssh
-        from gpucli.run.targets.ssh import ssh_shell_argv
-
         return ssh_shell_argv(record, known_hosts=pod_known_hosts_for_ssh(record))
 
     def client(self) -> Provider:
-        from gpucli.cloud import get_provider
-
         return get_provider(self.name)
 
     def open(self, record: RunRecord, *, connect_timeout_s: float = 20.0) -> Remote:
         """SSH to the run's pod with its host key pinned for this pod only (see hostkeys.py)."""
-        from gpucli.run.targets.hostkeys import pod_known_hosts
-        from gpucli.run.targets.ssh import open_remote
-
         return open_remote(record, connect_timeout_s=connect_timeout_s, known_hosts=pod_known_hosts(record))
 
     def choose_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool, limit: int = 5,
@@ -204,11 +202,6 @@ class CloudTarget:
         ``on_created`` gets every new pod id before any wait. Whatever a failed attempt created is
         terminated by the provisioning loop. Returns the pod's SSH endpoint.
         """
-        from gpucli.cloud.base import LaunchSpec
-        from gpucli.cloud.provision import provision_with_retries
-        from gpucli.settings import pod_ssh_user, provider_poll_s
-        from gpucli.ssh import SshTarget
-
         client = client or self.client()
         poll_s = provider_poll_s()
         key, pub = ssh_keypair()
@@ -236,9 +229,6 @@ class CloudTarget:
 
     def _run_pod_ids(self, client: Provider, record: RunRecord) -> list[str]:
         """The run's pod id plus any other live pod carrying the run's label (a lost create answer)."""
-        from gpucli.cloud.base import LABEL_PREFIX, InstanceState
-        from gpucli.errors import ProviderError
-
         ids = [record.instance_id] if record.instance_id else []
         label = record.label or LABEL_PREFIX + record.name
         try:
@@ -254,8 +244,6 @@ class CloudTarget:
     def terminate(self, record: RunRecord) -> bool:
         if not (record.instance_id or record.label):
             return False
-        from gpucli.run.targets.hostkeys import forget_pod_keys
-
         client = self.client()
         ids = self._run_pod_ids(client, record)
         for pod_id in ids:
@@ -265,9 +253,6 @@ class CloudTarget:
 
     def terminate_alive(self, record: RunRecord) -> list[str]:
         """Pods the provisioning loop already terminated are not counted again."""
-        from gpucli.cloud.base import InstanceNotFound, InstanceState
-        from gpucli.errors import ProviderError
-
         client = self.client()
         ended = []
         for pod_id in self._run_pod_ids(client, record):
@@ -283,8 +268,6 @@ class CloudTarget:
         return ended
 
     def _word(self, state: InstanceState) -> str:
-        from gpucli.cloud.base import InstanceState
-
         return {
             InstanceState.STOPPED: "preempted",
             InstanceState.EXITED: self.exited_means,
@@ -297,8 +280,6 @@ class CloudTarget:
     def pod_state(self, record: RunRecord) -> PodState | None:
         if not record.instance_id:
             return None
-        from gpucli.cloud.base import InstanceNotFound
-
         try:
             inst = self.client().get(record.instance_id)
         except InstanceNotFound:
@@ -306,8 +287,6 @@ class CloudTarget:
         return PodState(self._word(inst.state), inst.raw_status)
 
     def strays(self, owned: set[str]) -> list[Stray]:
-        from gpucli.cloud.base import InstanceState
-
         return [Stray(self.name, i.instance_id, i.label, i.state.value, i.price_per_hour_usd)
                 for i in self.client().list_instances()
                 if i.is_ours and i.instance_id not in owned and i.state is not InstanceState.TERMINATED]

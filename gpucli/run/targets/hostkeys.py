@@ -15,6 +15,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpucli.settings import home
+from gpucli.ssh.target import append_known_host, read_known_hosts, split_key
+
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
 
@@ -22,8 +25,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def pod_keys_dir() -> Path:
-    from gpucli.settings import home
-
     return home() / "pod_keys"
 
 
@@ -38,8 +39,6 @@ def pod_known_hosts(record: RunRecord) -> Path:
 
 def pod_known_hosts_for_ssh(record: RunRecord) -> Path:
     """The pod's known_hosts, holding the record's pinned key, for OpenSSH (StrictHostKeyChecking=yes)."""
-    from gpucli.ssh.target import append_known_host, read_known_hosts, split_key
-
     path = pod_known_hosts(record)
     if record.ssh is not None and record.ssh.host_key:
         key_type, key_b64 = split_key(record.ssh.host_key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal as _signal
 import subprocess
 import sys
 import time
@@ -19,11 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import RemoteCommandError, TransferError
+from gpucli.pod import procid
 from gpucli.run.targets.base import NoPod, env_file_text
+from gpucli.settings import home
+from gpucli.ssh import (
+    DEFAULT_EXCLUDES,
+    CommandResult,
+    DownloadStats,
+    RemoteFile,
+    SyncStats,
+    TransferProgress,
+    load_ignore,
+    walk_local,
+)
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
-    from gpucli.ssh import CommandResult, DownloadStats, RemoteFile, SyncStats
 
 
 def _home_path(p: str) -> Path:
@@ -48,8 +60,6 @@ class LocalHost:
         return None
 
     def run(self, cmd: str, *, timeout_s: float, check: bool = True, input: bytes | None = None) -> CommandResult:
-        from gpucli.ssh import CommandResult
-
         try:
             proc = subprocess.run(["sh", "-c", cmd], input=input, capture_output=True, timeout=timeout_s,
                                   cwd=Path.home())
@@ -79,18 +89,9 @@ class LocalHost:
 
     def is_running(self, pid: int, *, timeout_s: float = 15.0) -> bool:
         """Whether any process of the run's process group (torchrun and its workers) is alive."""
-        try:
-            os.killpg(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # Zombies (exited, not yet reaped) do not count as running.
-        return any(_alive(p) for p in _group_members(int(pid)))
+        return procid.group_alive(int(pid))
 
     def signal(self, pid: int, sig: str = "TERM", *, timeout_s: float = 15.0) -> bool:
-        import signal as _signal
-
         try:
             os.killpg(int(pid), getattr(_signal, f"SIG{sig}"))
         except ProcessLookupError:
@@ -134,8 +135,6 @@ class LocalHost:
         return data, offset + len(data)
 
     def list_files(self, remote_dir: str) -> dict[str, RemoteFile]:
-        from gpucli.ssh import RemoteFile
-
         root = _home_path(remote_dir)
         out: dict[str, RemoteFile] = {}
         if not root.is_dir():
@@ -154,8 +153,6 @@ class LocalHost:
     def sync_up(self, local_dir: str | os.PathLike[str], remote_dir: str, *, excludes: Any = None,
                 progress: Any = None) -> SyncStats:
         """Copy a tree, skipping files whose size and mtime already match (like the SSH sync)."""
-        from gpucli.ssh import DEFAULT_EXCLUDES, SyncStats, load_ignore, walk_local
-
         started = time.monotonic()
         src = Path(local_dir)
         dst = _home_path(remote_dir)
@@ -182,8 +179,6 @@ class LocalHost:
     def download_files(self, items: Sequence[tuple[str, str | os.PathLike[str], str | None]], *,
                        progress: Any = None) -> list[DownloadStats]:
         """Each file copied and verified in turn; reported once per file (a copy here is quick)."""
-        from gpucli.ssh import TransferProgress
-
         sizes = [_home_path(r).stat().st_size if _home_path(r).exists() else 0 for r, _, _ in items]
         out, done = [], 0
         for i, (rpath, loc, sha) in enumerate(items):
@@ -195,8 +190,6 @@ class LocalHost:
 
     def download(self, remote_path: str, local_path: str | os.PathLike[str], *, sha256: str | None = None,
                  progress: Any = None) -> DownloadStats:
-        from gpucli.ssh import DownloadStats
-
         started = time.monotonic()
         src = _home_path(remote_path)
         dest = Path(local_path)
@@ -220,28 +213,6 @@ class LocalHost:
         return DownloadStats(st.st_size, st.st_size, 0, time.monotonic() - started, got)
 
 
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                if int(fields[2]) == pgid:  # field 5 of stat: the process group
-                    members.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return members or [pgid]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def local_gpus() -> int:
     """GPUs this machine has: ``nvidia-smi -L`` lines (0 when there is no driver), or an AMD GPU's
     ``/dev/kfd`` with ``rocm-smi``."""
@@ -260,8 +231,6 @@ class LocalTarget(NoPod):
     bootstrap = False  # this Python already has the trainer's packages
 
     def default_workdir(self, run: str) -> str:
-        from gpucli.settings import home
-
         return str(home() / "local-runs" / run)
 
     def default_python(self) -> str:

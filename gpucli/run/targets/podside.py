@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpucli import __version__
+from gpucli.run.targets import get_target
+
 if TYPE_CHECKING:
     from gpucli.run.targets.base import Host
 
@@ -18,9 +21,6 @@ if TYPE_CHECKING:
 def watchdog_env(provider: str) -> dict[str, str]:
     """The watchdog's env file: gpucli's version and the target's API endpoints (no key: the watchdog
     uses the pod's own scoped key from the pod's PID 1 environment)."""
-    from gpucli import __version__
-    from gpucli.run.targets import get_target
-
     return {"GPUCLI_VERSION": __version__, **get_target(provider).pod_api_env()}
 
 

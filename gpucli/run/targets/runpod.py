@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
+from gpucli.cloud.credentials import runpod_base_url, runpod_rest_url
+from gpucli.cloud.query import parse_query
+from gpucli.cloud.runpod import RunPodProvider
+from gpucli.errors import UsageError
 from gpucli.run.targets.cloud import CloudProvisioner, CloudTarget
 
 if TYPE_CHECKING:
@@ -23,8 +28,6 @@ class RunPodTarget(CloudTarget):
         return f"/workspace/gpucli-runs/{run}"  # /workspace is the pod's persistent volume
 
     def pod_api_env(self) -> dict[str, str]:
-        from gpucli.cloud.credentials import runpod_base_url, runpod_rest_url
-
         return {"GPUCLI_RUNPOD_API_BASE_URL": runpod_base_url(), "GPUCLI_RUNPOD_API_URL": runpod_rest_url()}
 
     def with_volume(self, provision: CloudProvisioner, name_or_id: str, *, size_gb: int | None = None,
@@ -34,11 +37,6 @@ class RunPodTarget(CloudTarget):
         created when the account has none: in the data centre with the most of the chosen offer's GPU
         in stock. A created volume is never deleted by gpucli (it holds the data and checkpoints).
         ``volume_id``: the volume an earlier launch of the run used (a resume), taken while it exists."""
-        import dataclasses
-
-        from gpucli.cloud.runpod import RunPodProvider
-        from gpucli.errors import UsageError
-
         client = self.client()
         assert isinstance(client, RunPodProvider)
         if volume_id is not None:
@@ -57,8 +55,6 @@ class RunPodTarget(CloudTarget):
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
                disk_gb: int | None = None) -> list[Offer]:
-        from gpucli.cloud.query import parse_query
-
         # RunPod prices each GPU count separately: ask for this count only (one request).
         ids = {i.lower() for i in gpu.runpod_ids}
         return [o for o in client.search_offers(parse_query(f"num_gpus={n_gpus}"), spot=spot, limit=200,

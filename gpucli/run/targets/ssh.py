@@ -7,10 +7,14 @@ The host key is pinned at first contact and kept in the run record.
 from __future__ import annotations
 
 import shlex
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpucli.errors import UsageError
 from gpucli.run.targets.base import NoPod
+from gpucli.settings import home
+from gpucli.ssh import Remote, parse_target
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
@@ -20,9 +24,6 @@ if TYPE_CHECKING:
 def open_remote(record: RunRecord, *, connect_timeout_s: float = 20.0, known_hosts: Path | None = None) -> Remote:
     """A connected ``Remote`` for a run with an SSH endpoint (ssh hosts and cloud pods alike).
     ``known_hosts``: where keys are pinned besides the record (default: gpucli's known_hosts)."""
-    from gpucli.errors import UsageError
-    from gpucli.ssh import Remote
-
     if record.ssh is None:
         raise UsageError(f"run {record.name} has no SSH endpoint yet (status: {record.status})")
     remote = Remote(record.ssh, connect_timeout_s=connect_timeout_s, known_hosts=known_hosts)
@@ -33,11 +34,6 @@ def open_remote(record: RunRecord, *, connect_timeout_s: float = 20.0, known_hos
 def ssh_shell_argv(record: RunRecord, known_hosts: Path | None = None) -> tuple[list[str], str | None]:
     """``ssh -t`` into the run's folder with gpucli's pinned known_hosts (or ``known_hosts``) and the
     run's key."""
-    import shutil
-
-    from gpucli.errors import UsageError
-    from gpucli.settings import home
-
     if record.ssh is None:
         raise UsageError(f"run {record.name} has no SSH endpoint")
     exe = shutil.which("ssh")
@@ -68,9 +64,6 @@ class SshServerTarget(NoPod):
 
     def endpoint(self, host: str | None, identity_file: str | None) -> SshTarget:
         """The endpoint of ``--host user@host[:port]`` (and ``--identity``)."""
-        from gpucli.errors import UsageError
-        from gpucli.ssh import parse_target
-
         if not host:
             raise UsageError("--provider ssh needs --host user@host[:port]")
         return parse_target(host, identity_file=identity_file)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpucli.cloud.credentials import vast_base_url
+from gpucli.cloud.query import parse_query
 from gpucli.run.targets.cloud import CloudTarget
 
 if TYPE_CHECKING:
@@ -17,14 +19,10 @@ class VastTarget(CloudTarget):
     default_image = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel"
 
     def pod_api_env(self) -> dict[str, str]:
-        from gpucli.cloud.credentials import vast_base_url
-
         return {"GPUCLI_VAST_URL": vast_base_url()}
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
                disk_gb: int | None = None) -> list[Offer]:
-        from gpucli.cloud.query import parse_query
-
         offers: list[Offer] = []
         for vname in gpu.vast_names or (gpu.name,):
             q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={n_gpus}")

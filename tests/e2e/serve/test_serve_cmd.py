@@ -1,0 +1,47 @@
+"""`gpucli serve CHECKPOINT` end to end: the real console entry starts trainer.serve, prints the URL,
+and the API answers there; Ctrl-C stops both. Bad input is one line, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.sshd import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_serve_a_checkpoint_folder(tiny_checkpoint, isolated_home):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "gpucli.cli.entry", "serve", str(tiny_checkpoint),
+                             "--port", str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{port}/v1", proc.stderr.read() if proc.poll() is not None else url
+        rest = proc.stdout.readline() + proc.stdout.readline() + proc.stdout.readline() + proc.stdout.readline()
+        assert "python -m trainer.sample --checkpoint" in rest and "--prompts-file" in rest
+        with urllib.request.urlopen(url + "/models", timeout=30) as r:
+            assert json.loads(r.read())["data"][0]["id"] == tiny_checkpoint.name
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    assert proc.returncode == 130 or proc.returncode != 0  # interrupted, not a crash: the server is gone too
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/models", timeout=5)
+    assert (isolated_home / "serve" / f"{tiny_checkpoint.name}.log").exists()
+
+
+def test_serve_unknown_run_is_one_line(isolated_home):
+    r = subprocess.run([sys.executable, "-m", "gpucli.cli.entry", "serve", "no-such-run"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

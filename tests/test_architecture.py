@@ -1,0 +1,346 @@
+"""The import rules of docs/architecture.md, checked on the source.
+
+Every module of every package is checked, function-level imports included: the rules hold for the
+code that runs, not only for what a reader sees at the top of a file.
+"""
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "gpucli"
+
+# What each floor may import from gpucli (besides itself). Floors are listed top to bottom; nothing
+# imports upward. `cloud` may read the catalogue (`plan`) to name GPUs and turn offers into setups.
+ALLOWED = {
+    "cli": {"run", "plan", "cloud", "ssh", "settings", "errors", "__init__"},
+    "run": {"plan", "cloud", "ssh", "pod", "settings", "errors", "__init__"},  # pod: procid, the liveness test
+    "cloud": {"plan", "settings", "errors", "__init__"},
+    "ssh": {"settings", "errors", "__init__"},
+    "plan": {"settings", "errors", "__init__"},
+    "settings": {"errors", "__init__"},
+    "errors": {"__init__"},
+    "pod": set(),
+    "__init__": set(),
+}
+PRESENTATION = ("typer", "rich", "click")
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def floor_of(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0].removesuffix(".py")
+
+
+def gpucli_floor(name: str) -> str | None:
+    """The floor an imported dotted name lands on (`gpucli.run.records` -> `run`); None if not ours."""
+    parts = name.split(".")
+    if parts[0] != "gpucli":
+        return None
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def all_modules() -> list[Path]:
+    return sorted(p for p in PKG.rglob("*.py"))
+
+
+def test_every_module_lives_on_a_known_floor():
+    floors = {floor_of(p) for p in all_modules()}
+    assert floors <= set(ALLOWED), f"modules outside the layout: {sorted(floors - set(ALLOWED))}"
+    for floor in ("cli", "run", "plan", "cloud", "ssh", "pod"):
+        assert (PKG / floor).is_dir(), floor
+
+
+def test_imports_only_go_down():
+    problems = []
+    for path in all_modules():
+        floor = floor_of(path)
+        for name in imports(path):
+            target = gpucli_floor(name)
+            if target is None or target == floor:
+                continue
+            # `from gpucli import __version__` is the package root, allowed everywhere but pod/.
+            if target == "__version__" or (target == "__init__" and floor != "pod"):
+                continue
+            if target not in ALLOWED[floor]:
+                problems.append(f"{path.relative_to(ROOT)} ({floor}) imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_core_never_touches_the_presentation_layer():
+    """Nothing outside gpucli/cli imports typer, rich or click, prints, or exits the process."""
+    problems = []
+    for path in all_modules():
+        if floor_of(path) == "cli":
+            continue
+        for name in imports(path):
+            if any(name == p or name.startswith(p + ".") for p in PRESENTATION):
+                problems.append(f"{path.relative_to(ROOT)} imports {name}")
+        if floor_of(path) == "pod":
+            continue  # the pod's watchdog is its own program: its main() may print and exit
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in ("print", "exit", "quit"):
+                problems.append(f"{f.id}() in {path.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(f, ast.Attribute) and f.attr == "exit" and isinstance(f.value, ast.Name) \
+                    and f.value.id in ("sys", "os"):
+                problems.append(f"{f.value.id}.exit() in {path.relative_to(ROOT)}:{node.lineno}")
+    assert not problems, "\n".join(problems)
+
+
+def test_only_render_modules_print_in_the_cli():
+    for path in sorted((PKG / "cli").rglob("*.py")):
+        if path.name.startswith("render"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                raise AssertionError(f"print() in {path.relative_to(ROOT)}:{node.lineno}")
+
+
+def test_pod_code_is_standard_library_only():
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((PKG / "pod").rglob("*.py")):
+        for name in imports(path):
+            top = name.split(".")[0]
+            assert top in stdlib or top == "__future__", f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_trainer_never_imports_gpucli():
+    for path in (ROOT / "trainer").rglob("*.py"):
+        bad = [n for n in imports(path) if n == "gpucli" or n.startswith("gpucli.")]
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+TRAINER = ROOT / "trainer"
+# The trainer's folders, each one concern, and what each may import from the trainer (besides
+# itself). The programs on top (train, prepare, sample, serve, snapshot, ...) may import any folder.
+TRAINER_ALLOWED = {
+    "spec": set(),                                  # torch-free: shapes, presets, config, alerts
+    "model": {"spec"},                              # nn modules only
+    "data": {"spec"},
+    "watch": {"spec", "model", "data"},             # what a run reports
+    "loop": {"spec", "model", "data", "watch"},     # the training loop's parts
+    "infer": {"spec", "model", "data"},             # never the loop, and the loop never infer
+}
+
+
+def trainer_folder(path: Path) -> str:
+    rel = path.relative_to(TRAINER)
+    return rel.parts[0] if len(rel.parts) > 1 else "programs"
+
+
+def test_trainer_folders_import_only_below():
+    problems = []
+    for path in sorted(TRAINER.rglob("*.py")):
+        folder = trainer_folder(path)
+        if folder == "programs":
+            continue
+        assert folder in TRAINER_ALLOWED, f"trainer/{folder} is not a known folder"
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[0] != "trainer" or len(parts) < 2 or parts[1] == folder:
+                continue
+            target = parts[1] if parts[1] in TRAINER_ALLOWED else "programs"
+            if parts[1] == "__version__":
+                continue
+            if target not in TRAINER_ALLOWED[folder]:
+                problems.append(f"{path.relative_to(ROOT)} ({folder}) imports {name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_torch_free_seam_is_torch_free():
+    """trainer/spec is what gpucli imports: the standard library and pyyaml only."""
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((TRAINER / "spec").rglob("*.py")):
+        for name in imports(path):
+            top = name.split(".")[0]
+            assert top in stdlib or top in ("__future__", "yaml", "trainer"), f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_gpucli_imports_only_the_torch_free_part_of_the_trainer():
+    for path in all_modules():
+        for name in imports(path):
+            parts = name.split(".")
+            if parts[0] == "trainer":
+                assert len(parts) >= 2 and parts[1] == "spec", f"{path.relative_to(ROOT)} imports {name}"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def _resolved(node: ast.ImportFrom, path: Path) -> str | None:
+    if node.level == 0:
+        return node.module
+    base = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def test_no_import_cycle_anywhere():
+    """No circle between modules of gpucli and the trainer, function-level and TYPE_CHECKING imports
+    included: the graph drawn from the code is the one that runs."""
+    paths = [*all_modules(), *sorted(TRAINER.rglob("*.py"))]
+    mods = {_module_name(p): p for p in paths}
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mod = _resolved(node, path)
+                if mod:
+                    targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for t in targets:
+                # a name inside a module counts as that module; a package import as its __init__
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name and not name.startswith(t + "."):
+                    deps.add(t)
+        graph[name] = deps
+    done: set[str] = set()
+    stack: list[str] = []
+
+    def visit(n):
+        if n in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+        if n in done:
+            return
+        stack.append(n)
+        for d in sorted(graph[n]):
+            visit(d)
+        stack.pop()
+        done.add(n)
+
+    for n in sorted(graph):
+        visit(n)
+
+
+# Inside gpucli/run, each module (or package) has a floor; an import goes to a lower floor only (or
+# within its own package). What a run is, where it lives, what is read from it, how it starts, the kinds
+# of job, then the life of a run on top.
+RUN_FLOORS = {
+    "defaults": 0, "limits": 0, "task": 0, "notify": 0,
+    "records": 1,
+    "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
+    "procs": 3, "datasources": 3, "checkpoints": 3, "tensorboard": 3, "calibrate": 3,
+    "monitor": 4, "launch": 4,
+    "requirements": 5, "money": 5, "harvest": 5,
+    "runend": 6, "start": 6,
+    "jobs": 7,  # the kinds of job behind one contract: the bundled trainer and your own command
+    "lifecycle": 8,
+    "control": 9, "follow": 9,
+}
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module a file imports, relative imports resolved, function-level and TYPE_CHECKING included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = _resolved(node, path)
+            if mod:
+                out.add(mod)
+                out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_run_imports_only_go_down():
+    run = PKG / "run"
+    part = lambda p: p.relative_to(run).parts[0].removesuffix(".py")  # noqa: E731
+    modules = {part(p) for p in run.rglob("*.py")} - {"__init__"}
+    assert modules == set(RUN_FLOORS), f"gpucli/run modules without a floor: {sorted(modules ^ set(RUN_FLOORS))}"
+    problems = []
+    for path in sorted(run.rglob("*.py")):
+        if path.name == "__init__.py" and path.parent == run:
+            continue
+        mine = part(path)
+        for name in _all_imports(path):
+            parts = name.split(".")
+            if parts[:2] != ["gpucli", "run"] or len(parts) < 3 or parts[2] not in RUN_FLOORS or parts[2] == mine:
+                continue
+            if RUN_FLOORS[parts[2]] >= RUN_FLOORS[mine]:
+                problems.append(f"{path.relative_to(ROOT)} (floor {RUN_FLOORS[mine]}) imports {name} "
+                                f"(floor {RUN_FLOORS[parts[2]]})")
+    assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_function_level_imports_say_why():
+    """An import inside a function hides an edge of the graph: it stays only to keep start-up fast or an
+    optional dependency optional, with that reason in a comment on its line (or the line above). The
+    CLI floor is the exception as a whole: its commands import everything lazily so that `gpucli --help`
+    and each command start in a fraction of a second (checked for the commands by
+    test_heavy_modules_are_not_imported_at_module_level_by_commands)."""
+    problems = []
+    for path in [*all_modules(), *sorted(TRAINER.rglob("*.py"))]:
+        if path.is_relative_to(PKG / "cli"):
+            continue
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        guarded = {n.lineno for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in
+                   ast.unparse(node.test) for n in ast.walk(node) if hasattr(n, "lineno")}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in guarded:
+                    here, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                    if "#" not in here and not above.startswith("#"):
+                        problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {here.strip()}")
+    assert not problems, "function-level imports without a reason:\n" + "\n".join(sorted(set(problems)))
+
+
+def test_no_source_file_is_too_long():
+    limit = 520
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in [*all_modules(), *(ROOT / "trainer").rglob("*.py")]
+            if (n := len(p.read_text().splitlines())) > limit]
+    assert not long, "files over ~500 lines:\n" + "\n".join(long)
+
+
+def test_heavy_modules_are_not_imported_at_module_level_by_commands():
+    """Commands import only typer and the standard library at module level (gpucli --help stays fast)."""
+    heavy = ("torch", "paramiko", "requests", "yaml", "rich", "gpucli.plan", "gpucli.cloud", "gpucli.ssh",
+             "gpucli.run", "matplotlib")
+    for path in [PKG / "cli" / "app.py", *sorted((PKG / "cli" / "commands").rglob("*.py"))]:
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for n in names:
+                assert not any(n == h or n.startswith(h + ".") for h in heavy), f"{path.name} imports {n} at top"
+
+
+def test_every_command_has_help():
+    import typer.main
+
+    from gpucli.cli.app import app
+
+    group = typer.main.get_command(app)
+    for name, cmd in group.commands.items():
+        assert (cmd.help or "").strip(), f"gpucli {name} has no help text"
