@@ -260,7 +260,7 @@ class Feeds:
             if self.job_metrics is not None:
                 found += [{**r, "source": r.get("source", "job")} for r in self.job_metrics.poll()]
             if self.frames is not None:
-                found += self.frames.poll(now - (1e9 if final else 0))
+                found += self.frames.poll(now + (1e9 if final else 0))  # the end: look for new files once more
         return self.merge.add(found, now) + self.merge.due(now, final)
 
 
