@@ -21,7 +21,7 @@ from tests.support.sshd import free_port
 
 tb = pytest.importorskip("torch.utils.tensorboard")
 pytest.importorskip("tensorboard")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("provider", ["local", "ssh"])
