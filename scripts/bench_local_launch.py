@@ -15,7 +15,7 @@ Targets on a 2-core machine: first metrics within 30 s, a validation row within 
                                                  (target <= 2 s), from a new line to its row (target <= 2 s)
 
 ``--own hf`` / ``--own lightning`` / ``--own lightning-tqdm`` run the real Hugging Face Trainer or
-Lightning Trainer scripts of tests/owncode/frameworks (tiny models, a few hundred steps) the same way
+Lightning Trainer scripts of tests/e2e/owncode/frameworks (tiny models, a few hundred steps) the same way
 and follow ``gpucli tail --json``: seconds from the launch to the first metric row, and for each row
 the lag from when the framework logged it (a TensorBoard event's wall_time, else when the runner wrote
 the row) to its arrival in tail; the rows' sources are counted.
@@ -107,7 +107,7 @@ def framework_main(kind: str) -> int:
     home = Path(tempfile.mkdtemp(prefix=f"gpucli-bench-{kind}-"))
     env = dict(os.environ, GPUCLI_HOME=str(home))
     code = home / "code"
-    shutil.copytree(REPO / "tests" / "owncode" / "frameworks", code)
+    shutil.copytree(REPO / "tests" / "e2e" / "owncode" / "frameworks", code)
     t0 = time.monotonic()
     r = gpucli("launch", "--provider", "local", "--profile", "cpu", "--code", str(code), "--run",
                f"{sys.executable} {FRAMEWORK_RUNS[kind]}", "--name", "fw", env=env)
