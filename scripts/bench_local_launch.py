@@ -13,6 +13,12 @@ Targets on a 2-core machine: first metrics within 30 s, a validation row within 
     gpucli launch --provider local --code DIR --run "python job.py"
     gpucli tail --no-follow --json  (polled)  -> seconds from the launch to the first output line's row
                                                  (target <= 2 s), from a new line to its row (target <= 2 s)
+
+``--own hf`` / ``--own lightning`` / ``--own lightning-tqdm`` run the real Hugging Face Trainer or
+Lightning Trainer scripts of tests/e2e/owncode/frameworks (tiny models, a few hundred steps) the same way
+and follow ``gpucli tail --json``: seconds from the launch to the first metric row, and for each row
+the lag from when the framework logged it (a TensorBoard event's wall_time, else when the runner wrote
+the row) to its arrival in tail; the rows' sources are counted.
 """
 
 from __future__ import annotations
@@ -90,8 +96,61 @@ def own_main() -> int:
     return 0
 
 
+FRAMEWORK_RUNS = {
+    "hf": "hf_clm.py --steps 300 --sleep 0.05",
+    "lightning": "lightning_lm.py --epochs 4 --batches 40 --sleep 0.05",
+    "lightning-tqdm": "lightning_lm.py --epochs 4 --batches 40 --sleep 0.05 --bar tqdm",
+}
+
+
+def framework_main(kind: str) -> int:
+    home = Path(tempfile.mkdtemp(prefix=f"gpucli-bench-{kind}-"))
+    env = dict(os.environ, GPUCLI_HOME=str(home))
+    code = home / "code"
+    shutil.copytree(REPO / "tests" / "e2e" / "owncode" / "frameworks", code)
+    t0 = time.monotonic()
+    r = gpucli("launch", "--provider", "local", "--profile", "cpu", "--code", str(code), "--run",
+               f"{sys.executable} {FRAMEWORK_RUNS[kind]}", "--name", "fw", env=env)
+    if r.returncode != 0:
+        print(r.stderr, file=sys.stderr)
+        return 1
+    t_launch = time.monotonic() - t0
+    genv = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    tail = subprocess.Popen([sys.executable, "-m", "gpucli.cli.app", "tail", "fw", "--json"], env=genv,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    t_first, lags, sources = None, [], {}
+    try:
+        assert tail.stdout is not None
+        deadline = time.monotonic() + 600
+        for line in tail.stdout:
+            now_wall, now = time.time(), time.monotonic()
+            row = json.loads(line) if line.strip().startswith("{") else {}
+            if row.get("kind") in ("train", "val"):
+                t_first = t_first if t_first is not None else now - t0
+                lags.append(now_wall - float(row.get("logged_at") or row.get("time") or now_wall))
+                sources[row.get("source")] = sources.get(row.get("source"), 0) + 1
+            if row.get("event") == "finished" or now > deadline:
+                break
+    finally:
+        tail.terminate()
+        tail.wait(10)
+        gpucli("down", "fw", env=env)
+    lags.sort()
+    print(f"{kind}: launch command returned after {t_launch:.1f} s")
+    print(f"{kind}: first metric row in tail {t_first:.1f} s after the launch" if t_first is not None
+          else f"{kind}: no metric row")
+    if lags:
+        print(f"{kind}: logged -> in tail: median {lags[len(lags) // 2]:.2f} s, max {lags[-1]:.2f} s over "
+              f"{len(lags)} rows; sources {sources}")
+    shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     if "--own" in sys.argv[1:]:
+        rest = sys.argv[sys.argv.index("--own") + 1:]
+        if rest and rest[0] in FRAMEWORK_RUNS:
+            return framework_main(rest[0])
         return own_main()
     home = Path(tempfile.mkdtemp(prefix="gpucli-bench-"))
     env = dict(os.environ, GPUCLI_HOME=str(home))

@@ -67,7 +67,12 @@ def status_line() -> Iterator[Any]:
     yield step
 
 
-def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
+def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None) -> None:
+    """``launch --dry-run``: the machine, price and limits; then the trainer's plan and run.yaml, or, for
+    your own code (``task``: its resolved lines), the command and the task."""
+    if task is not None:
+        _own_plan(r, task, json_=json_)
+        return
     data = {
         "run": r.name, "provider": r.provider, "profile": r.profile, "phase": r.phase, "model": r.model.name,
         "params": r.model.num_params(), "vocab_size": r.model.vocab_size, "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
@@ -108,6 +113,24 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
+
+
+def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
+    if json_:
+        json_out({"run": r.name, "provider": r.provider, "profile": r.profile, "gpu": r.gpu_name,
+                  "n_gpus": r.n_gpus, "workdir": r.workdir, "price_per_hour_usd": r.price_per_hour_usd,
+                  "limits": r.limits, "command": r.command, "task": task})
+        return
+    o = out()
+    o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
+            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), your own code")
+    limits = (f"limits: hours {r.limits.max_hours or '-'}, budget "
+              f"{money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, stall {r.limits.stall_minutes:g} min")
+    o.print((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits,
+            markup=False, highlight=False)
+    o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
+    for line in task:
+        o.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _planned_volume(r: ResolvedLaunch) -> dict[str, Any]:
@@ -191,7 +214,7 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
     t.add_column("what", style="dim")
     t.add_column("value")
     rows = [
-        ("state", st.state + (f" ({st.finished_reason})" if st.finished_reason else "")),
+        ("state", state_words(st)),
         ("where", f"{record.provider}" + (f" {record.instance_id}" if record.instance_id else "")
          + (f" {record.ssh.user}@{record.ssh.host}:{record.ssh.port}" if record.ssh else "")),
         ("setup", f"{record.n_gpus}x {record.gpu or 'CPU'}, {record.profile}/{record.phase}, model {record.model}"),
@@ -335,8 +358,17 @@ def _run_error(rows: list[dict[str, Any]]) -> str | None:
     return str(errors[-1]["error"])[:300] if errors else None
 
 
+def state_words(st: RunStatus) -> str:
+    """``finished (exit 0)``, ``failed (exit 1: KeyError: 'x')``, ``stopped by cap: max_hours 0.01 h at 36 s``:
+    the own-code runner's one line where it wrote one, else the state and its reason."""
+    return st.story or st.state + (f" ({st.finished_reason})" if st.finished_reason else "")
+
+
 def tail_end(record: RunRecord, rows: list[dict[str, Any]], st: RunStatus) -> str:
     """How a run ended, in one line (the failure's own words where the trainer wrote them)."""
+    if st.story:
+        return f"run {record.name} {st.story}" + (f", last step {st.step}" if st.step is not None else
+                                                  ", before any metrics")
     at = f" at step {st.step}" if st.step is not None else " before its first step"
     if st.state == "failed":
         # Its error row, else the console's last line (an import error or a traceback's exception).
@@ -459,7 +491,7 @@ def fetched(result: FetchResult, *, json_: bool) -> None:
     if json_:
         json_out({"checkpoint": result.checkpoint.name, "step": result.checkpoint.step,
                   "val_loss": result.checkpoint.val_loss, "dest": str(result.dest), "files": list(result.files),
-                  "bytes": result.bytes})
+                  "bytes": result.bytes, "reason": result.checkpoint.meta.get("reason")})
         return
     c = result.checkpoint
     out().print(f"fetched [bold]{c.name}[/] (step {c.step}, val loss "
@@ -471,7 +503,9 @@ def downed(result: DownResult) -> None:
     from gpucli.run.targets import get_target
 
     record = result.record
-    what = ["trainer stopped (emergency checkpoint written)" if result.was_running else "trainer was not running"]
+    own = bool((record.launch or {}).get("own"))
+    what = [("job stopped" if own else "trainer stopped (emergency checkpoint written)") if result.was_running
+            else f"{'job' if own else 'trainer'} was not running"]
     if result.ended_pod:
         # With no pod id recorded (a create whose answer was lost), the pods were found by the run's label.
         what.append(f"pod {record.instance_id} terminated" if record.instance_id

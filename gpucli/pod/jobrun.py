@@ -13,13 +13,18 @@ the trainer: its pid is the process group the pod watchdog watches and signals. 
    job may append rows to), ``GPUCLI_GPUS`` and ``PYTHONUNBUFFERED=1`` added to its environment (which
    already holds the env file's variables: ``start_detached`` sources it before starting this file;
    ``--env-file`` reads one more);
-3. tees both commands' output to ``train.log`` and to its own stdout (the run's ``console.log``), turns
-   the console lines into metrics rows (``logparse.py``) and copies the job's own ``$GPUCLI_METRICS`` rows,
-   all into ``metrics.jsonl`` in the trainer's row format (``trainer/watch/metrics.py``), with ``loss_spike``
-   events (> 2x the rolling mean loss);
-4. ends with ``status.json`` and a ``finished`` event: reason ``exit 0``; ``failed (exit N)`` or
-   ``setup failed (exit N)`` (status state ``failed``, the last log lines in ``log_tail``); or ``signal``
-   when it was told to stop (state ``finished``, as the trainer writes it).
+3. tees both commands' output to ``train.log`` and to its own stdout (the run's ``console.log``), reads
+   it as a terminal shows it (``terminal.py``) and turns its lines into metrics rows (``logparse.py``),
+   reads the framework files under the code folder and ``--logdir`` (TensorBoard events, Hugging Face
+   ``trainer_state.json``, Lightning ``metrics.csv``: ``framefiles.py``) and the job's own
+   ``$GPUCLI_METRICS`` rows: all into ``metrics.jsonl`` in the trainer's row format
+   (``trainer/watch/metrics.py``), one row per kind and step, each with its ``source``, with
+   ``loss_spike`` events (> 2x the rolling mean loss);
+4. ends with ``status.json`` and a ``finished`` event with ``state``, ``reason`` and ``story`` (one line:
+   ``finished (exit 0)``, ``failed (exit 1: KeyError: 'x')`` with the last traceback's exception line,
+   ``failed (setup exit 4)``, ``stopped by cap: max_hours 0.01 h at 36 s`` or ``stopped by you`` from the
+   ``stop_reason`` file the watchdog or ``gpucli down`` wrote before signalling; ``signal`` when anyone
+   else stopped it), the last lines as a terminal shows them in ``log_tail``.
 
 SIGTERM (the watchdog's budget/hours caps, ``gpucli down``) is forwarded to the job's process group at
 once; the job gets ``--grace-s`` to write its own checkpoint, then SIGKILL. Keep ``--grace-s`` below the
@@ -44,93 +49,29 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 
-def _load_logparse() -> ModuleType:
-    """``logparse.py`` is uploaded next to this file (the pod has no gpucli package)."""
-    here = Path(__file__).resolve().parent / "logparse.py"
-    spec = importlib.util.spec_from_file_location("gpucli_pod_logparse", here)
+def _load(name: str) -> ModuleType:
+    """A module uploaded next to this file (the pod has no gpucli package)."""
+    here = Path(__file__).resolve().parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"gpucli_pod_{name}", here)
     if spec is None or spec.loader is None:
-        raise ImportError(f"logparse.py not found next to {__file__}")
+        raise ImportError(f"{name}.py not found next to {__file__}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclass-free, but registered as a loaded module should be
+    sys.modules[spec.name] = module  # registered as a loaded module should be (dataclasses look it up)
     spec.loader.exec_module(module)
     return module
 
 
-logparse = _load_logparse()
+logparse = _load("logparse")
+terminal = _load("terminal")
+framefiles = _load("framefiles")
+jobalerts = _load("jobalerts")
+Alerts, load_notifier, ALERT_EVENTS = jobalerts.Alerts, jobalerts.load_notifier, jobalerts.ALERT_EVENTS
 
-
-def load_notifier(env: dict[str, str]) -> Any:
-    """The bundled trainer's Telegram sender (``notify.py``, standard library only, uploaded beside this
-    file) when a token and chat are in the environment; None otherwise. It sends from a thread of its
-    own with timeouts and bounded retries: a slow or dead API never holds the job up."""
-    path = Path(__file__).resolve().parent / "notify.py"
-    if not (env.get("TELEGRAM_BOT_TOKEN") and env.get("TELEGRAM_CHAT_ID")) or not path.is_file():
-        return None
-    try:
-        spec = importlib.util.spec_from_file_location("gpucli_pod_notify", path)
-        if spec is None or spec.loader is None:
-            return None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module.Notifier(env["TELEGRAM_BOT_TOKEN"], env["TELEGRAM_CHAT_ID"],
-                               api_base=env.get("TELEGRAM_API_BASE") or None)
-    except Exception as exc:  # noqa: BLE001 - alerts are optional; the job runs without them
-        print(f"jobrun: Telegram alerts off ({type(exc).__name__})", file=sys.stderr)
-        return None
-
-
-# The alert vocabulary, copied from trainer/spec/alerts.py (this file is standard library only and cannot
-# import the trainer); tests/gpucli/pod/test_alert_vocabulary.py holds the two equal.
-ALERT_EVENTS = ("run_started", "checkpoint_saved", "validation_complete", "training_complete", "error_occurred",
-                "ppl_spike", "stage_transition", "cost_update", "gate_collapse", "static_memory", "refinement_order")
-
-
-class Alerts:
-    """Telegram messages for a job gpucli does not know: started, finished, failed (last lines), loss
-    spike (``ppl_spike``: the perplexity is the loss's exponential), and a cost update every
-    ``cost_every_h`` hours when the price is known. Event names are :data:`ALERT_EVENTS`."""
-
-    def __init__(self, notifier: Any, name: str, price_per_hour: float | None, cost_every_h: float) -> None:
-        self.n, self.name, self.price, self.every_h = notifier, name, price_per_hour, cost_every_h
-        self.t0 = time.monotonic()
-        self.next_cost_h = cost_every_h
-
-    def send(self, text: str, event: str, final: bool = False) -> None:
-        if self.n is not None:
-            self.n.send(text, event=event, final=final)
-
-    def started(self, cmd: str) -> None:
-        self.send(f"*{self.name}*: started\n`{cmd[:300].replace('`', chr(39))}`", "run_started")
-
-    def spike(self, step: Any, loss: float, mean: float) -> None:
-        self.send(f"*{self.name}*: loss spike at step {step}: {loss:.4f} (> 2x the rolling mean {mean:.4f})",
-                  "ppl_spike")
-
-    def tick(self) -> None:
-        if self.n is None or not self.price or self.every_h <= 0:
-            return
-        hours = (time.monotonic() - self.t0) / 3600
-        if hours >= self.next_cost_h:
-            self.next_cost_h = hours + self.every_h
-            self.n.cost_update(hours, self.price)
-
-    def finished(self, state: str, reason: str, step: Any, loss: Any, tail: list[str]) -> None:
-        if self.n is None:
-            return
-        where = f" at step {step}" + (f", loss {loss:.4f}" if isinstance(loss, float) else "") if step is not None else ""
-        if state == "failed":
-            self.n.error_occurred(f"{self.name}: {reason}", step if isinstance(step, int) else 0,
-                                  log_tail="\n".join(tail[-15:]))
-        else:
-            self.send(f"*{self.name}*: finished ({reason}){where}", "training_complete", final=True)
-        self.n.close(wait_s=10.0)
 
 TAIL_LINES = 20
 HEARTBEAT_S = 5.0  # touch metrics.jsonl at most this often while output flows
@@ -192,7 +133,7 @@ class Metrics:
         self.val_loss: float | None = None
         self.best_val: float | None = None
         self.spikes = logparse.LossSpikes()
-        self.alerts: Alerts | None = None
+        self.alerts: Any = None  # jobalerts.Alerts
 
     def _open(self) -> None:
         if self.fh is None:
@@ -211,13 +152,15 @@ class Metrics:
         self._write(row)
         step = row.get("step")
         if row.get("kind") == "train" and isinstance(row.get("loss"), (int, float)):
-            self.step, self.loss = step, float(row["loss"])
-            mean = self.spikes.update(self.loss)
+            loss = float(row["loss"])
+            if self.step is None or not isinstance(step, int) or step >= self.step:
+                self.step, self.loss = step, loss
+            mean = self.spikes.update(loss)
             if mean is not None:
-                self._write({"kind": "event", "event": "loss_spike", "step": step, "loss": self.loss,
+                self._write({"kind": "event", "event": "loss_spike", "step": step, "loss": loss,
                              "rolling_mean_loss": mean})
                 if self.alerts is not None:
-                    self.alerts.spike(step, self.loss, mean)
+                    self.alerts.spike(step, loss, mean)
         elif row.get("kind") == "val":
             val = row.get("val_loss", row.get("val_bpb"))
             if isinstance(val, (int, float)) and math.isfinite(val):
@@ -297,10 +240,35 @@ class JobMetricsFile:
         return rows
 
 
+class Feeds:
+    """Where the run command's metrics come from besides its console: the rows it appends to
+    ``$GPUCLI_METRICS`` and the framework files under the code folder (``framefiles.py``), merged with the
+    console's rows one per (kind, step)."""
+
+    POLL_S = 0.5
+
+    def __init__(self, job_metrics: JobMetricsFile | None, frames: Any) -> None:
+        self.job_metrics, self.frames = job_metrics, frames
+        self.merge = framefiles.Merge()
+        self.last = -math.inf
+
+    def rows(self, console: list[dict[str, Any]], final: bool = False) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        found = list(console)
+        if final or now - self.last >= self.POLL_S:
+            self.last = now
+            if self.job_metrics is not None:
+                found += [{**r, "source": r.get("source", "job")} for r in self.job_metrics.poll()]
+            if self.frames is not None:
+                found += self.frames.poll(now + (1e9 if final else 0))  # the end: look for new files once more
+        return self.merge.add(found, now) + self.merge.due(now, final)
+
+
 def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics, stop: Stop,
-         tail: deque[str], parser: Any = None, job_metrics: JobMetricsFile | None = None) -> int:
-    """Run ``cmd`` with bash in its own process group; tee its output to ``log`` and stdout, parse it
-    when a ``parser`` is given. Returns the exit status (negative: killed by that signal)."""
+         tail: Any, parser: Any = None, feeds: Feeds | None = None) -> int:
+    """Run ``cmd`` with bash in its own process group; tee its output to ``log`` and stdout, read it as
+    a terminal shows it and parse it when a ``parser`` is given. Returns the exit status (negative:
+    killed by that signal)."""
     proc = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     stop.child_pgid = proc.pid
@@ -312,16 +280,20 @@ def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics
     sel = selectors.DefaultSelector()
     sel.register(fd, selectors.EVENT_READ)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text_rest, open_pipe, exited_at = "", True, None
+    screen = terminal.Terminal()
+    open_pipe, exited_at = True, None
     stdout = sys.stdout.buffer
 
-    def lines(text: str) -> None:
-        nonlocal text_rest
-        done, text_rest = logparse.split_lines(text_rest + text)
+    def lines(done: list[str], final: bool = False) -> None:
+        found: list[dict[str, Any]] = []
         for line in done:
-            tail.append(line.rstrip())
-            for row in (parser.feed(line) if parser is not None else ()):
-                metrics.row(row)
+            tail.add(line)
+            if parser is not None:
+                found += parser.feed(line)
+        if final and parser is not None:
+            found += parser.flush()
+        for row in (feeds.rows(found, final) if feeds is not None else found):
+            metrics.row(row)
 
     while True:
         stop.check()
@@ -341,12 +313,10 @@ def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics
                 stdout.write(data)
                 stdout.flush()
                 metrics.heartbeat()
-                lines(decoder.decode(data))
+                lines(screen.feed(decoder.decode(data)))
         else:
             time.sleep(0.1)
-        if job_metrics is not None:
-            for row in job_metrics.poll():
-                metrics.row(row)
+        lines([])
         if proc.poll() is not None:
             exited_at = exited_at or time.monotonic()
             # A background process of the job may hold the pipe open: stop reading soon after the exit.
@@ -354,7 +324,7 @@ def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics
                 break
     sel.close()
     proc.stdout.close()
-    lines(decoder.decode(b"", final=True) + "\n")
+    lines(screen.feed(decoder.decode(b"", final=True)) + screen.flush(), final=True)
     try:  # what the command left running in its group ends with it
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -363,12 +333,55 @@ def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics
     return proc.returncode
 
 
+def use_venv(venv: Path, env: dict[str, str], with_pip: bool) -> str | None:
+    """Create ``venv`` when missing (with this Python, seeing its packages read-only:
+    ``--system-site-packages``; pip in it when a --setup will install) and put it first on the job's
+    PATH. Returns why it could not be made, or None."""
+    python = venv / "bin" / "python"
+    pip = venv / "bin" / "pip"
+    if not python.exists() or (with_pip and not pip.exists()):
+        cmd = [sys.executable, "-m", "venv", "--system-site-packages", *([] if with_pip else ["--without-pip"]),
+               str(venv)]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"venv {venv}: {exc}"
+        if res.returncode != 0:
+            return f"venv {venv}: {(res.stderr or res.stdout).strip()[-300:]}"
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONHOME", None)
+    return None
+
+
 def setup_marker(run_dir: Path, setup: str) -> tuple[Path, str]:
     return run_dir / ".setup-done", hashlib.sha256(setup.encode()).hexdigest()
 
 
-def exit_reason(code: int) -> str:
-    return f"failed (signal {-code})" if code < 0 else f"failed (exit {code})"
+def exit_reason(code: int, tail: Any) -> str:
+    """``exit 1: KeyError: 'name'`` (the last traceback's exception line when there is one) or
+    ``signal 9``."""
+    what = f"signal {-code}" if code < 0 else f"exit {code}"
+    error = tail.exceptions.found
+    return f"{what}: {error}" if error else what
+
+
+def stop_reason(run_dir: Path) -> str:
+    """Who asked the job to stop: the watchdog (a cap, a stall) or ``gpucli down`` write ``stop_reason``
+    in the run folder before they signal; a signal from anyone else is ``signal``."""
+    try:
+        text = (run_dir / "stop_reason").read_text().strip().splitlines()
+    except OSError:
+        return "signal"
+    return f"stopped {text[0][:200]}" if text and text[0].startswith("by ") else "signal"
+
+
+def story(state: str, reason: str) -> str:
+    """The run's end in one line: ``finished (exit 0)``, ``failed (exit 1: KeyError: ...)``,
+    ``stopped by cap: max_hours 0.01 h at 36 s``, ``stopped by you``."""
+    if reason.startswith("stopped "):
+        return reason
+    return f"{state} ({reason})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env-file", type=Path, help="more KEY=value variables for the job")
     ap.add_argument("--price-per-hour-usd", type=float, help="for the Telegram cost updates")
     ap.add_argument("--cost-every-h", type=float, default=1.0, help="hours between Telegram cost updates")
+    ap.add_argument("--venv", type=Path, help="run --setup and --cmd in this venv (created when missing)")
+    ap.add_argument("--logdir", type=Path, action="append", default=[],
+                    help="where the job writes TensorBoard/CSV logs, when not under --cwd (repeatable)")
     ap.add_argument("--ack-wait-s", type=float, default=0.0,
                     help="after a failed --setup, wait this long for RUN_DIR/.verdict-read before exiting")
     args = ap.parse_args(argv)
@@ -398,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jobrun: {exc}", file=sys.stderr)
         write_status(run_dir, state="failed", reason=str(exc), exit_code=None, log_tail=[str(exc)])
         return 2
+    (run_dir / "stop_reason").unlink(missing_ok=True)  # an earlier run's on this folder
     stop = Stop(max(args.grace_s, 0.0))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop.request)
@@ -420,20 +437,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     metrics = Metrics(run_dir / "metrics.jsonl", {"pid": os.getpid(), "command": args.cmd,
                                                    "gpus": int(env["GPUCLI_GPUS"])})
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    tail = terminal.Tail(TAIL_LINES)
     alerts = Alerts(load_notifier(env), env["GPUCLI_RUN"], args.price_per_hour_usd, args.cost_every_h)
     metrics.alerts = alerts
     alerts.started(args.cmd)
 
     def finish(state: str, reason: str, code: int | None) -> int:
-        fields: dict[str, Any] = {"reason": reason, "exit_code": code, "step": metrics.step,
+        if reason == "signal":
+            reason = stop_reason(run_dir)
+        fields: dict[str, Any] = {"reason": reason, "state": state, "story": story(state, reason),
+                                  "exit_code": code, "step": metrics.step,
                                   "train_loss": metrics.loss, "val_loss": metrics.val_loss,
                                   "best_val_loss": metrics.best_val, "elapsed_s": time.time() - started}
         if state == "failed":
             fields["log_tail"] = list(tail)
         metrics.event("finished", **fields)
         metrics.close()
-        write_status(run_dir, state=state, reason=reason, exit_code=code, step=metrics.step,
+        write_status(run_dir, state=state, reason=reason, story=fields["story"], exit_code=code, step=metrics.step,
                      **({"log_tail": list(tail)} if state == "failed" else {}))
         alerts.finished(state, reason, metrics.step, metrics.loss, list(tail))
         if reason.startswith("setup") and args.ack_wait_s > 0:
@@ -442,11 +462,18 @@ def main(argv: list[str] | None = None) -> int:
             deadline = time.monotonic() + args.ack_wait_s
             while time.monotonic() < deadline and not (run_dir / ".verdict-read").exists():
                 time.sleep(0.1)
-        if reason == "signal" or code == 0:
+        if reason == "signal" or reason.startswith("stopped ") or code == 0:
             return 0
         return code if code and code > 0 else 1
 
     with open(run_dir / "train.log", "ab") as log:
+        if args.venv is not None:
+            write_status(run_dir, state="running", phase="setup", pid=os.getpid())
+            why = use_venv(args.venv.expanduser().resolve(), env, with_pip=bool(args.setup))
+            if why is not None:
+                tail.add(why)
+                return finish("failed", f"setup {why}", None)
+            log.write(f"[gpucli] environment: {args.venv}\n".encode())
         if args.setup:
             marker, digest = setup_marker(run_dir, args.setup)
             done = marker.exists() and marker.read_text().strip() == digest
@@ -457,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
                 if stop.requested_at is not None:
                     return finish("finished", "signal", code)
                 if code != 0:
-                    return finish("failed", "setup " + exit_reason(code), code)
+                    return finish("failed", "setup " + exit_reason(code, tail), code)
                 marker.write_text(digest + "\n")
                 metrics.event("setup_done", elapsed_s=time.time() - started)
         if stop.requested_at is not None:
@@ -465,13 +492,14 @@ def main(argv: list[str] | None = None) -> int:
         write_status(run_dir, state="running", phase="run", pid=os.getpid())
         log.write(f"[gpucli] run: {args.cmd}\n".encode())
         log.flush()
+        frames = framefiles.FrameworkFiles([cwd, *[(cwd / d).resolve() for d in args.logdir]], since=started - 2)
         code = pump(args.cmd, cwd=cwd, env=env, log=log, metrics=metrics, stop=stop, tail=tail, parser=parser,
-                    job_metrics=JobMetricsFile(job_metrics_path))
+                    feeds=Feeds(JobMetricsFile(job_metrics_path), frames))
     if stop.requested_at is not None:
         return finish("finished", "signal", code)
     if code == 0:
         return finish("finished", "exit 0", 0)
-    return finish("failed", exit_reason(code), code)
+    return finish("failed", exit_reason(code, tail), code)
 
 
 if __name__ == "__main__":

@@ -61,13 +61,19 @@ _NANOGPT_ITER = re.compile(
 _NANOGPT_EVAL = re.compile(rf"^step (?P<step>\d+): train loss (?P<loss>{_NUM}), val loss (?P<val>{_NUM})")
 # nanochat scripts/base_train.py
 _NANOCHAT_STEP = re.compile(rf"^step (?P<step>\d+)/(?P<total>\d+) \((?P<pct>{_NUM})%\) \| loss: (?P<loss>{_NUM})")
-_NANOCHAT_FIELD = re.compile(r"\|\s*(?P<key>lrm|dt|tok/sec|mfu|epoch):\s*(?P<val>[-+0-9.,eE]+)")
+# (recent versions print "bf16_mfu: 47.31" and "epoch: 1 pq: 3 rg: 7")
+_NANOCHAT_FIELD = re.compile(r"\|\s*(?P<key>lrm|dt|tok/sec|(?:[a-z0-9]+_)?mfu|epoch):\s*(?P<val>[-+0-9.,eE]+)")
 _NANOCHAT_VAL = re.compile(rf"^Step (?P<step>\d+) \| Validation bpb: (?P<bpb>{_NUM})")
 # tqdm: "[desc: ]NN%|bar| n/total [elapsed<remaining, rate, k=v, ...]" (total "?" when unknown)
 _TQDM = re.compile(r"^(?:(?P<desc>[^|]*?):\s*)?(?:(?P<pct>\d+)%\|[^|]*\|\s*)?(?P<n>\d+)/(?P<total>\d+|\?)\s*"
                    r"\[(?P<inside>[^\]]*)\]")
 _LIGHTNING_EPOCH = re.compile(r"^Epoch (?P<epoch>\d+)$")
 _KV = re.compile(rf"(?P<key>[A-Za-z_][\w/.]*)=(?P<val>{_NUM})(?=[,\s\]]|$)")
+# Lightning's RichProgressBar: "Epoch 3/3  ━━━━━━ 8/8 0:00:00 • 0:00:00 21.91it/s v_num: 0 train_loss: 2.952"
+# (metrics that do not fit go on the lines below: "   val_loss: 2.340")
+_RICH_EPOCH = re.compile(r"^Epoch (?P<epoch>\d+)(?:/(?:\d+|\?))?\s+[━╸╺╾╼─\-\s]*?(?P<n>\d+)/(?P<total>\d+|\?)\b(?P<rest>.*)$")
+_RICH_KV = re.compile(rf"(?P<key>[A-Za-z_][\w/.]*):\s*(?P<val>{_NUM})(?=\s|$)")
+_RICH_MORE = re.compile(rf"^(?:[A-Za-z_][\w/.]*:\s*(?:{_NUM})\s*)+$")
 # Hugging Face Trainer's str(logs): a Python dict repr, values numbers or formatted numbers
 _HF_PAIR = re.compile(rf"'(?P<key>[^']+)':\s*(?:'(?P<q>{_NUM})'|(?:tensor\(|np\.float\d*\()?(?P<v>{_NUM}))")
 
@@ -165,7 +171,11 @@ class LogParser:
         self.pl_last_n = 0
         self.pl_total: int | None = None
         self.pl_step: int | None = None
+        self.pl_step_now: int | None = None
+        self.pl_held: Row | None = None  # the Lightning train row of the count the bar shows now
         self.pl_val: float | None = None
+        self.hf_pending: list[Row] = []  # HF rows waiting for the bar redraw that carries their step
+        self.rich_bar = False  # the last line was Lightning's rich bar: "key: value" lines below are its
 
     def feed(self, line: str) -> list[Row]:
         text = line.strip()
@@ -176,11 +186,25 @@ class LogParser:
             rows = self._user(text)
             if rows:
                 return rows
-        for parse in (self._nanogpt, self._nanochat, self._json, self._hf_dict, self._tqdm):
+        rich, self.rich_bar = self.rich_bar, False
+        if rich and _RICH_MORE.match(text):
+            self.rich_bar = True
+            return self._lightning_metrics(self.pl_step_now, _rich_metrics(text), self.pl_epoch or 0)
+        for parse in (self._nanogpt, self._nanochat, self._json, self._hf_dict, self._tqdm, self._rich):
             rows = parse(text)
             if rows is not None:
                 return rows
         return []
+
+    def flush(self) -> list[Row]:
+        """Rows still held back at the end of the output (a Hugging Face log line with no bar after it)."""
+        rows, self.hf_pending = self.hf_pending, []
+        for row in rows:
+            row["step"] = self.hf_step if self.hf_step is not None else row["step"]
+        if self.pl_held is not None:
+            rows.append(self.pl_held)
+            self.pl_held = None
+        return rows
 
     # -- formats: each returns None when the line is not its format, else the rows (maybe []) -------
 
@@ -243,7 +267,7 @@ class LogParser:
                 key = f["key"]
                 if key == "tok/sec":
                     row["tok_per_s"] = v
-                elif key == "mfu":
+                elif key.endswith("mfu"):
                     row["mfu"] = v / 100
                 elif key == "dt":
                     row["dt_ms"] = v
@@ -283,15 +307,22 @@ class LogParser:
         rows: list[Row] = []
         if "loss" in values:
             self.hf_rows += 1
-            step = self.hf_step if self.hf_step is not None else self.hf_rows
+        # With a training bar, tqdm.write redraws it right after this line with the step the log is of
+        # (the bar drawn before may be stale: tqdm redraws at most every 0.1 s): wait for that redraw.
+        step = self.hf_step if self.hf_step is not None else self.hf_rows
+        if "loss" in values:
             row: Row = {"kind": "train", "step": step, "loss": values["loss"]}
             for key, name in (("learning_rate", "lr"), ("grad_norm", "grad_norm"), ("epoch", "epoch")):
                 if key in values:
                     row[name] = values[key]
             rows.append(row)
         if "eval_loss" in values:
-            step = self.hf_step if self.hf_step is not None else self.hf_rows
             rows.append({"kind": "val", "step": step, "val_loss": values["eval_loss"]})
+        for row in rows:
+            row["_held"] = True  # a step gpucli worked out: the framework's own files win over it
+        if rows and self.hf_total is not None:
+            self.hf_pending.extend(rows)
+            return []
         return rows
 
     def _tqdm(self, text: str) -> list[Row] | None:
@@ -302,7 +333,8 @@ class LogParser:
         n, total = int(m["n"]), m["total"]
         epoch = _LIGHTNING_EPOCH.match(desc)
         if epoch:
-            return self._lightning(int(epoch["epoch"]), n, None if total == "?" else int(total), m["inside"])
+            metrics = {k["key"]: v for k in _KV.finditer(m["inside"]) if (v := _float(k["val"])) is not None}
+            return self._lightning(int(epoch["epoch"]), n, None if total == "?" else int(total), metrics)
         if desc:
             return []  # a validation/test/other named bar
         # A bar without a description: Hugging Face's training bar is the first one (eval bars come later).
@@ -310,28 +342,54 @@ class LogParser:
             self.hf_total = total
         if total == self.hf_total:
             self.hf_step = n
+            rows, self.hf_pending = self.hf_pending, []
+            for row in rows:
+                row["step"] = n
+            return rows
         return []
 
-    def _lightning(self, epoch: int, n: int, total: int | None, inside: str) -> list[Row]:
+    def _rich(self, text: str) -> list[Row] | None:
+        m = _RICH_EPOCH.match(text)
+        if not m:
+            return None
+        self.rich_bar = True
+        total = m["total"]
+        return self._lightning(int(m["epoch"]), int(m["n"]), None if total == "?" else int(total),
+                               _rich_metrics(m["rest"]))
+
+    def _lightning(self, epoch: int, n: int, total: int | None, metrics: dict[str, float]) -> list[Row]:
         if self.pl_epoch is None:
             self.pl_epoch = epoch
         elif epoch != self.pl_epoch:
             self.pl_offset += self.pl_total if self.pl_total else self.pl_last_n
             self.pl_epoch = epoch
         self.pl_last_n, self.pl_total = n, total
-        step = self.pl_offset + n
-        metrics = {m["key"]: v for m in _KV.finditer(inside) if (v := _float(m["val"])) is not None}
+        self.pl_step_now = self.pl_offset + n
+        return self._lightning_metrics(self.pl_step_now if n > 0 else None, metrics, epoch)
+
+    def _lightning_metrics(self, step: int | None, metrics: dict[str, float], epoch: int) -> list[Row]:
         rows: list[Row] = []
+        if step is None:
+            return rows
         loss = next((metrics[k] for k in ("loss", "train_loss", "train_loss_step", "train_loss_epoch")
                      if k in metrics), None)
-        if loss is not None and step != self.pl_step and n > 0:
+        # The bar is redrawn when its count moves and again when the new loss is logged: the loss a step
+        # ended with is the last one drawn at that count, so a train row goes out when the count moves on.
+        if step != self.pl_step and self.pl_held is not None:
+            rows.append(self.pl_held)
+            self.pl_held = None
+        if loss is not None:
             self.pl_step = step
-            rows.append({"kind": "train", "step": step, "loss": loss, "epoch": float(epoch)})
+            self.pl_held = {"kind": "train", "step": step, "loss": loss, "epoch": float(epoch), "_held": True}
         val = next((metrics[k] for k in ("val_loss", "val_loss_epoch") if k in metrics), None)
         if val is not None and val != self.pl_val:
             self.pl_val = val
-            rows.append({"kind": "val", "step": step, "val_loss": val})
+            rows.append({"kind": "val", "step": step, "val_loss": val, "_held": True})
         return rows
+
+
+def _rich_metrics(text: str) -> dict[str, float]:
+    return {m["key"]: v for m in _RICH_KV.finditer(text) if (v := _float(m["val"])) is not None}
 
 
 class LossSpikes:

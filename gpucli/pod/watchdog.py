@@ -288,6 +288,29 @@ def last_progress(run_dir: Path, started: float) -> float:
     return latest
 
 
+def cap_words(max_hours: float | None, budget_usd: float | None, price: float | None) -> str:
+    """The cap that ends the run first, as it was given: ``max_hours 0.01 h`` or ``budget $5 at $2/h``
+    ("no cap" when there is none: never an error, this runs before the watch loop)."""
+    budget_h = budget_usd / price if budget_usd is not None and price else None
+    if budget_h is not None and (max_hours is None or budget_h < max_hours):
+        return f"budget ${budget_usd:g} at ${price:g}/h"
+    return f"max_hours {max_hours:g} h" if max_hours is not None else "no cap"
+
+
+def elapsed_words(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def say_stop(run_dir: Path, reason: str) -> None:
+    """Who stops the job and why, for its runner's end story (``jobrun.py`` reads it on SIGTERM)."""
+    try:
+        (run_dir / "stop_reason").write_text(reason + "\n")
+    except OSError:
+        pass
+
+
 def finished_reason(run_dir: Path) -> str | None:
     try:
         status = json.loads((run_dir / "status.json").read_text())
@@ -395,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     log(run_dir, f"watching process group {args.pgid} ({args.provider}); limit "
                  f"{'none' if max_hours is None else f'{max_hours:.3f} h'}; stall {args.stall_minutes:g} min")
     write_state(run_dir, state="watching", pgid=args.pgid)
+    cap = cap_words(args.max_hours, args.budget_usd, args.price_per_hour_usd)
     verdict = None
     while verdict is None:
         now = time.time()
@@ -403,17 +427,21 @@ def main(argv: list[str] | None = None) -> int:
             reason = finished_reason(run_dir)
             verdict = f"finished ({reason})" if reason else "crashed"
             break
-        idle = now - last_progress(run_dir, started)
+        progress = last_progress(run_dir, started)
         limit = (args.stall_minutes if seen_rows else max(args.stall_minutes, args.startup_minutes)) * 60
-        if idle > limit:
-            verdict = f"stalled (no metrics for {idle / 60:.1f} min)"
+        if now - progress > limit:
+            verdict = f"stalled (no metrics for {(now - progress) / 60:.1f} min)"
+            say_stop(run_dir, f"by watchdog: no metrics for {(now - progress) / 60:.1f} min")
             stop_group(run_dir, args.pgid, args.grace_s, ident)
             break
         if max_hours is not None and now - started >= max_hours * 3600:
             verdict = f"limit reached ({(now - started) / 3600:.3f} h)"
+            say_stop(run_dir, f"by cap: {cap} at {elapsed_words(now - started)}")
             stop_group(run_dir, args.pgid, args.grace_s, ident)
             break
-        time.sleep(args.poll_s)
+        # Wake for the nearest deadline (a cap, the stall limit), never later than --poll-s.
+        deadlines = [progress + limit] + ([started + max_hours * 3600] if max_hours is not None else [])
+        time.sleep(max(0.05, min(args.poll_s, min(deadlines) - time.time() + 0.05)))
     return finish(args, run_dir, str(verdict))
 
 

@@ -43,6 +43,8 @@ _KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)
 # Otherwise the first number that is not a rank or a shard index ("optim_000500_rank0.pt": 500).
 _NUMBER = re.compile(r"(?<![A-Za-z\d])(?<!rank)(?<!rank_)(?<!of)(?<!of_)(\d+)")
 _SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
+# What loggers write beside checkpoints (TensorBoard events, Lightning's CSV and hparams): never a checkpoint
+_LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def step_in_name(name: str) -> int | None:
     m = _KEYWORD_STEP.search(stem)
     if m:
         return int(m.group(1))
+    if re.fullmatch(r"version_\d+|v\d+|run_?\d+", stem):  # a logger's run folder (Lightning's version_0)
+        return None
     m = _NUMBER.search(stem)
     return int(m.group(1)) if m else None
 
@@ -89,7 +93,7 @@ def group_checkpoints(listing: Mapping[str, Any]) -> tuple[list[OwnCheckpoint], 
     loose: list[str] = []
     for rel in sorted(listing):
         parts = rel.split("/")
-        if any(_SKIP.search(p) for p in parts):
+        if any(_SKIP.search(p) for p in parts) or _LOGS.search(parts[-1]):
             continue
         for i, part in enumerate(parts):
             step = step_in_name(part)
@@ -148,16 +152,84 @@ def score(checkpoints: list[OwnCheckpoint], rows: Iterable[Mapping[str, Any]]) -
     return out
 
 
+@dataclass(frozen=True)
+class FrameworkBest:
+    """The best checkpoint as the framework itself recorded it (Hugging Face ``best_model_checkpoint``)."""
+
+    name: str | None  # the checkpoint's folder name ("checkpoint-30"), or
+    metric: float | None
+    source: str  # "checkpoint-40/trainer_state.json"
+    step: int | None = None  # its step (nanochat: the meta_NNNNNN.json with the lowest val_bpb)
+    what: str = "best_model_checkpoint"
+
+
+def newest_trainer_state(listing: Mapping[str, Any]) -> str | None:
+    """The ``trainer_state.json`` of the Hugging Face checkpoint with the highest step in a listing."""
+    states = [(step, rel) for rel in listing if rel.endswith("/trainer_state.json")
+              and (step := step_in_name(rel.split("/")[-2])) is not None]
+    return max(states)[1] if states else None
+
+
+def hf_best(text: str, source: str) -> FrameworkBest | None:
+    """``best_model_checkpoint`` and ``best_metric`` of a ``trainer_state.json`` (None when unset)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    best = data.get("best_model_checkpoint") if isinstance(data, dict) else None
+    if not isinstance(best, str) or not best.strip("/"):
+        return None
+    metric = data.get("best_metric")
+    return FrameworkBest(best.rstrip("/").rsplit("/", 1)[-1],
+                         float(metric) if isinstance(metric, (int, float)) else None, source)
+
+
+_NANOCHAT_META = re.compile(r"(?:^|/)meta_(\d+)\.json$")
+
+
+def nanochat_metas(listing: Mapping[str, Any]) -> list[str]:
+    """nanochat's ``meta_NNNNNN.json`` files that sit beside a ``model_NNNNNN.pt`` of the same step."""
+    out = []
+    for rel in listing:
+        m = _NANOCHAT_META.search(rel)
+        if m and f"{rel[: m.start() + (1 if rel[m.start()] == '/' else 0)]}model_{m.group(1)}.pt" in listing:
+            out.append(rel)
+    return sorted(out)
+
+
+def nanochat_best(metas: Mapping[str, str]) -> FrameworkBest | None:
+    """The step whose ``meta_NNNNNN.json`` has the lowest ``val_bpb`` (what nanochat logs each save)."""
+    best: tuple[float, int, str] | None = None
+    for rel, text in metas.items():
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        bpb, step = (data.get("val_bpb"), data.get("step")) if isinstance(data, dict) else (None, None)
+        if isinstance(bpb, (int, float)) and isinstance(step, int) and math.isfinite(bpb):
+            if best is None or (bpb, -step) < (best[0], -best[1]):
+                best = (float(bpb), step, rel)
+    return None if best is None else FrameworkBest(None, best[0], best[2], step=best[1], what="lowest val_bpb")
+
+
 def choose_checkpoint(listing: Mapping[str, Any], rows: Iterable[Mapping[str, Any]], *,
-                      now: float | None = None, min_age_s: float = 0.0) -> CheckpointChoice | None:
+                      now: float | None = None, min_age_s: float = 0.0,
+                      framework: FrameworkBest | None = None) -> CheckpointChoice | None:
     """What fetch-best brings back for own code, or None when there is nothing. ``now``/``min_age_s``:
     per-step checkpoints written less than ``min_age_s`` ago are left out (one may still be written);
-    the overwritten file is taken as it is (the job replaces it in one write, as nanoGPT's torch.save)."""
+    the overwritten file is taken as it is (the job replaces it in one write, as nanoGPT's torch.save).
+    ``framework``: the framework's own choice, taken when it is one of the checkpoints."""
     stepped, single = group_checkpoints(listing)
     if now is not None and min_age_s > 0:
         stepped = [c for c in stepped if now - c.mtime >= min_age_s]
     if stepped:
         scored = score(stepped, list(rows))
+        named = next((c for c in scored if framework is not None and (
+            c.name == framework.name if framework.name is not None else c.step == framework.step)), None)
+        if named is not None and framework is not None:
+            metric = f" {framework.metric:.4f}" if framework.metric is not None else ""
+            return CheckpointChoice(named, f"the framework's own record: {framework.what}{metric} in "
+                                    f"{framework.source}", tuple(scored))
         with_val = [c for c in scored if c.val_loss is not None]
         if with_val:
             best = min(with_val, key=lambda c: (c.val_loss, -(c.step or 0)))

@@ -9,6 +9,7 @@ last lines instead of waiting forever for rows that never come.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 PREPARE_PROGRESS = "prepare.jsonl"  # in the run folder: data preparation's progress rows
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 FIRST_STEP = "running the first step (on a GPU the first steps compile the model)"
 STARTING = "starting (loading Python and torch)"
 
@@ -93,8 +95,10 @@ class _Files:
                 rows, _ = parse_rows(data[:cut])
                 line = next((t for r in reversed(rows) if (t := prepare_line(r))), None)
             else:
-                line = next((ln.strip()[:200] for ln in reversed(data[:cut].decode(errors="replace").splitlines())
-                             if ln.strip()), None)
+                # a line as a terminal shows it: the last carriage-return segment, without colours
+                text = _ANSI.sub("", data[:cut].decode(errors="replace"))
+                line = next((seg.strip()[:200] for ln in reversed(text.split("\n"))
+                             if (seg := ln.rstrip("\r").rsplit("\r", 1)[-1]).strip()), None)
             if line:
                 self.last[name] = line
             offset += cut
@@ -104,7 +108,10 @@ class _Files:
     def activity(self, host: Host, rows: list[dict[str, Any]]) -> str | None:
         if any(r.get("kind") == "train" for r in rows):
             return None
-        if any(r.get("kind") == "event" and r.get("event") == "started" for r in rows):
+        started = next((r for r in rows if r.get("kind") == "event" and r.get("event") == "started"), None)
+        if started is not None:
+            if "command" in started:  # the user's own command (jobrun.py): its own last words, no compiling
+                return self.last_line(host, "train.log") or "running (no metrics yet)"
             return FIRST_STEP
         prep = self.last_line(host, PREPARE_PROGRESS, progress=True)
         log = self.last_line(host, "train.log")

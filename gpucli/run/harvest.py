@@ -27,14 +27,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import NotFoundError, TransferError
+from gpucli.errors import GpucliError, NotFoundError, TransferError
 from gpucli.run import untrusted
 from gpucli.run.checkpoints import (
     CheckpointInfo,
     best_checkpoint,
     choose_checkpoint,
     group_checkpoints,
+    hf_best,
     list_checkpoints,
+    nanochat_best,
+    nanochat_metas,
+    newest_trainer_state,
     newest_verified,
     same_files,
     sha256_of,
@@ -283,7 +287,19 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, p
     listing = host.list_files(root) if host.exists(root) else {}
     rows = read_all_rows(host, record.workdir)
     live = bool(trainer_alive(host, record))
-    choice = choose_checkpoint(listing, rows, now=time.time(), min_age_s=LIVE_MIN_AGE_S if live else 0.0)
+    framework = None
+    state = newest_trainer_state(listing)
+    metas = nanochat_metas(listing)
+    try:
+        if state is not None:  # a Hugging Face Trainer's: its own record of the best checkpoint
+            framework = hf_best(host.read_file(f"{root}/{state}").decode(errors="replace"), state)
+        elif metas:  # nanochat's: the val_bpb saved with each checkpoint
+            framework = nanochat_best({m: host.read_file(f"{root}/{m}").decode(errors="replace")
+                                       for m in metas[-200:]})
+    except (GpucliError, OSError):
+        framework = None
+    choice = choose_checkpoint(listing, rows, now=time.time(), min_age_s=LIVE_MIN_AGE_S if live else 0.0,
+                               framework=framework)
     if choice is None:
         raise NotFoundError(f"no checkpoint in {root} yet",
                             hint="the job writes them under --checkpoints (GPUCLI_CHECKPOINTS)")

@@ -29,6 +29,7 @@ from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.secretenv import resolve as secrets_present
 from gpucli.run.targets import get_target, open_host
+from gpucli.run.targets.local import local_gpus
 from gpucli.settings import watch_poll_s
 
 if TYPE_CHECKING:
@@ -135,6 +136,10 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
     provision = None
     if target.needs_gpu and resolved.gpu_id is None:
         raise UsageError(f"profile {req.profile} has no GPU; {target.name} pods need a GPU profile")
+    if req.provider == "local" and resolved.gpu_id is not None and not req.force:
+        if local_gpus() == 0:  # refused before anything starts: nothing is recorded, nothing costs
+            raise UsageError(f"profile {req.profile} needs a GPU ({resolved.gpu_name}) and this machine has none",
+                             hint="--profile cpu runs here on the CPU; --force launches anyway")
     if resolved.gpu_id is not None:
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import TransferError
+from gpucli.errors import GpucliError, TransferError
 from gpucli.run import procs, untrusted
 from gpucli.run.records import RunRecord, parse_iso
 
@@ -103,6 +103,7 @@ class RunStatus:
     projected_cost_usd: float | None = None
     eta_s: float | None = None
     finished_reason: str | None = None
+    story: str | None = None  # the user's own command's end in one line (jobrun.py): "failed (exit 1: ...)"
     process_alive: bool | None = None
     last_event: str | None = None
     log_tail: tuple[str, ...] = field(default_factory=tuple)
@@ -112,7 +113,9 @@ class RunStatus:
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,
-              now: dt.datetime | None = None, log_tail: tuple[str, ...] = ()) -> RunStatus:
+              now: dt.datetime | None = None, log_tail: tuple[str, ...] = (), phase: str | None = None) -> RunStatus:
+    """The run's state from its rows; ``phase``: the own-code runner's (``setup``/``run`` in its
+    status.json), so that a job installing or loading says so before its first metric."""
     train = [r for r in rows if r.get("kind") == "train"]
     vals = [r for r in rows if r.get("kind") == "val"]
     events = [r for r in rows if r.get("kind") == "event"]
@@ -141,7 +144,8 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
                                 record.limits.max_hours * price if record.limits.max_hours else None) if c]
             projected = max(projected, min(caps)) if caps else None
     failed_reason = str(finished.get("reason") or "") if finished is not None else ""
-    if finished is not None and failed_reason.startswith(("failed", "setup failed")):
+    if finished is not None and (finished.get("state") == "failed"
+                                 or failed_reason.startswith(("failed", "setup failed"))):
         state = "failed"  # the user's own command (gpucli/pod/jobrun.py) exited non-zero
         if not log_tail and isinstance(finished.get("log_tail"), list):
             log_tail = tuple(str(x) for x in finished["log_tail"])
@@ -152,7 +156,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
     elif alive is False:
         state = "failed" if not finished else "finished"
     elif alive:
-        state = "running" if train else "starting"
+        state = "running" if train or phase == "run" else "setting up" if phase == "setup" else "starting"
     else:
         state = record.status
     # nanochat logs bits per byte, not a loss: shown in the loss's place where no row has a loss
@@ -169,6 +173,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         tok_per_s=last.get("tok_per_s") if last else None, mfu=last.get("mfu") if last else None,
         elapsed_s=elapsed, cost_usd=cost, usd_per_hour=price, projected_cost_usd=projected, eta_s=eta,
         finished_reason=finished.get("reason") if finished else None, process_alive=alive,
+        story=str(finished["story"]) if finished and isinstance(finished.get("story"), str) else None,
         last_event=events[-1].get("event") if events else None, log_tail=log_tail)
 
 
@@ -198,7 +203,13 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
     rows = read_all_rows(host, record.workdir)
     alive = trainer_alive(host, record)
     tail = log_tail(host, record.workdir) if alive is False else ()
-    return summarize(record, rows, alive=alive, log_tail=tail)
+    phase = None
+    if alive and (record.launch or {}).get("own") and not any(r.get("kind") == "train" for r in rows):
+        try:
+            phase = json.loads(host.read_file(f"{record.workdir}/status.json")).get("phase")
+        except (GpucliError, OSError, ValueError, AttributeError):
+            phase = None
+    return summarize(record, rows, alive=alive, log_tail=tail, phase=phase)
 
 
 def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,
@@ -212,7 +223,14 @@ def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,
     :func:`trainer_alive` asks about the whole process group."""
     if not record.pid or not trainer_alive(host, record):
         return False
-    on_event(f"sending SIGTERM to the trainer (pid {record.pid}); it writes an emergency checkpoint")
+    own = bool((record.launch or {}).get("own"))
+    if own:  # the job's runner tells this apart from a cap or a provider's SIGTERM (its end story)
+        try:
+            host.write_file(f"{record.workdir}/stop_reason", b"by you\n", mode=0o644)
+        except (GpucliError, OSError):
+            pass
+    on_event(f"sending SIGTERM to the {'job' if own else 'trainer'} (pid {record.pid})"
+             + ("" if own else "; it writes an emergency checkpoint"))
     if procs.signal(host, record, record.pid, record.pid_ident, "TERM") != "sent":
         return False
     deadline = time.monotonic() + timeout_s

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import posixpath
 import select
 import shlex
 import signal
@@ -171,26 +172,48 @@ def _bind_probe(python: str, port: int) -> str:
     return f"{shlex.quote(python)} -c {shlex.quote(code)}"
 
 
-def ensure_remote_tensorboard(host: Host, record: RunRecord, *, port: int | None = None,
+def run_logdir(record: RunRecord, logdir: str | None = None) -> str:
+    """Where a run's TensorBoard events are, relative to its folder: the bundled trainer's ``tb``; for
+    your own code the code folder (TensorBoard finds ``runs/``, ``lightning_logs/``... under it), or
+    ``--logdir`` inside it."""
+    if not (record.launch or {}).get("own"):
+        return "tb"
+    sub = posixpath.normpath((logdir or ".").strip("/")) if logdir else "."
+    if sub.startswith("..") or posixpath.isabs(sub):
+        raise GpucliError(f"--logdir {logdir}: must be a folder inside the code folder")
+    return "code" if sub == "." else f"code/{sub}"
+
+
+EVENTS_PATTERN = "events.out.tfevents.*"
+
+
+def ensure_remote_tensorboard(host: Host, record: RunRecord, *, port: int | None = None, logdir: str = "tb",
                               on_event: Callable[[str], None] = lambda m: None) -> int:
-    """TensorBoard on the run's host, bound to 127.0.0.1, serving the run's ``tb/``; started (detached,
-    its pid and port kept in ``.tensorboard``) unless the one gpucli started before is still running.
-    ``port`` None: 6006 when free on the host, else any free one. Returns its port on the host."""
+    """TensorBoard on the run's host, bound to 127.0.0.1, serving ``logdir`` of the run's folder (the
+    trainer's ``tb/``); started (detached, its pid and port kept in ``.tensorboard``) unless the one
+    gpucli started before is still running. ``port`` None: 6006 when free on the host, else any free
+    one. Returns its port on the host."""
     state = f"{record.workdir}/{TB_STATE}"
     with contextlib.suppress(Exception):
         pid_s, port_s = host.read_file(state).decode().split()
         if host.is_running(int(pid_s)):
             on_event(f"TensorBoard already running on the host (port {port_s})")
             return int(port_s)
-    if not host.exists(f"{record.workdir}/tb"):
-        raise NotFoundError(f"the run has no TensorBoard events yet ({record.workdir}/tb)",
+    if logdir == "tb":  # the trainer's folder, made with its first logged step
+        found = host.exists(f"{record.workdir}/tb")
+    else:  # your own code's: wherever under the code folder its loggers write
+        found = bool(host.run(f"find {shlex.quote(f'{record.workdir}/{logdir}')} -name "
+                              f"{shlex.quote(EVENTS_PATTERN)} -print -quit 2>/dev/null",
+                              timeout_s=60, check=False).stdout.strip())
+    if not found:
+        raise NotFoundError(f"the run has no TensorBoard events yet ({record.workdir}/{logdir})",
                             hint="they appear with the first logged step")
     if port is None:
         if host.run(_bind_probe(record.python, REMOTE_TB_PORT), timeout_s=30, check=False).exit_code == 0:
             port = REMOTE_TB_PORT
         else:
             port = int(host.run(_bind_probe(record.python, 0), timeout_s=30).stdout)
-    cmd = shlex.join(tensorboard_argv(record.python, "tb", port))
+    cmd = shlex.join(tensorboard_argv(record.python, logdir, port))
     pid = host.start_detached(cmd, cwd=record.workdir, log_path=f"{record.workdir}/tensorboard.log")
     host.write_file(state, f"{pid} {port}\n".encode())
     on_event(f"started TensorBoard on the host (pid {pid}, port {port})")

@@ -106,12 +106,14 @@ for step in range(1, max_steps + 1):
         sys.stderr.write("\\n"); sys.stderr.flush()
         print(str({"loss": round(3.0 - step * 0.05, 4), "grad_norm": 1.25, "learning_rate": 5e-05 * (1 - step / max_steps),
                    "epoch": round(step / 20, 2)}), flush=True)
+        bar(step)  # tqdm.write redraws the bar after the line
     if step % 20 == 0:
         for k in range(3):  # the evaluation bar: another total, never the step
             sys.stderr.write(f"\\r{33 * (k + 1)}%|###| {k + 1}/3 [00:00<00:00, 30.00it/s]")
         sys.stderr.write("\\n"); sys.stderr.flush()
         print(str({"eval_loss": {20: 1.9, 40: 2.1}[step], "eval_runtime": 0.1, "eval_samples_per_second": 30.0,
                    "epoch": round(step / 20, 2)}), flush=True)
+        bar(step)
         d = os.path.join(ck, f"checkpoint-{step}")
         os.makedirs(d, exist_ok=True)
         open(os.path.join(d, "model.safetensors"), "wb").write(b"w" * step)

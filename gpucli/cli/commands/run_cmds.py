@@ -76,7 +76,7 @@ def launch(
                                "disk and checkpoints stay) or terminates the pod."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
     force: bool = typer.Option(False, "--force", help="Launch even when the provider's balance is below "
-                               "--budget (or the planned cost)."),
+                               "--budget (or the planned cost), or a GPU profile on a local machine without one."),
     mirror_checkpoints: bool = typer.Option(False, "--mirror-checkpoints",
                                             help="Stay attached and copy each new checkpoint to this machine."),
     recover: bool = typer.Option(False, "--recover", help="Stay attached, mirror checkpoints, and resume on a new "
@@ -163,9 +163,8 @@ def launch(
     catalog = load_catalog()
     if dry_run:
         resolved, job = lifecycle.plan(catalog, req, task)
-        render.launch_plan(resolved, json_=json_)
-        for line in job.describe():
-            render.info(line)
+        lines = job.describe()
+        render.launch_plan(resolved, json_=json_, task=lines if job.kind == "own" else None)
         return
     prepared = lifecycle.prepare(catalog, req, task=task)
     with render.status_line() as step:

@@ -12,6 +12,8 @@ def tensorboard(
                          autocompletion=run_names),
     port: int = typer.Option(6006, "--port", min=0, max=65535, help="Local port (default 6006; 0: any free one)."),
     json_: bool = typer.Option(False, "--json", help="Print the URL as one JSON line once TensorBoard answers."),
+    logdir: str = typer.Option(None, "--logdir", help="For your own code: the folder inside the code folder "
+                               "with the event files (default: the whole code folder)."),
 ) -> None:
     """TensorBoard for a run on localhost: started on the pod and tunnelled over its SSH, or local."""
     import subprocess
@@ -27,13 +29,14 @@ def tensorboard(
     from gpucli.run.targets import open_host
 
     record = runs.resolve(run)
-    local_dirs = [mirror_root(record.name) / "tb"]
+    sub = core.run_logdir(record, logdir)  # "tb", or the code folder (or --logdir in it) for your own code
+    local_dirs = [mirror_root(record.name) / "tb"] if sub == "tb" else []
     if record.provider == "local":
-        local_dirs.insert(0, Path(record.workdir).expanduser() / "tb")
+        local_dirs.insert(0, Path(record.workdir).expanduser() / sub)
     over = record.status in ("finished", "failed", "stopped")
-    if record.provider != "local" and not (over and local_dirs[0].is_dir()):
+    if record.provider != "local" and not (over and local_dirs and local_dirs[0].is_dir()):
         with open_host(record) as host:
-            remote_port = core.ensure_remote_tensorboard(host, record, on_event=render.info)
+            remote_port = core.ensure_remote_tensorboard(host, record, logdir=sub, on_event=render.info)
             with core.PortForward(core.transport_of(host), remote_port, local_port=port) as fwd:
                 url = f"http://127.0.0.1:{fwd.port}/"
                 core.url_ready(url, what="TensorBoard on the host")
@@ -41,17 +44,18 @@ def tensorboard(
                 shown.tensorboard_ready(url, f"run {record.name} (on the host, tunnelled over SSH)")
                 fwd.wait()
         return
-    logdir = next((d for d in local_dirs if d.is_dir()), None)
-    if logdir is None:
+    found = next((d for d in local_dirs if d.is_dir() and (sub == "tb" or any(d.rglob(core.EVENTS_PATTERN)))), None)
+    if found is None:
         raise NotFoundError(f"no TensorBoard events for run {record.name} on this machine",
-                            hint="the run writes them to its tb/ folder from the first logged step")
+                            hint="the run writes them to its tb/ folder from the first logged step" if sub == "tb"
+                            else "your code writes them (SummaryWriter, a TensorBoard logger) under its folder")
     port = port or core.free_local_port()
-    proc = subprocess.Popen(core.tensorboard_argv(sys.executable, str(logdir), port),
+    proc = subprocess.Popen(core.tensorboard_argv(sys.executable, str(found), port),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/"
         core.url_ready(url, what="TensorBoard", alive=lambda: proc.poll() is None)
-        (render_json if json_ else render).tensorboard_ready(url, f"run {record.name} ({logdir})")
+        (render_json if json_ else render).tensorboard_ready(url, f"run {record.name} ({found})")
         proc.wait()
     finally:
         core.stop_server(proc)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ Layout on the host (``wd`` is the run's folder)::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 EventFn = Callable[[str], None]
 
 POD = Path(__file__).resolve().parents[2] / "pod"
-JOB_FILES = ("jobrun.py", "logparse.py")
+JOB_FILES = ("jobrun.py", "logparse.py", "terminal.py", "framefiles.py", "jobalerts.py")
 BIG_FILE_BYTES = 100 << 20  # code folders hold code: bigger files (weights, data) are left out of the sync
 GRACE_MARGIN_S = 10.0  # the job's grace ends this long before the watchdog's (and down's) SIGKILL
 DOWN_TIMEOUT_S = 120.0  # gpucli down's wait for the trainer (gpucli.run.monitor.stop_trainer)
@@ -81,7 +82,8 @@ class OwnCode:
         lines = [f"task: {t.source}" if t.source else "task: from the command line", f"code: {code}",
                  f"run: {t.run}", f"setup: {t.setup or '-'}", f"checkpoints: {self.checkpoints}/",
                  f"data: {t.data.resolve() if t.data else '-'}",
-                 f"metrics: console lines{' + ' + t.metrics_regex if t.metrics_regex else ''} + $GPUCLI_METRICS",
+                 f"metrics: TensorBoard events, trainer_state.json and metrics.csv under the code folder, console "
+                 f"lines{' + ' + t.metrics_regex if t.metrics_regex else ''}, $GPUCLI_METRICS",
                  f"grace: {self.grace_s:g} s between SIGTERM and SIGKILL"]
         if t.env:
             lines.append("env: " + ", ".join(k for k, _ in t.env) + " (in the 0600 env file)")
@@ -264,7 +266,21 @@ def job_command(resolved: ResolvedLaunch, own: OwnCode) -> str:
         args += ["--price-per-hour-usd", f"{resolved.limits.price_per_hour_usd:g}"]
     if resolved.gpu_id is None:
         args += ["--gpus", "0"]  # a CPU profile: the host's GPUs are not this run's
+    venv = venv_dir(resolved, task)
+    if venv is not None:
+        args += ["--venv", venv]
     return " ".join(shlex.quote(a) for a in args)
+
+
+def venv_dir(resolved: ResolvedLaunch, task: Task) -> str | None:
+    """The job's own environment on a local or SSH host: one per code folder (and Python), reused by
+    every run of that folder, beside the run folders (``<runs>/.venvs/<hash>``). None on a pod: a
+    pod's image Python is the job's, as it is the trainer's."""
+    if resolved.provider not in ("local", "ssh"):
+        return None
+    source = f"{task.code.url}@{task.code.ref or ''}" if isinstance(task.code, GitCode) else str(task.code.resolve())
+    digest = hashlib.sha256(f"{source}\0{resolved.python}".encode()).hexdigest()[:16]
+    return f"{posixpath.dirname(resolved.workdir.rstrip('/'))}/.venvs/{digest}"
 
 
 def code_excludes(root: Path, on_event: Callable[[str], None]) -> list[str]:
@@ -406,7 +422,8 @@ def wait_for_setup(host: Host, workdir: str, alive: Callable[[], bool], *, timeo
             except (GpucliError, OSError):
                 pass
             lines = "\n".join(st.log_tail[-10:])
-            raise GpucliError(f"{st.reason or 'setup failed'}; its last lines:\n{lines}")
+            what = (st.reason or "").removeprefix("setup ")
+            raise GpucliError(f"--setup failed ({what or 'no reason given'}); its last lines:\n{lines}")
         if st.state == "finished" or st.phase == "run":
             return
         if not alive():

@@ -244,6 +244,18 @@ class LocalHost:
         return DownloadStats(st.st_size, st.st_size, 0, time.monotonic() - started, got)
 
 
+def local_gpus() -> int:
+    """GPUs this machine has: ``nvidia-smi -L`` lines (0 when there is no driver), or an AMD GPU's
+    ``/dev/kfd`` with ``rocm-smi``."""
+    if shutil.which("nvidia-smi"):
+        try:
+            res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return 0
+        return sum(1 for line in res.stdout.splitlines() if line.startswith("GPU ")) if res.returncode == 0 else 0
+    return 1 if Path("/dev/kfd").exists() and shutil.which("rocm-smi") else 0
+
+
 class LocalTarget(NoPod):
     name = "local"
     describe = "this machine"

@@ -79,7 +79,7 @@ def test_failing_command_is_failed_with_its_last_lines(capsys, tmp_path):
     assert code == 0, err  # the command fails after the launch returned
     finished_rows(capsys, "own-fail")
     st = status_json(capsys, "own-fail")
-    assert st["state"] == "failed" and st["finished_reason"] == "failed (exit 1)"
+    assert st["state"] == "failed" and st["story"] == "failed (exit 1: RuntimeError: CUDA out of memory (pretend))"
     assert any("CUDA out of memory (pretend)" in line for line in st["log_tail"])
     assert runs.load("own-fail").status == "failed"
     code, out, err = cli(capsys, "status", "own-fail")
@@ -116,7 +116,8 @@ def test_task_file_with_cli_override_and_dry_run(capsys, tmp_path):
                                     "limits: {hours: 2}\n")
     code_rc, out, err = cli(capsys, "launch", str(code / "task.yaml"), "--name", "from-cli", "--dry-run")
     assert code_rc == 0, err
-    assert "from-cli" in out and "checkpoints: out/" in err and "MY_SETTING" in err and "Dry run" in out
+    assert "from-cli" in out and "checkpoints: out/" in out and "MY_SETTING" in out and "Dry run" in out
+    assert "run.yaml" not in out and "model tiny" not in out and "steps of" not in out  # the trainer's, not this
     assert not (runs.runs_dir() / "from-cli.json").exists()
     code_rc, out, err = cli(capsys, "launch", str(code / "task.yaml"), "--name", "from-cli")
     assert code_rc == 0, err
@@ -176,7 +177,7 @@ def test_telegram_from_the_pod(capsys, tmp_path, telegram_emulator):
     assert emu.wait_for(lambda e: len(e.messages) >= 2, timeout=20)
     texts = emu.texts()
     assert any("own-tg" in t and "started" in t for t in texts)
-    assert any("failed (exit 1)" in t and "CUDA out of memory (pretend)" in t for t in texts), texts
+    assert any("exit 1: RuntimeError: CUDA out of memory (pretend)" in t for t in texts), texts
     record_text = (runs.runs_dir() / "own-tg.json").read_text()
     assert "placeholder-bot-token" not in record_text
     assert "placeholder-bot-token" not in (Path(runs.load("own-tg").workdir) / "console.log").read_text()
@@ -191,4 +192,34 @@ def test_watch_ends_on_a_failed_job_instead_of_resuming_it(capsys, tmp_path):
     finished_rows(capsys, "own-watch")
     how = lifecycle.watch("own-watch", load_catalog(), mirror=True, recover=True, poll_s=0.2, sleep=lambda s: None)
     assert how == "ended" and runs.load("own-watch").status == "failed"
-    assert runs.load("own-watch").end_reason == "failed (exit 1)"
+    assert runs.load("own-watch").end_reason == "exit 1: RuntimeError: CUDA out of memory (pretend)"
+
+
+def test_down_says_stopped_by_you_and_no_emergency_checkpoint(capsys, tmp_path):
+    code, out, err = launch_own(capsys, tmp_path, "graceful", "own-down", "--provider", "local")
+    assert code == 0, err
+    wait_for(lambda: len(train_losses(rows_of(capsys, "own-down"))) >= 3, 60, "rows")
+    code, out, err = cli(capsys, "down", "own-down")
+    assert code == 0, err
+    assert "job stopped" in out + err and "emergency checkpoint" not in out + err  # the trainer's words
+    finished_rows(capsys, "own-down")
+    assert status_json(capsys, "own-down")["story"] == "stopped by you"
+
+
+def test_the_job_runs_in_a_venv_of_its_own_reused_by_its_code_folder(capsys, tmp_path):
+    import sys
+
+    code = tmp_path / "venvcode"
+    code.mkdir()
+    probe = "import os, sys; print(sys.prefix, os.environ.get('VIRTUAL_ENV'), flush=True)"
+    prefixes = []
+    for name in ("own-venv-1", "own-venv-2"):
+        rc, out, err = cli(capsys, "launch", "--code", str(code), "--run", f"python -c \"{probe}\"", "--name", name,
+                           "--provider", "local")
+        assert rc == 0, err
+        finished_rows(capsys, name)
+        log = (Path(runs.load(name).workdir) / "train.log").read_text()
+        prefix, venv = log.strip().splitlines()[-1].split()
+        prefixes.append(prefix)
+        assert prefix == venv and Path(prefix).parent.name == ".venvs" and prefix != sys.prefix
+    assert prefixes[0] == prefixes[1]  # one per code folder, reused

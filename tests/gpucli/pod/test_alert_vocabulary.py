@@ -1,6 +1,6 @@
 """One alert vocabulary: the trainer's list (trainer/spec/alerts.py), the copy the pod's job runner keeps
-(it is standard library only and cannot import the trainer), the names each of them sends, and the
-CLI's listing are the same words."""
+(it is standard library only and cannot import the trainer; its sender is gpucli/pod/jobalerts.py), the
+names each of them sends, and the CLI's listing are the same words."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _sent_events(path: Path) -> set[str]:
 
 
 def test_the_job_runner_and_the_trainer_send_only_listed_events():
-    for path in (ROOT / "gpucli" / "pod" / "jobrun.py", ROOT / "trainer" / "watch" / "notify.py"):
+    for path in (ROOT / "gpucli" / "pod" / "jobalerts.py", ROOT / "trainer" / "watch" / "notify.py"):
         sent = _sent_events(path)
         assert sent, f"no event names found in {path.name}: the check reads nothing"
         assert sent <= set(EVENTS), f"{path.name} sends {sorted(sent - set(EVENTS))}, not in trainer/spec/alerts.py"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,7 +111,8 @@ def test_a_failing_setup_ends_with_its_last_lines_and_never_runs_the_command(job
     res = job.run("touch ran", "--setup", "echo collecting torch; echo 'ERROR: No matching distribution'; exit 3")
     assert res.returncode == 3
     status = job.status()
-    assert status["state"] == "failed" and status["reason"] == "setup failed (exit 3)"
+    assert status["state"] == "failed" and status["reason"] == "setup exit 3"
+    assert status["story"] == "failed (setup exit 3)"
     assert status["log_tail"][-1] == "ERROR: No matching distribution"
     assert job.events("finished")[-1]["log_tail"][-1] == "ERROR: No matching distribution"
     assert not (job.code / "ran").exists()
@@ -121,7 +123,8 @@ def test_a_failing_command_is_failed_with_its_last_lines(job):
     res = job.run(f"python {script}")
     assert res.returncode == 1
     status = job.status()
-    assert status["state"] == "failed" and status["reason"] == "failed (exit 1)"
+    assert status["state"] == "failed" and status["reason"] == "exit 1: RuntimeError: CUDA out of memory (pretend)"
+    assert status["story"] == "failed (exit 1: RuntimeError: CUDA out of memory (pretend))"
     assert status["log_tail"][-1] == "RuntimeError: CUDA out of memory (pretend)"
     assert "loading shard 7" in status["log_tail"]
     assert job.kind("train")[0]["loss"] == 5.0  # what it logged before failing is kept
@@ -201,4 +204,18 @@ def test_the_watchdog_hours_cap_stops_the_job_through_jobrun(job):
     assert proc.wait(timeout=5) == 0
     assert "limit reached" in (job.run_dir / "watchdog.json").read_text()
     assert list((job.code / "checkpoints").glob("emergency_step_*.pt"))
-    assert job.events("finished")[-1]["reason"] == "signal"
+    # the watchdog said why before it signalled: the runner's end story names the cap
+    assert re.fullmatch(r"stopped by cap: max_hours 0\.000833333 h at [3-8] s", job.events("finished")[-1]["reason"])
+
+
+def test_setup_installs_into_the_jobs_venv_never_into_this_python(job, tmp_path):
+    import sys
+
+    venv = tmp_path / "venvs" / "abc"
+    res = job.run("python -c 'import sys; print(\"prefix\", sys.prefix)'", "--venv", str(venv),
+                  "--setup", "pip --version; python -m pip --version")
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = (job.run_dir / "train.log").read_text()
+    pips = [line for line in log.splitlines() if line.startswith("pip ")]
+    assert len(pips) == 2 and all(str(venv) in line for line in pips), pips  # pip of the venv, both ways
+    assert f"prefix {venv}" in log and sys.prefix != str(venv)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from gpucli.run.checkpoints import choose_checkpoint, group_checkpoints, step_in_name
 from gpucli.ssh import RemoteFile
 
@@ -70,3 +72,45 @@ def test_a_checkpoint_still_being_written_is_left_out():
     files = {**listing("step_1.pt", mtime=100), **listing("step_2.pt", mtime=199)}
     choice = choose_checkpoint(files, [val(1, 1.0), val(2, 0.5)], now=200, min_age_s=5)
     assert choice.checkpoint.name == "step_1.pt"
+
+
+def test_the_frameworks_own_record_of_the_best():
+    from gpucli.run.checkpoints import hf_best, nanochat_best, nanochat_metas, newest_trainer_state
+
+    hf = {f"checkpoint-{s}/{f}": (10, 1.0) for s in (10, 20, 30) for f in ("model.safetensors", "trainer_state.json")}
+    hf["runs/Nov25_01-08-10_vm/events.out.tfevents.1.vm.1.0"] = (10, 1.0)  # TensorBoard's: never a checkpoint
+    assert newest_trainer_state(hf) == "checkpoint-30/trainer_state.json"
+    best = hf_best('{"best_model_checkpoint": "out/checkpoint-20", "best_metric": 3.2}', "checkpoint-30/trainer_state.json")
+    rows = [{"kind": "val", "step": 30, "val_loss": 1.0}]  # the logged rows would say 30
+    choice = choose_checkpoint(hf, rows, framework=best)
+    assert choice.checkpoint.name == "checkpoint-20" and "best_model_checkpoint 3.2000" in choice.reason
+    assert all("tfevents" not in f for c in choice.candidates for f in c.files)
+
+    nano = {f"{k}_{s:06d}{ext}": (10, 1.0) for s in (5, 10, 15) for k, ext in (("model", ".pt"), ("meta", ".json"))}
+    metas = nanochat_metas(nano)
+    assert metas == ["meta_000005.json", "meta_000010.json", "meta_000015.json"]
+    best = nanochat_best({m: json.dumps({"step": int(m[5:11]), "val_bpb": {5: 1.1, 10: 0.8, 15: 0.9}[int(m[5:11])]})
+                          for m in metas})
+    choice = choose_checkpoint(nano, [], framework=best)
+    assert choice.checkpoint.step == 10 and "val_bpb 0.8000" in choice.reason
+
+
+def test_lightning_logger_folders_are_not_checkpoints():
+    listing = {"lightning_logs/version_0/events.out.tfevents.1.vm.1.0": (10, 1.0),
+               "lightning_logs/version_0/hparams.yaml": (10, 1.0), "lightning_logs/version_0/metrics.csv": (10, 1.0),
+               "epoch=0-step=8.ckpt": (10, 1.0), "epoch=2-step=24.ckpt": (10, 2.0)}
+    rows = [{"kind": "val", "step": 7, "val_loss": 2.8}, {"kind": "val", "step": 23, "val_loss": 2.3}]
+    choice = choose_checkpoint(listing, rows)
+    assert [c.name for c in choice.candidates] == ["epoch=0-step=8.ckpt", "epoch=2-step=24.ckpt"]
+    assert choice.checkpoint.name == "epoch=2-step=24.ckpt"
+
+
+def test_checkpoints_inside_lightning_version_folders():
+    # fetch-best --checkpoints lightning_logs: ModelCheckpoint's default place is version_N/checkpoints/
+    listing = {"version_0/events.out.tfevents.1.vm.1.0": (10, 1.0), "version_0/hparams.yaml": (10, 1.0),
+               "version_0/checkpoints/epoch=1-step=16.ckpt": (10, 1.0),
+               "version_0/checkpoints/epoch=3-step=32.ckpt": (10, 2.0)}
+    choice = choose_checkpoint(listing, [{"kind": "val", "step": 15, "val_loss": 2.0},
+                                         {"kind": "val", "step": 31, "val_loss": 2.5}])
+    assert [c.step for c in choice.candidates] == [16, 32]
+    assert choice.checkpoint.files == ("version_0/checkpoints/epoch=1-step=16.ckpt",)
