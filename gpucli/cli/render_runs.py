@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from gpucli.run.control import DownResult
     from gpucli.run.follow import TailUpdate
     from gpucli.run.harvest import FetchResult, MirrorResult
-    from gpucli.run.launch import ResolvedLaunch
     from gpucli.run.lifecycle import Notice
     from gpucli.run.monitor import RunStatus
     from gpucli.run.records import RunRecord
@@ -65,128 +64,6 @@ def status_line() -> Iterator[Any]:
         err().print(f"[dim]{time.monotonic() - started:6.1f}s[/] {message}", highlight=False, markup=True)
 
     yield step
-
-
-def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None) -> None:
-    """``launch --dry-run``: the machine, price and limits; then the trainer's plan and run.yaml, or, for
-    your own code (``task``: its resolved lines), the command and the task."""
-    if task is not None:
-        _own_plan(r, task, json_=json_)
-        return
-    data = {
-        "run": r.name, "provider": r.provider, "profile": r.profile, "phase": r.phase, "model": r.model.name,
-        "params": r.model.num_params(), "vocab_size": r.model.vocab_size, "gpu": r.gpu_name, "n_gpus": r.n_gpus, "fit": r.fit, "micro_batch": r.micro_batch,
-        "grad_accum": r.grad_accum, "batch_note": r.batch_note, "steps": r.steps, "seq_len": r.seq_len, "workdir": r.workdir,
-        "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
-        "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
-    }
-    volume = _planned_volume(r) if r.volume else None
-    if volume is not None:
-        data["volume"] = volume
-    if json_:
-        json_out(data)
-        return
-    import yaml
-
-    o = out()
-    o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
-            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
-            + (f"your own code ({r.planned.source})" if r.own_code and r.planned.tokens_per_s is None else
-               f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params" if r.own_code else
-               f"model {r.model.name} ({r.model.num_params() / 1e6:,.0f}M params, vocabulary {r.model.vocab_size}), "
-               f"{r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
-               f"sequences of {r.seq_len} tokens ({r.fit})"))
-    if r.batch_note:
-        o.print(f"batch: {r.batch_note}", markup=False, highlight=False)
-    if r.price_per_hour_usd:
-        o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps or '-'}, hours "
-                f"{r.limits.max_hours or '-'}, budget {money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, "
-                f"stall {r.limits.stall_minutes:g} min")
-    if r.planned.hours is not None:
-        o.print(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
-                + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
-                + f" [dim]({r.planned.source})[/]")
-    if volume is not None:
-        o.print(_planned_volume_line(volume), markup=False, highlight=False)
-    for line in _disk_lines(r):
-        o.print(line, markup=False, highlight=False)
-    o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
-    o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
-    o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
-
-
-def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
-    if json_:
-        json_out({"run": r.name, "provider": r.provider, "profile": r.profile, "gpu": r.gpu_name,
-                  "n_gpus": r.n_gpus, "workdir": r.workdir, "price_per_hour_usd": r.price_per_hour_usd,
-                  "limits": r.limits, "command": r.command, "task": task})
-        return
-    o = out()
-    o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
-            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), your own code")
-    limits = (f"limits: hours {r.limits.max_hours or '-'}, budget "
-              f"{money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, stall {r.limits.stall_minutes:g} min")
-    o.print((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits,
-            markup=False, highlight=False)
-    o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
-    for line in task:
-        o.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def _planned_volume(r: ResolvedLaunch) -> dict[str, Any]:
-    from gpucli.cloud.runpod import volume_usd_per_month
-
-    size = r.volume_size_gb
-    return {"name": r.volume, "create_size_gb": size,
-            "create_usd_per_month": round(volume_usd_per_month(size), 2) if size else None}
-
-
-def _planned_volume_line(v: dict[str, Any]) -> str:
-    if not v["create_size_gb"]:
-        return f"network volume {v['name']} at /workspace (it must exist): run folder, checkpoints, prepared data"
-    return (f"network volume {v['name']}: attached if your RunPod account has one of that name, else created "
-            f"({v['create_size_gb']} GB in the data centre of the chosen GPU, ${v['create_usd_per_month']:.2f}/month "
-            f"at RunPod's published price); kept after the run (it holds the data) until you delete it")
-
-
-def _disk_dict(r: ResolvedLaunch) -> dict[str, Any] | None:
-    d = r.disk
-    if d is None:
-        return None
-    c = d.checkpoints
-    return {"weights_gb": c.weights_gb, "optimizer_gb": c.optimizer_gb, "per_rank_optimizer_gb": c.per_rank_optimizer_gb,
-            "checkpoint_gb": c.checkpoint_gb, "keep_last": d.keep_last, "checkpoints_at_once": c.at_once,
-            "checkpoints_gb": c.disk_gb, "data_gb": d.data_gb, "headroom_gb": d.headroom_gb, "need_gb": d.need_gb,
-            "have_gb": d.have_gb, "where": d.where, "fits": d.fits, "checkpoints_written": d.written,
-            "checkpoints_written_note": d.written_note, "all_kept_gb": d.all_kept_gb}
-
-
-def _disk_lines(r: ResolvedLaunch) -> list[str]:
-    """The dry run's checkpoint and disk lines: what one checkpoint is, how many the keep-policy holds,
-    and the disk that needs against the disk there is."""
-    d = r.disk
-    if d is None:
-        return []
-    c = d.checkpoints
-
-    def size(gb: float) -> str:
-        return f"{gb * 1000:.1f} MB" if gb < 1 else f"{gb:.1f} GB"
-
-    per_rank = (f", {size(c.per_rank_optimizer_gb)} optimizer per rank" if r.n_gpus > 1 else "")
-    data = "data size unknown before the launch" if d.data_gb is None else f"{size(d.data_gb)} data"
-    if d.have_gb is None:
-        verdict = (f"{d.where}: its size is checked at launch" if r.volume else
-                   f"{d.where}: free space is not known before the launch; the trainer checks it before each "
-                   "checkpoint")
-    else:
-        verdict = f"{d.where}: {'fits' if d.fits else 'does NOT fit'}"
-    return [f"checkpoints: {size(c.checkpoint_gb)} each (weights {size(c.weights_gb)} + optimizer "
-            f"{size(c.optimizer_gb)}{per_rank}); keep_last {d.keep_last} + the best + the one being written = "
-            f"{c.at_once} at once = {size(c.disk_gb)}",
-            f"disk: {size(c.disk_gb)} checkpoints + {data} + {size(d.headroom_gb)} headroom = "
-            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")
-            ] + ([f"checkpoints written: {d.written} ({d.written_note}); keeping them all would need "
-                  f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else [])
 
 
 def launched(record: RunRecord, *, json_: bool) -> None:

@@ -164,7 +164,9 @@ def launch(
     if dry_run:
         resolved, job = lifecycle.plan(catalog, req, task)
         lines = job.describe()
-        render.launch_plan(resolved, json_=json_, task=lines if job.kind == "own" else None)
+        from gpucli.cli.render_launch import launch_plan
+
+        launch_plan(resolved, json_=json_, task=lines if job.kind == "own" else None)
         return
     prepared = lifecycle.prepare(catalog, req, task=task)
     with render.status_line() as step:
