@@ -56,8 +56,12 @@ def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str]
         return None
     target = get_target(record.provider)
     ask = getattr(target, "kept_storage", None)
-    if ask is None or not (record.instance_id or (record.launch or {}).get("volume")):
-        return None
+    launch = record.launch or {}
+    raw = launch.get("request")
+    request: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    pod_kept = bool(record.instance_id) and request.get("on_end") != "terminate" and record.end_reason != "down"
+    if ask is None or not (pod_kept or launch.get("volume")):
+        return None  # nothing can still bill: no provider call (ls lists every run)
     try:
         return ask(record)
     except GpucliError:
