@@ -302,9 +302,11 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
 def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
     """gpucli-labelled pods that no active run owns, on every cloud target (one without a key is
     reported and skipped)."""
+    from gpucli.cloud.credentials import MissingKeyError
     from gpucli.run.targets import TARGETS
 
     strays: list[Stray] = []
+    unread: list[str] = []
     for target in TARGETS.values():
         if not target.cloud:
             continue
@@ -314,6 +316,12 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
             strays += target.strays(owned)
         except GpucliError as exc:
             on_notice(Notice("warn", f"{target.name}: {exc}"))
+            if not isinstance(exc, MissingKeyError):  # no key: no pods of ours can be there
+                unread.append(target.name)
+    if unread and not strays:
+        # Never "no strays" from a list that could not be read: its pods may be billing.
+        raise ProviderError(f"could not read the pod list of {', '.join(unread)}: its strays are unknown",
+                            hint="try `gpucli down --strays` again, or check the provider console")
     return strays
 
 
