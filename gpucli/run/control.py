@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
+from gpucli.cloud.base import TERMINATE_PENDING
+from gpucli.cloud.credentials import MissingKeyError, TerminatePending
 from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
 from gpucli.run import procs
 from gpucli.run import records as runs
@@ -62,8 +63,12 @@ def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str]
         return None
     target = get_target(record.provider)
     ask = getattr(target, "kept_storage", None)
-    if ask is None or not (record.instance_id or (record.launch or {}).get("volume")):
-        return None
+    launch = record.launch or {}
+    raw = launch.get("request")
+    request: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    pod_kept = bool(record.instance_id) and request.get("on_end") != "terminate" and record.end_reason != "down"
+    if ask is None or not (pod_kept or launch.get("volume")):
+        return None  # nothing can still bill: no provider call (ls lists every run)
     try:
         return ask(record)
     except GpucliError:
@@ -292,6 +297,7 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
     """gpucli-labelled pods that no active run owns, on every cloud target (one without a key is
     reported and skipped)."""
     strays: list[Stray] = []
+    unread: list[str] = []
     for target in TARGETS.values():
         if not target.cloud:
             continue
@@ -304,6 +310,12 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
             strays += [s for s in target.strays(owned) if s.label not in labels]
         except GpucliError as exc:
             on_notice(Notice("warn", f"{target.name}: {exc}"))
+            if not isinstance(exc, MissingKeyError):  # no key: no pods of ours can be there
+                unread.append(target.name)
+    if unread and not strays:
+        # Never "no strays" from a list that could not be read: its pods may be billing.
+        raise ProviderError(f"could not read the pod list of {', '.join(unread)}: its strays are unknown",
+                            hint="try `gpucli down --strays` again, or check the provider console")
     return strays
 
 

@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import threading
 import time
 from collections import deque
@@ -40,7 +39,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.support.emulators.forward import TcpForwarder
 from tests.support.sshd import SshServer
+
+__all__ = ["EmulatorBase", "EmuPod", "Reply", "Route", "RouteCall", "TcpForwarder"]
 
 
 # --- ledger -----------------------------------------------------------------------------------------
@@ -228,54 +230,6 @@ def _is_zombie(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
-
-
-class TcpForwarder:
-    """A second address for one sshd: what vast's SSH proxy (``sshN.vast.ai:port``) is to an instance
-    whose direct route is ``public_ipaddr:HostPort``. Every connection is piped to ``target_port``."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._sock.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._closed = True
-        self._sock.close()
 
 
 #: User-Agents Cloudflare answers with 403 "error code: 1010" in front of RunPod's API (reported by
