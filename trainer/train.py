@@ -36,6 +36,7 @@ from trainer.loop.checkpointer import Checkpointer
 from trainer.loop.dist import Dist, build_model, setup_dist
 from trainer.loop.entry import parse_argv, setup_logging, work_started_at
 from trainer.loop.limits import RunClock
+from trainer.loop.nodes import multi_node, share_files
 from trainer.loop.optim import build_optimizer, set_schedule
 from trainer.model.memory import MemoryState
 from trainer.spec.config import DEMO_MAX_BYTES, Config, ConfigError
@@ -86,6 +87,8 @@ class Trainer:
                         exclude=tuple(dc.exclude), shard_tokens=dc.shard_tokens, min_val_tokens=dc.min_val_tokens,
                         workers=dc.workers, progress_file=dc.progress_file))
         d.barrier()
+        if multi_node():  # prepared once, on node 0; the other nodes get its files over the group
+            share_files(self.data_dir, d.rank, d.ctrl)
         self.train_split = TokenSplit(self.data_dir, "train")
         self.val_split = TokenSplit(self.data_dir, "val")
         self.shape: ModelShape = model_spec(cfg.model, data_vocab_size=self.train_split.meta["vocab_size"])

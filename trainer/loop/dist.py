@@ -60,7 +60,9 @@ class Dist:
 
 
 def setup_dist(cfg: Config) -> Dist:
-    rank = int(os.environ.get("RANK", 0))
+    from trainer.loop.nodes import global_rank
+
+    rank = global_rank(int(os.environ.get("RANK", 0)))  # gpucli's node order across nodes (trainer.loop.nodes)
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     want = cfg.hardware.device
@@ -78,7 +80,7 @@ def setup_dist(cfg: Config) -> Dist:
     # One process under torchrun may still shard (hardware.fsdp=on): a 1-rank group exercises the
     # FSDP2 path, its sharded checkpoints and compile on a single GPU.
     if world > 1 or (cfg.hardware.fsdp == "on" and "MASTER_ADDR" in os.environ):
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo",
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", rank=rank, world_size=world,
                                 **({"device_id": device} if use_cuda else {}))
         ctrl = dist.new_group(backend="gloo") if use_cuda else dist.group.WORLD
     return Dist(rank, local_rank, world, device, ctrl)
