@@ -78,6 +78,15 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
     volume = _planned_volume(r) if r.volume else None
     if volume is not None:
         data["volume"] = volume
+    nodes_line = None
+    if r.nodes > 1:
+        from gpucli.plan.internode import describe, link_for
+
+        link = link_for(r.provider, r.link_gbps)
+        nodes_line = describe(r.nodes, r.n_gpus, r.gpu_name, link, r.price_per_hour_usd)
+        data["nodes"] = {"count": r.nodes, "gpus_per_node": r.n_gpus, "gpus": r.nodes * r.n_gpus,
+                         "link_gbps": link.gbps, "link_source": link.source,
+                         "price_per_hour_usd_all_nodes": r.price_per_hour_usd}
     if json_:
         json_out(data)
         return
@@ -88,6 +97,8 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool) -> None:
             f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
             f"model {r.model.name}, {r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
             f"sequences of {r.seq_len} tokens ({r.fit})")
+    if nodes_line:
+        o.print(f"nodes: {nodes_line}", markup=False, highlight=False)
     if r.batch_note:
         o.print(f"batch: {r.batch_note}", markup=False, highlight=False)
     if r.price_per_hour_usd:

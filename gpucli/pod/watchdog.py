@@ -305,6 +305,50 @@ def finished_reason(run_dir: Path) -> str | None:
     return status.get("reason") if status.get("state") == "finished" else None
 
 
+def start_peers(args: argparse.Namespace, run_dir: Path):  # noqa: ANN201 - peers.PeerWatch, loaded by path
+    """The watch of the run's other machines (peers.py), for a run over several; else None."""
+    if args.nodes <= 1 or not args.peer_addr:
+        return None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpucli_peers", Path(__file__).with_name("peers.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    log(run_dir, f"node {args.node_rank} of {args.nodes}: watching the other nodes through {args.peer_addr}")
+    return module.PeerWatch(args.nodes, args.node_rank, args.peer_addr, poll_s=args.poll_s,
+                            timeout_s=args.peer_timeout_s, startup_s=max(args.startup_minutes * 60, args.peer_timeout_s),
+                            log=lambda m: log(run_dir, m))
+
+
+def leader_gone(pgid: int) -> bool:
+    """The process group's first process (the shell running torchrun) has exited while others of the
+    group live on: on one node of several, the trainer's agent is gone and its workers are orphans."""
+    try:
+        with open(f"/proc/{pgid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                return False
+    except (OSError, IndexError):
+        pass
+    return group_alive(pgid)
+
+
+def kill_orphans(run_dir: Path, pgid: int, grace_s: float) -> None:
+    """TERM, then KILL, what is left of the group (a live member keeps the group id from being reused)."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if not group_alive(pgid):
+            return
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        log(run_dir, f"sent {sig.name} to what is left of process group {pgid}")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and group_alive(pgid):
+            time.sleep(0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", required=True, type=Path)
@@ -321,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--on-end", choices=("stop", "terminate"), default="stop")
     ap.add_argument("--started-at", type=float, help="epoch seconds the run's billing started")
     ap.add_argument("--pgid-ident", help="the trainer's identity (procid.py) when it started; default: now")
+    ap.add_argument("--nodes", type=int, default=1, help="machines in the run (peers.py watches the others)")
+    ap.add_argument("--node-rank", type=int, default=0)
+    ap.add_argument("--peer-addr", help="HOST:PORT where rank 0's watchdog listens for the other nodes'")
+    ap.add_argument("--peer-timeout-s", type=float, default=300.0, help="a node silent this long is lost")
     args = ap.parse_args(argv)
     # Signals go only to the process group this identity names: a pid the trainer left behind and
     # another process took is never signalled.
@@ -336,14 +384,32 @@ def main(argv: list[str] | None = None) -> int:
     log(run_dir, f"watching process group {args.pgid} ({args.provider}); limit "
                  f"{'none' if max_hours is None else f'{max_hours:.3f} h'}; stall {args.stall_minutes:g} min")
     write_state(run_dir, state="watching", pgid=args.pgid)
+    peers = start_peers(args, run_dir)
+    peer_since: float | None = None
     verdict = None
     while verdict is None:
         now = time.time()
         seen_rows = (run_dir / "metrics.jsonl").exists()
+        if peers is not None and leader_gone(args.pgid):
+            # torchrun (or the shell that ran it) is gone on this node: what it left running is no run
+            verdict = "this node's torchrun agent is gone"
+            kill_orphans(run_dir, args.pgid, args.grace_s)
+            break
         if not group_alive(args.pgid) or (ident is not None and not procid.owned(args.pgid, ident)):
             reason = finished_reason(run_dir)
             verdict = f"finished ({reason})" if reason else "crashed"
+            if peers is not None and args.node_rank > 0 and not reason:
+                verdict = "ended (rank 0's run folder holds how)"  # only rank 0 writes status.json
             break
+        if peers is not None:  # the node's heartbeat, for `gpucli status`
+            write_state(run_dir, state="watching", pgid=args.pgid, node_rank=args.node_rank)
+        lost = peers.verdict() if peers is not None else None
+        if lost is not None:
+            peer_since = peer_since or now
+            if now - peer_since >= args.grace_s / 2:  # time to end by itself: the collectives fail at once
+                verdict = f"another node: {lost}"
+                stop_group(run_dir, args.pgid, args.grace_s, ident)
+                break
         idle = now - last_progress(run_dir, started)
         limit = (args.stall_minutes if seen_rows else max(args.stall_minutes, args.startup_minutes)) * 60
         if idle > limit:
@@ -356,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         time.sleep(args.poll_s)
     log(run_dir, f"run over: {verdict}")
+    if peers is not None:
+        peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
     ended = end_pod(args.provider, args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
     write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
     if args.provider in ("runpod", "vast") and not ended:

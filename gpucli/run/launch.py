@@ -53,6 +53,10 @@ class LaunchRequest:
     disk_gb: int | None = None  # cloud pods
     ready_timeout_s: float | None = None  # per offer tried
     force: bool = False  # launch although the provider's balance is below the run's cost (never kept in the record)
+    nodes: int = 1  # --nodes: machines, each with the profile's GPUs (gpucli.run.nodes)
+    hosts: tuple[str, ...] = ()  # ssh provider: every node's user@host[:port], rank 0 first (--host repeated)
+    nccl_ifname: str | None = None  # the interface the nodes reach each other on (ssh; fixed per cloud)
+    link_gbps: float | None = None  # the nodes' link, for the plan (ssh: --link-gbps)
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -62,6 +66,9 @@ class LaunchRequest:
                                   extra=tuple(s if s.startswith("--") else f"--{s}" for s in self.extra))
         # An unknown name says which names there are; a target that needs --host says so.
         get_target(req.provider).endpoint(req.host, req.identity)
+        from gpucli.run.nodes import check_request
+
+        check_request(req)
         req.limits.checked()
         for flag, value in (("--bid", req.bid_per_gpu_usd), ("--val-interval", req.val_interval),
                             ("--checkpoint-interval", req.checkpoint_interval), ("--disk", req.disk_gb),
@@ -93,6 +100,11 @@ class LaunchRequest:
             del data["volume"]  # records without a volume stay as they were
         if self.volume_size_gb is None:
             del data["volume_size_gb"]
+        for key, default in (("nodes", 1), ("hosts", ()), ("nccl_ifname", None), ("link_gbps", None)):
+            if getattr(self, key) == default:
+                del data[key]  # records of one-machine runs stay as they were
+        if self.hosts:
+            data["hosts"] = list(self.hosts)
         data["extra"] = list(self.extra)
         return {"request": data}
 
@@ -113,6 +125,7 @@ class LaunchRequest:
         req["limits"] = Limits.from_json(req["limits"])
         req["data"] = str(req["data"]) if req.get("data") else None
         req["extra"] = tuple(req.get("extra") or ())
+        req["hosts"] = tuple(req.get("hosts") or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in req.items() if k in known})
 
@@ -146,6 +159,8 @@ class ResolvedLaunch:
     volume_size_gb: int | None = None  # --volume-size: the GB of the volume created when there is none
     data_plan: Mapping[str, Any] | None = None  # datasource.json: what gpucli/pod/fetch.py does first
     disk: DiskNeed | None = None  # the checkpoints, data and headroom the run folder's disk must hold
+    nodes: int = 1  # machines, each with n_gpus (the price and limits are all of them together)
+    link_gbps: float | None = None  # the nodes' link as given (--link-gbps)
 
     @property
     def pod_disk_gb(self) -> int:
@@ -296,7 +311,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         from gpucli.plan.planner import choose_price
 
         p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand")
-        price = p.usd_per_gpu_hour * n_gpus if p else None
+        price = p.usd_per_gpu_hour * n_gpus * req.nodes if p else None  # every node bills
     if limits.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
     limits = limits.with_(price_per_hour_usd=price, stall_minutes=limits.stall_minutes or DEFAULTS.stall_minutes)
@@ -344,7 +359,11 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     limits = limits.with_(max_steps=steps, **set_limits).checked()
     price = limits.price_per_hour_usd
     trainer_args = "--config ../run.yaml --resume auto"
-    if n_gpus > 1:
+    if req.nodes > 1:
+        from gpucli.run.nodes import trainer_command
+
+        cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=None)
+    elif n_gpus > 1:
         cmd = (f"{shlex.quote(py)} -m torch.distributed.run --standalone --nproc_per_node={n_gpus} "
                f"-m trainer.train {trainer_args}")
     else:
@@ -356,9 +375,15 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
                              cache_root=volume_mount() if req.volume else None)
         # The trainer's clock starts when the fetch does (trainer.loop.entry.work_started_at): preparing
         # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
-        cmd = (f"export {JOB_STARTED_ENV}=$(date +%s) && {shlex.quote(py)} ../fetch.py --spec ../datasource.json"
-               f" && {cmd}")
-    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price)
+        fetch = f"{shlex.quote(py)} ../fetch.py --spec ../datasource.json"
+        if req.nodes > 1:
+            from gpucli.run.nodes import trainer_command
+
+            cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=fetch)
+        else:
+            cmd = f"{fetch} && {cmd}"
+        cmd = f"export {JOB_STARTED_ENV}=$(date +%s) && {cmd}"
+    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus * req.nodes, steps, micro, accum, seq_len, price)
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,
@@ -366,7 +391,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
-        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk)
+        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, nodes=req.nodes,
+        link_gbps=req.link_gbps)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

@@ -88,7 +88,8 @@ def record_for(resolved: ResolvedLaunch) -> RunRecord:
 
 def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
                   save: Callable[[RunRecord], Any], restore: Path | None = None,
-                  metrics: Path | None = None, own: OwnCode | None = None) -> RunRecord:
+                  metrics: Path | None = None, own: OwnCode | None = None,
+                  node_env: Mapping[str, str] | None = None, watch_args: tuple[str, ...] = ()) -> RunRecord:
     """Bootstrap, sync, write run.yaml and the env file, start the trainer detached.
 
     ``restore`` (a checkpoint folder on this machine) and ``metrics`` (the run's metrics.jsonl so
@@ -102,7 +103,7 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
 
     if own is not None:
         return start_own(host, resolved, record, own, on_event=on_event, save=save, restore=restore,
-                         metrics=metrics)
+                         metrics=metrics, node_env=node_env, watch_args=watch_args)
 
     wd = resolved.workdir
     # exec starts in the login directory, so a relative workdir works as it is.
@@ -131,7 +132,7 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
                             mode=0o644)
     config = run_yaml_now(resolved, record)
     host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-    host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env})
+    host.write_env_file(f"{wd}/env", {**secrets_env(), **data_env, **(node_env or {})})
     on_event("starting the trainer")
     pid = host.start_detached(resolved.command, cwd=f"{wd}/code", log_path=f"{wd}/console.log",
                               env_file=f"{wd}/env")
@@ -140,7 +141,7 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     record = record.with_(status="running", pid=pid, started_at=now_iso(), pid_ident=identify(host, resolved.python, pid))
     save(record)
     on_event(f"trainer started (pid {pid})")
-    watchdog_pid = start_watchdog(host, resolved, record)
+    watchdog_pid = start_watchdog(host, resolved, record, watch_args)
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
     on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
@@ -149,7 +150,8 @@ def start_on_host(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
 
 def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnCode, *, on_event: EventFn,
               save: Callable[[RunRecord], Any], restore: Path | None = None,
-              metrics: Path | None = None) -> RunRecord:
+              metrics: Path | None = None, node_env: Mapping[str, str] | None = None,
+              watch_args: tuple[str, ...] = ()) -> RunRecord:
     """The own-code launch: env file (before a clone: it holds the git token), runner and code, data,
     the mirrored checkpoints folder on a resume, then jobrun detached and the watchdog watching its
     process group. A --setup is waited for: when it fails the launch fails with its last lines."""
@@ -163,7 +165,7 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
     # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
     stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
     host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
-    host.write_env_file(f"{wd}/env", ownrun.job_env(own, secrets_env()))
+    host.write_env_file(f"{wd}/env", {**ownrun.job_env(own, secrets_env()), **(node_env or {})})
     ownrun.put_code(host, resolved, own, on_event)
     source = resolved.data
     if source is not None and source.kind == "local" and source.local is not None:
@@ -190,7 +192,7 @@ def start_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, own: OwnC
                           pid_ident=identify(host, resolved.python, pid))
     save(record)
     on_event(f"job started (pid {pid}): {own.task.run}")
-    watchdog_pid = start_watchdog(host, resolved, record)
+    watchdog_pid = start_watchdog(host, resolved, record, watch_args)
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
     on_event(f"watchdog started (pid {watchdog_pid}): ends the run's billing when it is over or stuck")
@@ -214,8 +216,9 @@ def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
     return config
 
 
-def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> int:
-    """Start gpucli/pod/watchdog.py next to the trainer, in its own session (see its docstring)."""
+def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watch_args: tuple[str, ...] = ()) -> int:
+    """Start gpucli/pod/watchdog.py next to the trainer, in its own session (see its docstring).
+    ``watch_args``: a node's watch of its peers in a run over several machines (gpucli.run.nodes)."""
     from gpucli.settings import watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
 
     wd = resolved.workdir
@@ -232,6 +235,9 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> i
         args += ["--started-at", f"{created.timestamp():.0f}"]
     if record.pid_ident and record.pid_ident != GONE:
         args += ["--pgid-ident", record.pid_ident]
+    args += list(watch_args)
+    if watch_args:
+        host.write_file(f"{wd}/peers.py", (POD_WATCHDOG.parent / "peers.py").read_bytes(), mode=0o644)
     startup = watchdog_startup_minutes()
     if startup is not None:
         args += ["--startup-minutes", f"{startup:g}"]

@@ -1,0 +1,74 @@
+"""Several machines in one run: the link between them, per provider with its source, and what it costs
+data parallelism (pure: no I/O).
+
+The model, and its assumptions:
+- every optimizer step moves the gradients once through a ring all-reduce (DDP), or the same bytes as a
+  reduce-scatter of gradients plus an all-gather of weights (FSDP): 2 x (N-1)/N x the gradient bytes
+  through each node's link, bf16 gradients (2 bytes a parameter), and for FSDP twice that;
+- inside a node the GPUs' own interconnect is already in the single-node efficiency
+  (:func:`gpucli.plan.estimate.scaling_efficiency`); across nodes the slowest link sets the pace;
+- none of that communication overlaps with compute (a pessimistic bound: DDP's bucketed all-reduce and
+  FSDP's prefetch hide part of it on real runs), and the link delivers 70 % of its line rate.
+So efficiency across nodes = step compute time / (step compute time + communication time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LINK_EFFICIENCY = 0.7  # the share of a link's line rate a collective gets (stated assumption)
+
+
+@dataclass(frozen=True)
+class Link:
+    gbps: float | None  # Gbit/s between two nodes; None: not known
+    source: str
+
+
+def link_for(provider: str, link_gbps: float | None = None) -> Link:
+    """The inter-node link of a multi-node setup on ``provider`` and where the figure comes from."""
+    if link_gbps is not None:
+        return Link(float(link_gbps), "--link-gbps")
+    if provider == "runpod":
+        # RunPod Instant Clusters: 1600-3200 Gbps between nodes (runpod/docs instant-clusters.mdx);
+        # the lower bound is planned with.
+        return Link(1600.0, "RunPod Instant Clusters: 1600-3200 Gbps node to node (runpod docs, instant-clusters)")
+    if provider == "vast":
+        return Link(None, "vast.ai cluster overlay network: the cluster's own link, not published per offer "
+                          "(vast docs, multi-node-training-using-torch-nccl)")
+    if provider == "local":
+        return Link(None, "loopback on this machine")
+    return Link(None, "your machines' link: not known (pass --link-gbps)")
+
+
+def comm_seconds(params: float, nodes: int, link: Link, *, sharded: bool = False) -> float | None:
+    """Seconds of inter-node traffic per optimizer step; None when the link is unknown."""
+    if nodes <= 1:
+        return 0.0
+    if not link.gbps:
+        return None
+    grad_bytes = 2.0 * params * (2 if sharded else 1)
+    moved = 2.0 * (nodes - 1) / nodes * grad_bytes
+    return moved * 8 / (link.gbps * 1e9 * LINK_EFFICIENCY)
+
+
+def node_efficiency(params: float, tokens_per_step: float, tokens_per_s_one_node: float, nodes: int, link: Link,
+                    *, sharded: bool = False) -> float | None:
+    """Data-parallel efficiency across ``nodes`` (1.0 for one); None when the link is unknown.
+    ``tokens_per_s_one_node``: what one node does alone; each node computes its share of the step."""
+    comm = comm_seconds(params, nodes, link, sharded=sharded)
+    if comm is None:
+        return None
+    if comm == 0.0:
+        return 1.0
+    compute = tokens_per_step / nodes / tokens_per_s_one_node
+    return compute / (compute + comm)
+
+
+def describe(nodes: int, gpus_per_node: int, gpu: str, link: Link, price_per_hour_usd: float | None) -> str:
+    """``2 nodes x 8 H100 = 16 GPUs; link 1600 Gbps (source); $X/h for all nodes``."""
+    speed = f"{link.gbps:g} Gbps" if link.gbps else "unknown"
+    unit = "processes" if gpu == "CPU" else "GPUs"
+    price = f"; ${price_per_hour_usd:,.2f}/h for all nodes" if price_per_hour_usd else ""
+    return (f"{nodes} nodes x {gpus_per_node} {gpu} = {nodes * gpus_per_node} {unit}; inter-node link {speed} "
+            f"({link.source}){price}")

@@ -1,0 +1,356 @@
+"""One run over several machines (``gpucli launch --nodes N``): the nodes' layout, their checks,
+the variables each gets, starting torchrun on every node with rank 0 first, and ending all of them
+as one.
+
+On every node the run folder holds what a one-machine run's does (rank 0's is the run record's
+``workdir``; node r's is ``workdir-node<r>``, so nodes that share a disk, as ``--provider local``'s
+do, never share a folder). Each node runs, detached in its own session::
+
+    torchrun --nnodes N --node-rank r --nproc-per-node G --rdzv-backend c10d \\
+             --rdzv-endpoint $GPUCLI_MASTER_ADDR:$GPUCLI_MASTER_PORT --rdzv-id RUN --max-restarts 0 ...
+
+and a watchdog that also watches the other nodes (gpucli/pod/peers.py): a node lost ends the run on
+every node. The user's own command gets ``GPUCLI_NODES``, ``GPUCLI_NODE_RANK``, ``GPUCLI_MASTER_ADDR``,
+``GPUCLI_MASTER_PORT``, ``GPUCLI_NODE_IPS`` and ``GPUCLI_GPUS`` (per node), and the names SkyPilot
+(``SKYPILOT_NODE_RANK``, ``SKYPILOT_NODE_IPS``, ``SKYPILOT_NUM_NODES``, ``SKYPILOT_NUM_GPUS_PER_NODE``)
+and dstack (``DSTACK_MASTER_NODE_IP``, ``DSTACK_NODE_RANK``, ``DSTACK_NODES_NUM``,
+``DSTACK_GPUS_PER_NODE``, ``DSTACK_NODES_IPS``) give the same facts, so a script written for either runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shlex
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpucli.errors import GpucliError, UsageError
+from gpucli.run import records as runs
+from gpucli.run.records import NodeRecord, RunRecord
+
+if TYPE_CHECKING:
+    from gpucli.run.launch import LaunchRequest, ResolvedLaunch
+    from gpucli.run.lifecycle import NoticeFn, PreparedLaunch, StepFn
+    from gpucli.run.targets import Host
+    from gpucli.ssh import SshTarget
+
+MAX_LOCAL_NODES = 8  # node agents on this machine (each a torchrun with its own processes)
+RDZV_TIMEOUT_S = 6 * 3600  # node 0 may fetch and prepare the data for hours before it joins
+# The network interface NCCL (and gloo) must use between the nodes, per provider, where it is fixed:
+# RunPod Instant Clusters route inter-node traffic over ens1, never eth0 (runpod/docs
+# instant-clusters.mdx); a vast.ai cluster's overlay network is eth0 in the container (vast-ai docs,
+# multi-node-training-using-torch-nccl.mdx).
+NCCL_IFNAME = {"runpod": "ens1", "vast": "eth0"}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    rank: int
+    workdir: str
+    ssh: SshTarget | None
+    address: str  # where the other nodes reach this one
+
+
+def node_workdir(workdir: str, rank: int) -> str:
+    return workdir if rank == 0 else f"{workdir}-node{rank}"
+
+
+def check_request(req: LaunchRequest) -> None:
+    """``--nodes`` and the hosts against the provider: one line, before anything is rented or started."""
+    from gpucli.run.targets import get_target
+
+    n = req.nodes
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UsageError(f"--nodes must be a whole number of at least 1, got {n}")
+    hosts = list(req.hosts) or ([req.host] if req.host else [])
+    target = get_target(req.provider)
+    if req.provider == "ssh":
+        from gpucli.ssh import parse_target
+
+        parsed = [parse_target(h) for h in hosts]
+        seen: dict[tuple[str, int], str] = {}
+        for text, t in zip(hosts, parsed, strict=True):
+            key = (t.host.lower(), t.port)
+            if key in seen:
+                raise UsageError(f"--host {text} is the same machine as --host {seen[key]}",
+                                 hint="each node of a run is a different machine")
+            seen[key] = text
+        if n > 1 and len(hosts) != n:
+            raise UsageError(f"--nodes {n} needs {n} hosts, got {len(hosts)}",
+                             hint="repeat --host (rank 0 first) or give a --hosts-file with one host a line")
+    elif len(hosts) > 1:
+        raise UsageError(f"several --host go with --provider ssh, not {req.provider}")
+    if n == 1:
+        return
+    if req.provider == "local" and n > MAX_LOCAL_NODES:
+        raise UsageError(f"--nodes {n}: --provider local runs at most {MAX_LOCAL_NODES} node agents")
+    if target.cloud:
+        raise UsageError(f"--nodes {n} on {req.provider}: multi-node rentals are not available from gpucli yet",
+                         hint="use --provider ssh with the cluster's machines, or --nodes 1")
+    if req.volume:
+        raise UsageError("--volume and --nodes > 1 do not go together yet")
+
+
+def read_hosts_file(path: str) -> tuple[str, ...]:
+    """One ``user@host[:port]`` a line; blank lines and ``#`` comments skipped."""
+    from pathlib import Path
+
+    try:
+        lines = Path(path).expanduser().read_text().splitlines()
+    except OSError as exc:
+        raise UsageError(f"--hosts-file {path}: {exc.strerror or exc}") from None
+    hosts = tuple(s for s in (line.split("#", 1)[0].strip() for line in lines) if s)
+    if not hosts:
+        raise UsageError(f"--hosts-file {path} names no host")
+    return hosts
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ports_for(run: str, provider: str) -> tuple[int, int]:
+    """(torchrun's rendezvous port, the watchdogs' port) on rank 0: free ones here for ``local``, else
+    a pair from the run's name in 29500-31499 (two runs on one machine rarely collide)."""
+    if provider == "local":
+        return free_port(), free_port()
+    base = 29500 + 2 * (int(hashlib.sha256(run.encode()).hexdigest(), 16) % 1000)
+    return base, base + 1
+
+
+def layout(req: LaunchRequest, resolved: ResolvedLaunch) -> list[NodeSpec]:
+    from gpucli.ssh import parse_target
+
+    if req.provider == "local":
+        return [NodeSpec(r, node_workdir(resolved.workdir, r), None, "127.0.0.1") for r in range(req.nodes)]
+    hosts = list(req.hosts) or [req.host or ""]
+    out = []
+    for r, text in enumerate(hosts):
+        t = parse_target(text, identity_file=req.identity)
+        out.append(NodeSpec(r, node_workdir(resolved.workdir, r), t, t.host))
+    return out
+
+
+def trainer_command(py: str, n_nodes: int, n_gpus: int, run: str, *, fetch: str | None) -> str:
+    """The bundled trainer's line on every node (the env file gives the rank and rank 0's address);
+    ``fetch``: the data step, run on node 0 only (the trainer sends the prepared data to the others)."""
+    cmd = (f"{shlex.quote(py)} -m torch.distributed.run --nnodes={n_nodes} --node-rank=$GPUCLI_NODE_RANK "
+           f"--nproc-per-node={n_gpus} --rdzv-backend=c10d --rdzv-endpoint=$GPUCLI_MASTER_ADDR:$GPUCLI_MASTER_PORT "
+           f"--rdzv-id={shlex.quote(run)} --rdzv-conf=join_timeout={RDZV_TIMEOUT_S},read_timeout={RDZV_TIMEOUT_S} "
+           "--max-restarts=0 -m trainer.train --config ../run.yaml --resume auto")
+    if fetch:
+        return f'{{ [ "$GPUCLI_NODE_RANK" != 0 ] || {{ {fetch}; }}; }} && {cmd}'
+    return cmd
+
+
+def node_env(specs: Sequence[NodeSpec], rank: int, gpus: int, port: int, provider: str,
+             nccl_ifname: str | None = None) -> dict[str, str]:
+    n, master = len(specs), specs[0].address
+    ips = "\n".join(s.address for s in specs)
+    env = {"GPUCLI_NODES": str(n), "GPUCLI_NODE_RANK": str(rank), "GPUCLI_MASTER_ADDR": master,
+           "GPUCLI_MASTER_PORT": str(port), "GPUCLI_NODE_IPS": ips, "GPUCLI_GPUS": str(gpus),
+           "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NODE_IPS": ips, "SKYPILOT_NUM_NODES": str(n),
+           "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus), "DSTACK_MASTER_NODE_IP": master, "DSTACK_NODE_RANK": str(rank),
+           "DSTACK_NODES_NUM": str(n), "DSTACK_GPUS_PER_NODE": str(gpus), "DSTACK_NODES_IPS": ips}
+    ifname = nccl_ifname or NCCL_IFNAME.get(provider)
+    if ifname:
+        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
+    return env
+
+
+def as_run(record: RunRecord, node: NodeRecord) -> RunRecord:
+    """Node ``node`` of a run, seen as a one-machine run (what open_host, status and stop read)."""
+    return record.with_(workdir=node.workdir, ssh=node.ssh, instance_id=node.instance_id, pid=node.pid,
+                        pid_ident=node.pid_ident, watchdog_pid=node.watchdog_pid, watchdog_ident=node.watchdog_ident,
+                        nodes=())
+
+
+def check_nodes(hosts: Sequence[Host], specs: Sequence[NodeSpec], gpus: int, ifname: str | None) -> None:
+    """Each node distinct (its SSH host key), with the profile's GPUs and the NCCL interface: a
+    UsageError naming the first node that is not, before anything is started."""
+    keys: dict[str, int] = {}
+    for host, spec in zip(hosts, specs, strict=True):
+        where = str(spec.ssh) if spec.ssh else f"node {spec.rank}"
+        if host.host_key:
+            if host.host_key in keys:
+                raise UsageError(f"{where} is the same machine as node {keys[host.host_key]} (same SSH host key)",
+                                 hint="each node of a run is a different machine")
+            keys[host.host_key] = spec.rank
+        if ifname:
+            res = host.run(f"test -e /sys/class/net/{shlex.quote(ifname)}", timeout_s=30, check=False)
+            if res.exit_code != 0:
+                raise UsageError(f"{where} has no network interface {ifname} for NCCL",
+                                 hint="pass --nccl-ifname with the interface the nodes reach each other on")
+    if gpus > 0:
+        counts = []
+        for host in hosts:
+            res = host.run("nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout_s=60, check=False)
+            counts.append(int(res.stdout.strip() or 0) if res.stdout.strip().isdigit() else 0)
+        if len(set(counts)) > 1 or counts[0] < gpus:
+            detail = ", ".join(f"{s.ssh or s.rank}: {c}" for s, c in zip(specs, counts, strict=True))
+            raise UsageError(f"the nodes need {gpus} GPUs each and have unequal or fewer GPUs ({detail})")
+
+
+def launch_nodes(prepared: PreparedLaunch, *, on_step: StepFn, on_notice: NoticeFn,
+                 save: Callable[[RunRecord], Any] = runs.save) -> RunRecord:
+    """Start the run on every node, rank 0 first; a launch that fails ends every node it started."""
+    from gpucli.run.start import record_for, start_on_host
+    from gpucli.run.targets import get_target
+
+    resolved, req, own = prepared.resolved, prepared.request, prepared.own
+    target = get_target(resolved.provider)
+    specs = layout(req, resolved)
+    record = record_for(resolved).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
+        NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
+    if own is not None:
+        record = record.with_(model="own-code", phase="own-code")
+    save(record)  # written before anything waits
+    hosts: list[Host] = []
+    port, peer_port = ports_for(resolved.name, resolved.provider)
+    try:
+        for spec in specs:
+            node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
+            on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
+            host = target.open(node)
+            hosts.append(host)
+            if spec.ssh is not None and host.host_key:
+                pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
+                record = record.with_(ssh=pinned) if spec.rank == 0 else _set_node(record, spec.rank, ssh=pinned)
+                save(record)
+        ifname = req.nccl_ifname or NCCL_IFNAME.get(resolved.provider)
+        check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, ifname)
+        gpus = resolved.n_gpus if resolved.gpu_id else 0
+        for spec, host in zip(specs, hosts, strict=True):
+            env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
+            watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
+                     "--peer-addr", f"{specs[0].address}:{peer_port}")
+            on_step(f"node {spec.rank}: starting")
+            if spec.rank == 0:
+                record = start_on_host(host, resolved, record, on_event=on_step, save=save, own=own,
+                                       node_env=env, watch_args=watch)
+                continue
+            mine = dataclasses.replace(resolved, workdir=spec.workdir,
+                                       data=resolved.data if own is not None else None, data_plan=None)
+
+            def save_node(rr: RunRecord, rank: int = spec.rank) -> None:
+                nonlocal record
+                record = _set_node(record, rank, pid=rr.pid, pid_ident=rr.pid_ident, watchdog_pid=rr.watchdog_pid,
+                                   watchdog_ident=rr.watchdog_ident)
+                save(record)
+
+            start_on_host(host, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
+                          save=save_node, own=own, node_env=env, watch_args=watch)
+        on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
+        return record
+    except BaseException as exc:
+        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
+        ended = end_nodes(record, on_notice=on_notice)
+        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
+        if ended:
+            on_notice_info(on_notice, f"stopped the run on node {', '.join(map(str, ended))} of the failed launch")
+        raise
+    finally:
+        for host in hosts:
+            host.close()
+
+
+def on_notice_info(on_notice: NoticeFn, text: str) -> None:
+    from gpucli.run.lifecycle import Notice
+
+    on_notice(Notice("info", text))
+
+
+def _set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:
+    nodes = list(record.nodes)
+    nodes[rank - 1] = nodes[rank - 1].with_(**changes)
+    return record.with_(nodes=tuple(nodes))
+
+
+def members(record: RunRecord) -> list[tuple[int, RunRecord]]:
+    """(rank, the node as a one-machine run) for every node, rank 0 first."""
+    return [(0, record.with_(nodes=()))] + [(n.rank, as_run(record, n)) for n in record.nodes]
+
+
+def end_nodes(record: RunRecord, *, on_notice: NoticeFn, ranks: Sequence[int] | None = None) -> list[int]:
+    """Stop the watchdog and the trainer on every node that has them (or those in ``ranks``), each
+    only while its pid is still the process recorded; returns the ranks where something was stopped."""
+    from gpucli.run import procs
+    from gpucli.run.lifecycle import Notice
+    from gpucli.run.monitor import stop_trainer
+    from gpucli.run.targets import open_host
+
+    ended = []
+    for rank, node in members(record):
+        if (ranks is not None and rank not in ranks) or not (node.pid or node.watchdog_pid):
+            continue
+        try:
+            with open_host(node, connect_timeout_s=15) as host:
+                if node.watchdog_pid:
+                    procs.signal(host, node, node.watchdog_pid, node.watchdog_ident, "TERM")
+                if stop_trainer(host, node, timeout_s=60):
+                    ended.append(rank)
+        except GpucliError as exc:
+            on_notice(Notice("warn", f"node {rank}: could not stop the run there: {exc}"))
+    return ended
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    rank: int
+    where: str
+    state: str  # running | ended | unreachable | not started
+    gpus: int
+    step: int | None
+    heartbeat_age_s: float | None  # since the node's watchdog last wrote (it writes each poll)
+    detail: str | None = None
+
+
+def node_statuses(record: RunRecord) -> list[NodeStatus]:
+    """Each node's state, GPUs, its ranks' step (rank 0's metrics: every rank steps together) and the
+    age of its watchdog's last heartbeat (watchdog.log)."""
+    import time
+
+    from gpucli.run.monitor import status_of, trainer_alive
+    from gpucli.run.targets import open_host
+
+    out = []
+    step = None
+    for rank, node in members(record):
+        where = str(node.ssh) if node.ssh else f"this machine ({node.workdir})"
+        if not node.pid:
+            out.append(NodeStatus(rank, where, "not started", record.n_gpus, None, None))
+            continue
+        try:
+            with open_host(node, connect_timeout_s=10) as host:
+                alive = trainer_alive(host, node)
+                if rank == 0:
+                    step = status_of(host, node).step
+                files = host.list_files(node.workdir)
+                beat = files.get("watchdog.log") or files.get("watchdog.json")
+                age = max(0.0, time.time() - beat.mtime) if beat is not None else None
+        except GpucliError as exc:
+            out.append(NodeStatus(rank, where, "unreachable", record.n_gpus, None, None, str(exc)[:120]))
+            continue
+        out.append(NodeStatus(rank, where, "running" if alive else "ended", record.n_gpus, step, age))
+    return out
+
+
+def stop_watchdogs(record: RunRecord, *, on_notice: NoticeFn) -> None:
+    """SIGTERM the watchdogs of nodes 1..N-1 (each only while its pid is still that watchdog)."""
+    from gpucli.run import procs
+    from gpucli.run.lifecycle import Notice
+    from gpucli.run.targets import open_host
+
+    for rank, node in members(record)[1:]:
+        if not node.watchdog_pid:
+            continue
+        try:
+            with open_host(node, connect_timeout_s=15) as host:
+                procs.signal(host, node, node.watchdog_pid, node.watchdog_ident, "TERM")
+        except GpucliError as exc:
+            on_notice(Notice("warn", f"node {rank}: could not reach its watchdog: {exc}"))
