@@ -228,7 +228,9 @@ def launch_nodes(prepared: PreparedLaunch, *, on_step: StepFn, on_notice: Notice
         for spec, host in zip(specs, hosts, strict=True):
             env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
             watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
-                     "--peer-addr", f"{specs[0].address}:{peer_port}")
+                     "--peer-addr", f"{specs[0].address}:{peer_port}",
+                     # a node silent for the stall window is lost (a crash is told at once)
+                     "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}")
             on_step(f"node {spec.rank}: starting")
             if spec.rank == 0:
                 record = start_on_host(host, resolved, record, on_event=on_step, save=save, own=own,
@@ -331,8 +333,8 @@ def node_statuses(record: RunRecord) -> list[NodeStatus]:
                 if rank == 0:
                     step = status_of(host, node).step
                 files = host.list_files(node.workdir)
-                beat = files.get("watchdog.log") or files.get("watchdog.json")
-                age = max(0.0, time.time() - beat.mtime) if beat is not None else None
+                beats = [f.mtime for name, f in files.items() if name in ("watchdog.json", "watchdog.log")]
+                age = max(0.0, time.time() - max(beats)) if beats else None  # watchdog.json: each poll
         except GpucliError as exc:
             out.append(NodeStatus(rank, where, "unreachable", record.n_gpus, None, None, str(exc)[:120]))
             continue
