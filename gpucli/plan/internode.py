@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpucli.plan.planner import Setup
+
 LINK_EFFICIENCY = 0.7  # the share of a link's line rate a collective gets (stated assumption)
 
 
@@ -72,3 +74,60 @@ def describe(nodes: int, gpus_per_node: int, gpu: str, link: Link, price_per_hou
     price = f"; ${price_per_hour_usd:,.2f}/h for all nodes" if price_per_hour_usd else ""
     return (f"{nodes} nodes x {gpus_per_node} {gpu} = {nodes * gpus_per_node} {unit}; inter-node link {speed} "
             f"({link.source}){price}")
+
+
+# -- multi-node setups on the plan's front ---------------------------------------------------------
+
+CATALOG_LINK = Link(1600.0, "RunPod Instant Clusters' node-to-node link, 1600 Gbps at least (runpod docs, "
+                            "instant-clusters): the catalogue's multi-node offer")
+
+
+def with_nodes(catalog, request, plan, max_nodes: int, link: Link = CATALOG_LINK):  # noqa: ANN001, ANN201
+    """``plan`` with N-node setups (2, 4, ... up to ``max_nodes``) of every runnable largest-count setup,
+    each priced as N machines and sped up by N x :func:`node_efficiency`, on the front with the rest."""
+    import dataclasses
+
+    from gpucli.plan.estimate import count_params
+    from gpucli.plan.pareto import pareto_front
+    from gpucli.plan.planner import Estimate, _picks
+
+    if max_nodes <= 1 or request.workload != "train":
+        return plan
+    params = count_params(request.model).total
+    top = max((e.setup.n_gpus for e in plan.estimates if e.runs), default=0)
+    added = []
+    for e in plan.estimates:
+        if not e.runs or e.setup.n_gpus != top or e.setup.price.offer_id is not None:
+            continue
+        n = 2
+        while n <= max_nodes:
+            # one optimizer step of the single machine's batch: micro-batch x sequence x its GPUs
+            step_tokens = float((e.micro_batch or 1) * plan.seq_len * e.setup.n_gpus * n)
+            eff = node_efficiency(params, step_tokens, e.tokens_per_s, n, link) or 0.0
+            tps = e.tokens_per_s * n * eff
+            setup = NodeSetup(gpu=e.setup.gpu, n_gpus=e.setup.n_gpus * n, price=e.setup.price, nodes=n, link=link)
+            hours = plan.tokens / tps / 3600.0
+            added.append(Estimate(setup=setup, fit=e.fit, memory_gb=e.memory_gb, micro_batch=e.micro_batch,
+                                  tokens_per_s=tps, mfu=e.mfu, hours=hours, cost_usd=hours * setup.usd_per_hour,
+                                  speed_source=f"{e.speed_source}; x{n} nodes at {eff:.0%} data-parallel efficiency "
+                                               f"over {link.gbps:g} Gbps (gpucli/plan/internode.py)"))
+            n *= 2
+    if not added:
+        return plan
+    runnable = [e for e in plan.estimates if e.runs] + added
+    front = pareto_front(runnable, lambda e: (e.hours, e.cost_usd))
+    return dataclasses.replace(plan, estimates=plan.estimates + tuple(added), front=front.members,
+                               dominated=front.dominated, picks=_picks(runnable, front.members, request),
+                               notes=plan.notes + (f"multi-node setups: {link.source}; {__doc__.split('So ')[0].strip()}",))
+
+
+@dataclass(frozen=True)
+class NodeSetup(Setup):
+    """``nodes`` machines of ``n_gpus / nodes`` GPUs each (``n_gpus``: all of them)."""
+
+    nodes: int = 2
+    link: Link | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes} nodes x {self.n_gpus // self.nodes}x {self.gpu.name}"

@@ -194,7 +194,7 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     if record.nodes:  # the other nodes' watchdogs first: rank 0's stop must not read as a lost node
         from gpucli.run.nodes import stop_watchdogs
 
-        stop_watchdogs(record, on_notice=on_notice)
+        stop_watchdogs(record, on_warn=lambda t: on_notice(Notice("warn", t)))
     try:
         with open_host(record, connect_timeout_s=15) as host:
             if record.watchdog_pid:  # it would take the trainer's exit for the end of the run
@@ -210,7 +210,7 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     if record.nodes:  # every node of the run ends with it
         from gpucli.run.nodes import end_nodes
 
-        end_nodes(record, on_notice=on_notice, ranks=[n.rank for n in record.nodes])
+        end_nodes(record, on_warn=lambda t: on_notice(Notice("warn", t)), ranks=[n.rank for n in record.nodes])
     ended_pod = False if keep_pod else get_target(record.provider).terminate(record)
     cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
     saved = record.with_(status="stopped" if record.active else record.status,

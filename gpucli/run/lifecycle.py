@@ -196,9 +196,10 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
                 f"{volume.data_center_id}): kept after the run{price} until you delete it")
     try:
         if prepared.request.nodes > 1:  # one run over several machines (gpucli.run.nodes)
-            from gpucli.run.nodes import launch_nodes
+            from gpucli.run.multinode import launch_nodes
 
-            return launch_nodes(prepared, on_step=on_step, on_notice=on_notice)
+            return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                                on_info=lambda t: on_notice(Notice("info", t)))
         return start(prepared.resolved, on_event=on_step, save=runs.save, ssh=prepared.ssh,
                      provision=prepared.provision, inputs=prepared.inputs, own=prepared.own)
     except BaseException:

@@ -19,7 +19,6 @@ and dstack (``DSTACK_MASTER_NODE_IP``, ``DSTACK_NODE_RANK``, ``DSTACK_NODES_NUM`
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import shlex
 import socket
@@ -28,14 +27,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
-from gpucli.run import records as runs
 from gpucli.run.records import NodeRecord, RunRecord
 
 if TYPE_CHECKING:
-    from gpucli.run.launch import LaunchRequest, ResolvedLaunch
-    from gpucli.run.lifecycle import NoticeFn, PreparedLaunch, StepFn
     from gpucli.run.targets import Host
     from gpucli.ssh import SshTarget
+
+WarnFn = Callable[[str], None]
 
 MAX_LOCAL_NODES = 8  # node agents on this machine (each a torchrun with its own processes)
 RDZV_TIMEOUT_S = 6 * 3600  # node 0 may fetch and prepare the data for hours before it joins
@@ -58,8 +56,9 @@ def node_workdir(workdir: str, rank: int) -> str:
     return workdir if rank == 0 else f"{workdir}-node{rank}"
 
 
-def check_request(req: LaunchRequest) -> None:
-    """``--nodes`` and the hosts against the provider: one line, before anything is rented or started."""
+def check_request(req: Any) -> None:
+    """``--nodes`` and the hosts of a ``LaunchRequest`` against the provider: one line, before anything
+    is rented or started."""
     from gpucli.run.targets import get_target
 
     n = req.nodes
@@ -123,16 +122,17 @@ def ports_for(run: str, provider: str) -> tuple[int, int]:
     return base, base + 1
 
 
-def layout(req: LaunchRequest, resolved: ResolvedLaunch) -> list[NodeSpec]:
+def layout(req: Any, workdir: str) -> list[NodeSpec]:
+    """Every node of a ``LaunchRequest``'s run, rank 0 first, with its folder and address."""
     from gpucli.ssh import parse_target
 
     if req.provider == "local":
-        return [NodeSpec(r, node_workdir(resolved.workdir, r), None, "127.0.0.1") for r in range(req.nodes)]
+        return [NodeSpec(r, node_workdir(workdir, r), None, "127.0.0.1") for r in range(req.nodes)]
     hosts = list(req.hosts) or [req.host or ""]
     out = []
     for r, text in enumerate(hosts):
         t = parse_target(text, identity_file=req.identity)
-        out.append(NodeSpec(r, node_workdir(resolved.workdir, r), t, t.host))
+        out.append(NodeSpec(r, node_workdir(workdir, r), t, t.host))
     return out
 
 
@@ -196,93 +196,15 @@ def check_nodes(hosts: Sequence[Host], specs: Sequence[NodeSpec], gpus: int, ifn
             raise UsageError(f"the nodes need {gpus} GPUs each and have unequal or fewer GPUs ({detail})")
 
 
-def launch_nodes(prepared: PreparedLaunch, *, on_step: StepFn, on_notice: NoticeFn,
-                 save: Callable[[RunRecord], Any] = runs.save) -> RunRecord:
-    """Start the run on every node, rank 0 first; a launch that fails ends every node it started."""
-    from gpucli.run.start import record_for, start_on_host
-    from gpucli.run.targets import get_target
-
-    resolved, req, own = prepared.resolved, prepared.request, prepared.own
-    target = get_target(resolved.provider)
-    specs = layout(req, resolved)
-    record = record_for(resolved).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
-        NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
-    if own is not None:
-        record = record.with_(model="own-code", phase="own-code")
-    save(record)  # written before anything waits
-    hosts: list[Host] = []
-    port, peer_port = ports_for(resolved.name, resolved.provider)
-    try:
-        for spec in specs:
-            node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
-            on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
-            host = target.open(node)
-            hosts.append(host)
-            if spec.ssh is not None and host.host_key:
-                pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
-                record = record.with_(ssh=pinned) if spec.rank == 0 else _set_node(record, spec.rank, ssh=pinned)
-                save(record)
-        ifname = req.nccl_ifname or NCCL_IFNAME.get(resolved.provider)
-        check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, ifname)
-        gpus = resolved.n_gpus if resolved.gpu_id else 0
-        for spec, host in zip(specs, hosts, strict=True):
-            env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
-            watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
-                     "--peer-addr", f"{specs[0].address}:{peer_port}",
-                     # a node silent for the stall window is lost (a crash is told at once)
-                     "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}")
-            on_step(f"node {spec.rank}: starting")
-            if spec.rank == 0:
-                record = start_on_host(host, resolved, record, on_event=on_step, save=save, own=own,
-                                       node_env=env, watch_args=watch)
-                continue
-            mine = dataclasses.replace(resolved, workdir=spec.workdir,
-                                       data=resolved.data if own is not None else None, data_plan=None)
-
-            def save_node(rr: RunRecord, rank: int = spec.rank) -> None:
-                nonlocal record
-                record = _set_node(record, rank, pid=rr.pid, pid_ident=rr.pid_ident, watchdog_pid=rr.watchdog_pid,
-                                   watchdog_ident=rr.watchdog_ident)
-                save(record)
-
-            start_on_host(host, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
-                          save=save_node, own=own, node_env=env, watch_args=watch)
-        on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
-        return record
-    except BaseException as exc:
-        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
-        ended = end_nodes(record, on_notice=on_notice)
-        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
-        if ended:
-            on_notice_info(on_notice, f"stopped the run on node {', '.join(map(str, ended))} of the failed launch")
-        raise
-    finally:
-        for host in hosts:
-            host.close()
-
-
-def on_notice_info(on_notice: NoticeFn, text: str) -> None:
-    from gpucli.run.lifecycle import Notice
-
-    on_notice(Notice("info", text))
-
-
-def _set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:
-    nodes = list(record.nodes)
-    nodes[rank - 1] = nodes[rank - 1].with_(**changes)
-    return record.with_(nodes=tuple(nodes))
-
-
 def members(record: RunRecord) -> list[tuple[int, RunRecord]]:
     """(rank, the node as a one-machine run) for every node, rank 0 first."""
     return [(0, record.with_(nodes=()))] + [(n.rank, as_run(record, n)) for n in record.nodes]
 
 
-def end_nodes(record: RunRecord, *, on_notice: NoticeFn, ranks: Sequence[int] | None = None) -> list[int]:
+def end_nodes(record: RunRecord, *, on_warn: WarnFn, ranks: Sequence[int] | None = None) -> list[int]:
     """Stop the watchdog and the trainer on every node that has them (or those in ``ranks``), each
     only while its pid is still the process recorded; returns the ranks where something was stopped."""
     from gpucli.run import procs
-    from gpucli.run.lifecycle import Notice
     from gpucli.run.monitor import stop_trainer
     from gpucli.run.targets import open_host
 
@@ -297,7 +219,7 @@ def end_nodes(record: RunRecord, *, on_notice: NoticeFn, ranks: Sequence[int] | 
                 if stop_trainer(host, node, timeout_s=60):
                     ended.append(rank)
         except GpucliError as exc:
-            on_notice(Notice("warn", f"node {rank}: could not stop the run there: {exc}"))
+            on_warn(f"node {rank}: could not stop the run there: {exc}")
     return ended
 
 
@@ -342,10 +264,9 @@ def node_statuses(record: RunRecord) -> list[NodeStatus]:
     return out
 
 
-def stop_watchdogs(record: RunRecord, *, on_notice: NoticeFn) -> None:
+def stop_watchdogs(record: RunRecord, *, on_warn: WarnFn) -> None:
     """SIGTERM the watchdogs of nodes 1..N-1 (each only while its pid is still that watchdog)."""
     from gpucli.run import procs
-    from gpucli.run.lifecycle import Notice
     from gpucli.run.targets import open_host
 
     for rank, node in members(record)[1:]:
@@ -355,4 +276,4 @@ def stop_watchdogs(record: RunRecord, *, on_notice: NoticeFn) -> None:
             with open_host(node, connect_timeout_s=15) as host:
                 procs.signal(host, node, node.watchdog_pid, node.watchdog_ident, "TERM")
         except GpucliError as exc:
-            on_notice(Notice("warn", f"node {rank}: could not reach its watchdog: {exc}"))
+            on_warn(f"node {rank}: could not reach its watchdog: {exc}")

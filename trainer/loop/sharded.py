@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,8 +33,7 @@ from trainer.loop import checkpoint as ckpt
 from trainer.loop import nodes
 from trainer.loop.dist import rng_state, set_rng_state
 
-if TYPE_CHECKING:
-    from trainer.loop.checkpointer import Checkpointer
+Checkpointer = Any  # trainer.loop.checkpointer.Checkpointer (which calls this module: not imported here)
 
 FORMAT = "dcp"
 

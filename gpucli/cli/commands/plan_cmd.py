@@ -18,6 +18,8 @@ def plan(
     spot: bool = typer.Option(False, "--spot", help="Plan with spot (interruptible) prices."),
     gpu: str = typer.Option(None, "--gpu", help="Only these GPUs, comma separated: h100,a100-80."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count per machine."),
+    max_nodes: int = typer.Option(1, "--max-nodes", help="Also plan 2, 4, ... machines of the largest count "
+                                  "(inter-node link and data-parallel model: gpucli/plan/internode.py)."),
     workload: str = typer.Option("train", "--workload", help="train, or generate (decode-bound, seed 003)."),
     price: float = typer.Option(None, "--price", help="Use this $/GPU-hour for every setup."),
     mfu: float = typer.Option(None, "--mfu", help="Use this model FLOPs utilisation (0-1) for training."),
@@ -69,6 +71,10 @@ def plan(
     elif query is not None or provider != "all":
         raise UsageError("--query and --provider only apply with --live")
     result = make_plan(catalog, request, setups=setups)
+    if max_nodes > 1:
+        from gpucli.plan.internode import with_nodes
+
+        result = with_nodes(catalog, request, result, max_nodes)
     if explain is not None:
         from gpucli.plan.planner import explain as explain_setup
 
