@@ -46,3 +46,19 @@ def vast_emulator(tmp_path_factory, monkeypatch):
         yield emu
     finally:
         emu.stop()
+
+
+@pytest.fixture
+def cluster_emulator(tmp_path_factory, monkeypatch):
+    """RunPod Instant Clusters (API v2), tests/support/emulators/clusters.py."""
+    from tests.support.emulators.clusters import ClusterEmulator
+
+    emu = ClusterEmulator(tmp_path_factory.mktemp("clusters_emu"))
+    emu.start()
+    monkeypatch.setenv("RUNPOD_API_V2_URL", emu.url)
+    monkeypatch.setenv("RUNPOD_API_KEY", emu.api_key)
+    _common_env(monkeypatch)
+    try:
+        yield emu
+    finally:
+        emu.stop()
