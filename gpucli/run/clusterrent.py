@@ -80,7 +80,7 @@ def rent_cluster(client: RunPodClusters, *, name: str, gpu_type: str, gpus_per_p
             if bad:
                 raise ProviderError(f"pod {bad[0].pod_id} of cluster {cluster_id} is {bad[0].status}")
             ready = [p for p in pods if p.ready]
-            if len(ready) == nodes and sorted(p.rank for p in ready) == list(range(nodes)):
+            if len(ready) == nodes and sorted(int(p.rank or 0) for p in ready) == list(range(nodes)):
                 return cluster_id, sorted((RentedNode(p.rank or 0, p.pod_id, p.ip or "", p.ssh_host or "",
                                                       p.ssh_port or 22) for p in ready), key=lambda n: n.rank)
             if clock() >= deadline:

@@ -207,11 +207,14 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
                                   loss=_finite(last.loss) if last.loss is not None else record.loss)
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))
-    if record.nodes:  # every node of the run ends with it
+    rented = False
+    if record.nodes:  # every node of the run ends with it, and a rented cluster with every pod of it
+        from gpucli.run.multinode import end_rented
         from gpucli.run.nodes import end_nodes
 
         end_nodes(record, on_warn=lambda t: on_notice(Notice("warn", t)), ranks=[n.rank for n in record.nodes])
-    ended_pod = False if keep_pod else get_target(record.provider).terminate(record)
+        rented = not keep_pod and end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t)))
+    ended_pod = rented or (False if keep_pod else get_target(record.provider).terminate(record))
     cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
     saved = record.with_(status="stopped" if record.active else record.status,
                          ended_at=record.ended_at or runs.now_iso(),
@@ -235,6 +238,12 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
             strays += target.strays(owned)
         except GpucliError as exc:
             on_notice(Notice("warn", f"{target.name}: {exc}"))
+    from gpucli.run.multinode import stray_clusters
+
+    try:  # the clusters of runs over several machines (run/multinode.py)
+        strays += stray_clusters(runs.list_runs())
+    except GpucliError as exc:
+        on_notice(Notice("warn", f"runpod clusters: {exc}"))
     return strays
 
 
@@ -245,7 +254,12 @@ def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
     failed = []
     for s in strays:
         try:
-            get_target(s.provider).end_stray(s.instance_id)
+            if s.provider == "runpod-cluster":
+                from gpucli.run.multinode import end_stray_cluster
+
+                end_stray_cluster(s.instance_id)
+            else:
+                get_target(s.provider).end_stray(s.instance_id)
         except ProviderError as exc:
             failed.append(s.instance_id)
             on_notice(Notice("error", f"could not terminate {s.provider} {s.instance_id}: {exc}"))

@@ -164,7 +164,7 @@ def _prepare_trainer(catalog: Catalog, req: LaunchRequest, name: str, volume_id:
     provision = None
     if target.needs_gpu and resolved.gpu_id is None:
         raise UsageError(f"profile {req.profile} has no GPU; {target.name} pods need a GPU profile")
-    if resolved.gpu_id is not None:
+    if resolved.gpu_id is not None and req.nodes == 1:  # several nodes are rented as one (run/multinode.py)
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError
 from gpucli.run import records as runs
 from gpucli.run.nodes import (
-    NCCL_IFNAME,
+    NodeSpec,
     as_run,
     check_nodes,
     end_nodes,
     layout,
     node_env,
+    node_workdir,
     ports_for,
 )
 from gpucli.run.records import NodeRecord, RunRecord
@@ -35,7 +36,8 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
 
     resolved, req, own = prepared.resolved, prepared.request, prepared.own
     target = get_target(resolved.provider)
-    specs = layout(req, resolved.workdir)
+    specs = layout(req, resolved.workdir) if not target.cloud else \
+        [NodeSpec(r, node_workdir(resolved.workdir, r), None, "") for r in range(req.nodes)]  # known once rented
     record = record_for(resolved).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
         NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
     if own is not None:
@@ -44,6 +46,8 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
     hosts: list[Host] = []
     port, peer_port = ports_for(resolved.name, resolved.provider)
     try:
+        if target.cloud:
+            record, specs = _rent(prepared, record, specs, on_step=on_step, save=save)
         for spec in specs:
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
@@ -53,8 +57,10 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
                 pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
                 record = record.with_(ssh=pinned) if spec.rank == 0 else set_node(record, spec.rank, ssh=pinned)
                 save(record)
-        ifname = req.nccl_ifname or NCCL_IFNAME.get(resolved.provider)
-        check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, ifname)
+        if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
+            check_nodes(hosts, specs, 0, None)
+        else:
+            check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
         for spec, host in zip(specs, hosts, strict=True):
             env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
@@ -63,6 +69,10 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
                      # a node silent for the stall window is lost (a crash is told at once)
                      "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}")
             on_step(f"node {spec.rank}: starting")
+            if target.cloud:
+                # A cluster's member pod cannot be stopped on its own (it is managed through its cluster),
+                # so its watchdog stops the run and gpucli deletes the cluster (down, watch).
+                resolved = dataclasses.replace(resolved, provider="ssh")
             if spec.rank == 0:
                 record = start_on_host(host, resolved, record, on_event=on_step, save=save, own=own,
                                        node_env=env, watch_args=watch)
@@ -83,6 +93,8 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         ended = end_nodes(record, on_warn=on_warn)
+        if end_rented(record, on_warn=on_warn):
+            on_info(f"deleted the cluster {cluster_of(record)} of the failed launch")
         save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
         if ended:
             on_info(f"stopped the run on node {', '.join(map(str, ended))} of the failed launch")
@@ -96,3 +108,108 @@ def set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:
     nodes = list(record.nodes)
     nodes[rank - 1] = nodes[rank - 1].with_(**changes)
     return record.with_(nodes=tuple(nodes))
+
+
+def cluster_of(record: RunRecord) -> str | None:
+    """The id of the cluster a run's nodes were rented as (None: not a rented cluster)."""
+    value = (record.launch or {}).get("cluster_id")
+    return str(value) if value else None
+
+
+def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
+          save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
+    """Rent the nodes as one RunPod Instant Cluster; the cluster's and every pod's id are in the record
+    before anything waits on them."""
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.run.clusterrent import clusters_client, gpu_type_id, rent_cluster
+    from gpucli.run.defaults import DEFAULTS
+    from gpucli.run.targets import get_target
+    from gpucli.run.targets.cloud import ssh_keypair
+    from gpucli.settings import pod_ssh_user, provider_poll_s
+    from gpucli.ssh import SshTarget
+
+    resolved, req = prepared.resolved, prepared.request
+    target = get_target(resolved.provider)
+    key, pub = ssh_keypair()
+    client = clusters_client()
+
+    def on_cluster(cluster_id: str) -> None:
+        nonlocal record
+        record = record.with_(launch={**(record.launch or {}), "cluster_id": cluster_id})
+        save(record)
+
+    def on_pods(pods: list[Any]) -> None:
+        nonlocal record
+        by_rank = {p.rank: p.pod_id for p in pods if p.rank is not None}
+        new = record.with_(instance_id=by_rank.get(0, record.instance_id), nodes=tuple(
+            n.with_(instance_id=by_rank.get(n.rank, n.instance_id)) for n in record.nodes))
+        if new != record:
+            record = new
+            save(record)
+
+    try:
+        _, rented = rent_cluster(
+            client, name=resolved.label, gpu_type=gpu_type_id(load_catalog(), resolved.gpu_id),
+            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or getattr(target, "default_image", ""),
+            disk_gb=req.disk_gb or resolved.pod_disk_gb, public_key=pub,
+            ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
+            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step)
+    finally:
+        client.close()
+    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port,
+                                                                user=pod_ssh_user() or "root", identity_file=str(key)),
+                      n.ip) for n in rented]
+    record = record.with_(ssh=specs[0].ssh, nodes=tuple(
+        n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))
+    save(record)
+    return record, specs
+
+
+def end_rented(record: RunRecord, *, on_warn: Callable[[str], None]) -> bool:
+    """Delete the run's cluster, if it has one; whether one was deleted."""
+    cluster_id = cluster_of(record)
+    if cluster_id is None:
+        return False
+    from gpucli.run.clusterrent import clusters_client, end_cluster
+
+    try:
+        client = clusters_client()
+        try:
+            end_cluster(client, cluster_id, lambda m: None)
+        finally:
+            client.close()
+    except GpucliError as exc:
+        on_warn(str(exc))
+        return False
+    return True
+
+
+CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed under
+
+
+def stray_clusters(owned_runs: list[RunRecord]) -> list[Any]:
+    """gpucli-named RunPod clusters that no active run holds, as ``Stray`` rows (none without a key)."""
+    from gpucli.cloud.credentials import MissingKeyError
+    from gpucli.run.clusterrent import cluster_strays, clusters_client
+    from gpucli.run.targets import Stray
+
+    owned = {c for r in owned_runs if r.active and (c := cluster_of(r))}
+    try:
+        client = clusters_client()
+    except MissingKeyError:
+        return []
+    try:
+        return [Stray(CLUSTER_STRAY, cid, name, f"cluster of {pods} pods", None)
+                for cid, name, pods in cluster_strays(client, owned)]
+    finally:
+        client.close()
+
+
+def end_stray_cluster(cluster_id: str) -> None:
+    from gpucli.run.clusterrent import clusters_client, end_cluster
+
+    client = clusters_client()
+    try:
+        end_cluster(client, cluster_id, lambda m: None)
+    finally:
+        client.close()

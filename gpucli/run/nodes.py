@@ -86,9 +86,11 @@ def check_request(req: Any) -> None:
         return
     if req.provider == "local" and n > MAX_LOCAL_NODES:
         raise UsageError(f"--nodes {n}: --provider local runs at most {MAX_LOCAL_NODES} node agents")
-    if target.cloud:
-        raise UsageError(f"--nodes {n} on {req.provider}: multi-node rentals are not available from gpucli yet",
-                         hint="use --provider ssh with the cluster's machines, or --nodes 1")
+    if req.provider == "vast":
+        raise UsageError(f"--nodes {n} on vast: clusters on an overlay network are not available from gpucli yet",
+                         hint="use --provider runpod (Instant Clusters) or ssh with the machines, or --nodes 1")
+    if target.cloud and req.spot:
+        raise UsageError("--spot and --nodes > 1 do not go together: a cluster is rented on demand")
     if req.volume:
         raise UsageError("--volume and --nodes > 1 do not go together yet")
 
@@ -158,8 +160,10 @@ def node_env(specs: Sequence[NodeSpec], rank: int, gpus: int, port: int, provide
            "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus), "DSTACK_MASTER_NODE_IP": master, "DSTACK_NODE_RANK": str(rank),
            "DSTACK_NODES_NUM": str(n), "DSTACK_GPUS_PER_NODE": str(gpus), "DSTACK_NODES_IPS": ips}
     ifname = nccl_ifname or NCCL_IFNAME.get(provider)
-    if ifname:
-        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ifname
+    if ifname:  # what the provider's docs require of NCCL
+        env["NCCL_SOCKET_IFNAME"] = ifname
+    if nccl_ifname:  # the user's own machines: the trainer's gloo group takes the same interface
+        env["GLOO_SOCKET_IFNAME"] = nccl_ifname
     return env
 
 

@@ -96,3 +96,44 @@ def test_seeded_faulty_multi_node_launches_leave_nothing_billing(cluster_emulato
         cluster_emulator.faults.clear()
         assert not cluster_emulator.billing_pods(), f"seed {seed}: pods left billing"
     assert outcomes["up"] and outcomes["failed"], outcomes
+
+
+def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, cluster_emulator, runpod_emulator, tmp_path,
+                                                          monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    from gpucli.run import records as runs
+    from tests.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
+    from tests.support.cli import cli, wait_for
+
+    monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
+    monkeypatch.setenv("GPUCLI_PROVIDER_POLL_S", "0.1")
+    code_dir = own_script(tmp_path / "mine")
+    code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "h100", "--nodes", "2",
+                         "--name", "rc2", "--code", str(code_dir), "--python", sys.executable,
+                         "--workdir", str(tmp_path / "pod" / "rc2"),
+                         "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
+    assert code == 0, err
+    record = runs.load("rc2")
+    cid = record.launch["cluster_id"]
+    members = cluster_emulator.clusters[cid].members
+    assert record.instance_id == members[0] and record.nodes[0].instance_id == members[1]
+    assert record.limits.price_per_hour_usd and record.nodes[0].ssh.port != record.ssh.port
+    wait_for(lambda: step_of(capsys, "rc2") >= 3, 180, "steps on the cluster")
+    env0 = (Path(record.workdir) / "env").read_text()
+    assert "NCCL_SOCKET_IFNAME=ens1" in env0 and "GPUCLI_NODES=2" in env0
+    code, out, err = cli(capsys, "status", "rc2", "--json")
+    assert [n["state"] for n in json.loads(out)["nodes"]] == ["running", "running"]
+    code, out, err = cli(capsys, "down", "rc2")
+    assert code == 0, err
+    assert not cluster_emulator.billing_pods()
+    wait_for(lambda: nothing_running(record), 60, "the run's processes to end")
+    # a cluster no run owns is found and ended by down --strays
+    client = RunPodClusters(cluster_emulator.api_key)
+    cluster_emulator.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(pending_polls=0)])
+    rent(client, "gpucli-orphan")
+    code, out, err = cli(capsys, "down", "--strays", "--yes")
+    assert code == 0, err + out
+    assert not cluster_emulator.billing_pods()
