@@ -411,6 +411,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
     while True:
         record = runs.load(name)
         if record.status in ("stopped", "failed") and not record.active:
+            _end_cluster(record, on_notice)
             info(f"{name}: {record.status}; stopped watching")
             return "ended"
         target = get_target(record.provider)
@@ -424,6 +425,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                        cost_usd=st.cost_usd, step=st.step,
                                        loss=st.loss if isinstance(st.loss, (int, float)) else None))
+                _end_cluster(record, on_notice)
                 info(f"{name}: {st.state} ({st.finished_reason}); stopped watching")
                 return "ended"
             gone = False
@@ -449,3 +451,13 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 info(f"{name}: resumed on a new pod ({resumes}/{max_resumes})")
                 continue
         sleep(poll_s)
+
+
+def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
+    """A run over a rented cluster is over: the cluster goes (a pod's own key cannot delete it)."""
+    if not record.nodes:
+        return
+    from gpucli.run.multinode import cluster_of, end_rented
+
+    if end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t))):
+        on_notice(Notice("info", f"{record.name}: deleted its cluster {cluster_of(record)}"))

@@ -89,6 +89,10 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             start_on_host(host, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
                           save=save_node, own=own, node_env=env, watch_args=watch)
         on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
+        if cluster_of(record):
+            on_info(f"cluster {cluster_of(record)} bills until it is deleted from here: `gpucli down "
+                    f"{record.name}`, or `gpucli watch {record.name}` deletes it when the run is over "
+                    "(a pod's own key cannot delete its cluster)")
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"

@@ -137,3 +137,22 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, cluster_emulat
     code, out, err = cli(capsys, "down", "--strays", "--yes")
     assert code == 0, err + out
     assert not cluster_emulator.billing_pods()
+
+
+def test_watch_deletes_the_cluster_of_a_run_that_is_over(cluster_emulator):
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.run import lifecycle
+    from gpucli.run import records as runs
+
+    client = RunPodClusters(cluster_emulator.api_key)
+    cid, nodes = rent(client, "gpucli-over")
+    record = runs.RunRecord(name="over", provider="runpod", created_at=runs.now_iso(), profile="8xH100",
+                            phase="fast", model="124m", n_gpus=8, gpu="h100-sxm", workdir="w", status="failed",
+                            launch={"request": {"profile": "8xH100"}, "cluster_id": cid},
+                            nodes=(runs.NodeRecord(rank=1, workdir="w-node1", instance_id=nodes[1].pod_id),))
+    runs.save(record)
+    assert runs.load("over").nodes[0].instance_id == nodes[1].pod_id  # the record keeps its nodes
+    notices = []
+    assert lifecycle.watch("over", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
+    assert not cluster_emulator.billing_pods()
+    assert any(f"deleted its cluster {cid}" in n.text for n in notices)
