@@ -89,6 +89,8 @@ def check_request(req: Any) -> None:
     if req.provider == "vast":
         raise UsageError(f"--nodes {n} on vast: clusters on an overlay network are not available from gpucli yet",
                          hint="use --provider runpod (Instant Clusters) or ssh with the machines, or --nodes 1")
+    if req.provider == "runpod" and n > 250:  # ClusterCompute.podCount: 2..250 (runpod api-reference-v2)
+        raise UsageError(f"--nodes {n}: a RunPod Instant Cluster holds 2 to 250 pods")
     if target.cloud and req.spot:
         raise UsageError("--spot and --nodes > 1 do not go together: a cluster is rented on demand")
     if req.volume:
