@@ -244,6 +244,8 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
 
         task = task_from_json(record.launch["own"])
     target = get_target(record.provider)
+    if req.nodes > 1:  # one run over several machines (run/multinode.py)
+        return _resume_nodes(record, req, task, catalog, on_step=on_step, on_notice=on_notice)
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and task is None
     restore = metrics = None
@@ -461,3 +463,19 @@ def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
 
     if end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t))):
         on_notice(Notice("info", f"{record.name}: deleted its cluster {cluster_of(record)}"))
+
+
+def _resume_nodes(record: RunRecord, req: LaunchRequest, task: Task | None, catalog: Catalog, *, on_step: StepFn,
+                  on_notice: NoticeFn) -> RunRecord:
+    """Continue a run over several machines on the same nodes, from the sharded checkpoints in their
+    folders. A rented cluster is gone with its disks, and its checkpoints with it."""
+    from gpucli.run.multinode import launch_nodes
+    from gpucli.run.targets import get_target
+
+    if get_target(record.provider).cloud:
+        raise UsageError(f"run {record.name} ran on a rented cluster: its sharded checkpoints went with it",
+                         hint="launch it again (fetch-best keeps the consolidated weights)")
+    prepared = prepare(catalog, req, run_name=record.name, task=task)
+    on_step(f"resuming {record.name} on its {req.nodes} nodes")
+    return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                        on_info=lambda t: on_notice(Notice("info", t)), resume=record)

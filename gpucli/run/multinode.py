@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 
 
 def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Callable[[str], None],
-                 on_info: Callable[[str], None], save: Callable[[RunRecord], Any] = runs.save) -> RunRecord:
+                 on_info: Callable[[str], None], save: Callable[[RunRecord], Any] = runs.save,
+                 resume: RunRecord | None = None) -> RunRecord:
     """Start a ``PreparedLaunch`` on every node, rank 0 first; a launch that fails ends every node it
-    started."""
+    started. ``resume``: the run's record, continued on the same nodes and folders (the trainer's
+    ``--resume auto`` takes the newest sharded checkpoint there)."""
     from gpucli.run.start import record_for, start_on_host
     from gpucli.run.targets import get_target
 
@@ -42,6 +44,10 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
     if own is not None:
         record = record.with_(model="own-code", phase="own-code")
+    if resume is not None:  # the same run: its name, start, cost so far and nodes' folders
+        record = resume.with_(status="provisioning", pid=None, pid_ident=None, watchdog_pid=None,
+                              watchdog_ident=None, ended_at=None, end_reason=None, message=None,
+                              limits=resolved.limits, nodes=record.nodes)
     save(record)  # written before anything waits
     hosts: list[Host] = []
     port, peer_port = ports_for(resolved.name, resolved.provider)

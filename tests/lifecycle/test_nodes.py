@@ -214,3 +214,37 @@ def test_missing_interface_or_gpus_start_nothing(capsys, tmp_path, client_key, t
     finally:
         for s in servers:
             s.stop()
+
+
+def test_down_writes_a_sharded_checkpoint_on_every_node_and_resume_continues_there(capsys):
+    code, out, err = cli(capsys, "launch", "--provider", "local", "--profile", "cpu", "--nodes", "2",
+                         "--name", "again", *FAST)
+    assert code == 0, err
+    record = runs.load("again")
+    wait_for(lambda: step_of(capsys, "again") >= 6, 240, "step 6 on two nodes")
+    code, out, err = cli(capsys, "down", "again")
+    assert code == 0, err
+    wait_for(lambda: nothing_running(record), 90, "every node to stop")
+    rows = [json.loads(line) for line in (Path(record.workdir) / "metrics.jsonl").read_text().splitlines()]
+    stop = [r for r in rows if r.get("event") == "finished"][-1]
+    assert stop["reason"] == "signal"
+    name = f"step_{stop['step']:06d}"
+    for folder in (Path(record.workdir), Path(record.nodes[0].workdir)):
+        meta = json.loads((folder / "checkpoints" / name / "meta.json").read_text())
+        assert meta["format"] == "dcp" and meta["kind"] in ("emergency", "regular")
+
+    code, out, err = cli(capsys, "resume", "again")
+    assert code == 0, err
+    again = runs.load("again")
+    assert again.status == "running" and again.nodes[0].pid and again.nodes[0].workdir == record.nodes[0].workdir
+
+    def resumed():
+        text = (Path(record.workdir) / "metrics.jsonl").read_text()
+        rows = [json.loads(line) for line in text.splitlines()]
+        back = [r for r in rows if r.get("event") == "resumed"]
+        return back and any(r.get("kind") == "train" and r["step"] > stop["step"] for r in rows) and back
+    back = wait_for(resumed, 240, "training past the checkpoint after the resume")
+    assert back[-1]["step"] == stop["step"]
+    code, out, err = cli(capsys, "down", "again")
+    assert code == 0, err
+    wait_for(lambda: nothing_running(runs.load("again")), 90, "every node to stop")
