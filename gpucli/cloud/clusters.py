@@ -116,6 +116,8 @@ class RunPodClusters:
 
     def list(self) -> list[ClusterInfo]:
         resp = self.http.request("GET", "/v2/clusters", what="list clusters")
+        if resp.status == 404:  # no cluster routes at this base URL (an API or proxy without them): none
+            return []
         if not resp.ok or not isinstance(resp.body, dict) or not isinstance(resp.body.get("clusters"), list):
             raise ProviderError(f"RunPod: unexpected answer to the cluster list ({resp.status})")
         out = []

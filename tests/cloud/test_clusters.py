@@ -98,7 +98,7 @@ def test_seeded_faulty_multi_node_launches_leave_nothing_billing(cluster_emulato
     assert outcomes["up"] and outcomes["failed"], outcomes
 
 
-def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, cluster_emulator, runpod_emulator, tmp_path,
+def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulator, cluster_emulator, tmp_path,
                                                           monkeypatch):
     import json
     import sys

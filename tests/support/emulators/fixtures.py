@@ -27,6 +27,7 @@ def runpod_emulator(tmp_path_factory, monkeypatch):
     emu.start()
     monkeypatch.setenv("RUNPOD_API_BASE_URL", emu.url)
     monkeypatch.setenv("RUNPOD_API_URL", emu.url + "/v1")  # the REST API (runpodctl's variable)
+    monkeypatch.setenv("RUNPOD_API_V2_URL", emu.url)  # cluster routes: none here (cluster_emulator has them)
     monkeypatch.setenv("RUNPOD_API_KEY", emu.api_key)
     _common_env(monkeypatch)
     try:
