@@ -383,7 +383,13 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         else:
             cmd = f"{fetch} && {cmd}"
         cmd = f"export {JOB_STARTED_ENV}=$(date +%s) && {cmd}"
-    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus * req.nodes, steps, micro, accum, seq_len, price)
+    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len,
+                       price / req.nodes if price else price)
+    if req.nodes > 1:  # one machine's speed, times the nodes, at the inter-node link's efficiency
+        from gpucli.run.nodes import planned_across
+
+        planned = planned_across(planned, model, req.nodes, req.provider, req.link_gbps,
+                                 float(micro * accum * n_gpus * seq_len), price)
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
     return ResolvedLaunch(
         name=run_name, provider=target.name, profile=profile.name, phase=phase.name, model=model,

@@ -283,3 +283,30 @@ def stop_watchdogs(record: RunRecord, *, on_warn: WarnFn) -> None:
                 procs.signal(host, node, node.watchdog_pid, node.watchdog_ident, "TERM")
         except GpucliError as exc:
             on_warn(f"node {rank}: could not reach its watchdog: {exc}")
+
+
+def planned_across(one: Any, model: Any, nodes: int, provider: str, link_gbps: float | None,
+                   tokens_per_node_step: float, price_all_nodes: float | None) -> Any:
+    """The plan of a run over ``nodes`` machines from one machine's (``PlannedSpeed``): N x its tokens/s
+    at the data-parallel efficiency of :mod:`gpucli.plan.internode` over the provider's link; one
+    machine's figure alone when the link is not known (and the source says so)."""
+    import dataclasses
+
+    from gpucli.plan.estimate import count_params
+    from gpucli.plan.internode import link_for, node_efficiency
+
+    if not one.tokens_per_s or not one.hours:
+        return one
+    link = link_for(provider, link_gbps)
+    eff = node_efficiency(count_params(model).total, tokens_per_node_step * nodes, one.tokens_per_s, nodes, link)
+    tokens = one.tokens_per_s * one.hours * 3600  # the run's tokens: every node's share
+    tokens *= nodes
+    if eff is None:
+        return dataclasses.replace(one, tokens_per_s=None, hours=None, cost_usd=None,
+                                   source=f"{one.source}; across {nodes} nodes: link not known ({link.source})")
+    tps = one.tokens_per_s * nodes * eff
+    hours = tokens / tps / 3600
+    return dataclasses.replace(one, tokens_per_s=tps, hours=hours,
+                               cost_usd=hours * price_all_nodes if price_all_nodes else None,
+                               source=f"{one.source}; x{nodes} nodes at {eff:.0%} over {link.gbps:g} Gbps "
+                                      "(gpucli/plan/internode.py)")
