@@ -2,7 +2,8 @@
 path by watchdog.py, as procid.py is).
 
 Rank 0's watchdog listens on ``--peer-addr``'s port; every other node's watchdog keeps one TCP
-connection to it and sends a line each poll: ``hb RANK`` while its trainer runs, ``over RANK REASON``
+connection to it, opens it with ``hello TOKEN`` (the run's shared secret, from a 0600 file on every
+node; a connection without it is closed unheard) and sends a line each poll: ``hb RANK`` while its trainer runs, ``over RANK REASON``
 once it has ended. Rank 0 answers each line with ``ok`` or, once the run is over for it, ``end
 REASON``. So:
 
@@ -28,8 +29,9 @@ class PeerWatch:
     its own run is over."""
 
     def __init__(self, nodes: int, rank: int, addr: str, *, poll_s: float, timeout_s: float, startup_s: float,
-                 log=lambda _m: None) -> None:  # noqa: ANN001
+                 token: str = "", log=lambda _m: None) -> None:  # noqa: ANN001
         host, _, port = addr.rpartition(":")
+        self.token = token  # the run's shared secret (a 0600 file on every node): others are not heard
         self.nodes, self.rank, self.addr = nodes, rank, (host, int(port))
         self.poll_s, self.timeout_s, self.startup_s, self.log = poll_s, timeout_s, startup_s, log
         self.started = time.time()
@@ -68,6 +70,12 @@ class PeerWatch:
         rank = None
         with conn, conn.makefile("rwb") as f:
             conn.settimeout(self.timeout_s)
+            try:
+                hello = f.readline(_MAX_LINE).decode(errors="replace").split()
+            except OSError:
+                return
+            if hello != ["hello", self.token]:
+                return
             while True:
                 try:
                     line = f.readline(_MAX_LINE)
@@ -102,6 +110,7 @@ class PeerWatch:
                 with socket.create_connection(self.addr, timeout=min(10.0, self.timeout_s)) as conn, \
                         conn.makefile("rwb") as f:
                     conn.settimeout(self.timeout_s)
+                    f.write(f"hello {self.token}\n".encode())
                     while True:
                         with self.lock:
                             mine = self.mine

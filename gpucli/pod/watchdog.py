@@ -315,7 +315,8 @@ def start_peers(args: argparse.Namespace, run_dir: Path):  # noqa: ANN201 - peer
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     log(run_dir, f"node {args.node_rank} of {args.nodes}: watching the other nodes through {args.peer_addr}")
-    return module.PeerWatch(args.nodes, args.node_rank, args.peer_addr, poll_s=args.poll_s,
+    token = args.peer_token_file.read_text().strip() if args.peer_token_file else ""
+    return module.PeerWatch(args.nodes, args.node_rank, args.peer_addr, poll_s=args.poll_s, token=token,
                             timeout_s=args.peer_timeout_s, startup_s=max(args.startup_minutes * 60, args.peer_timeout_s),
                             log=lambda m: log(run_dir, m))
 
@@ -369,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--node-rank", type=int, default=0)
     ap.add_argument("--peer-addr", help="HOST:PORT where rank 0's watchdog listens for the other nodes'")
     ap.add_argument("--peer-timeout-s", type=float, default=300.0, help="a node silent this long is lost")
+    ap.add_argument("--peer-token-file", type=Path, help="the run's shared secret for peers.py (0600)")
     args = ap.parse_args(argv)
     # Signals go only to the process group this identity names: a pid the trainer left behind and
     # another process took is never signalled.

@@ -6,6 +6,7 @@ launch that fails ends every node it started. The layout, commands and variables
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,12 +69,18 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         else:
             check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
+        import secrets
+
+        token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
         for spec, host in zip(specs, hosts, strict=True):
+            host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
+            host.write_file(f"{spec.workdir}/peer.token", token.encode(), mode=0o600)
             env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
             watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
                      "--peer-addr", f"{specs[0].address}:{peer_port}",
                      # a node silent for the stall window is lost (a crash is told at once)
-                     "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}")
+                     "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}",
+                     "--peer-token-file", "../peer.token")
             on_step(f"node {spec.rank}: starting")
             if target.cloud:
                 # A cluster's member pod cannot be stopped on its own (it is managed through its cluster),
