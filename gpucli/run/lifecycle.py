@@ -224,7 +224,7 @@ def host_alive(record: RunRecord) -> bool:
 
 
 def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_step: StepFn = _quiet,
-           on_notice: NoticeFn = _quiet) -> RunRecord:
+           on_notice: NoticeFn = _quiet, nodes: int | None = None) -> RunRecord:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest mirrored
     checkpoint (cloud) or the one on the host (local, ssh), same run. A run on a network volume
     mounts the same volume again, and the newer of the volume's checkpoint and the mirror's wins
@@ -245,7 +245,9 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         task = task_from_json(record.launch["own"])
     target = get_target(record.provider)
     if req.nodes > 1:  # one run over several machines (run/multinode.py)
-        return _resume_nodes(record, req, task, catalog, on_step=on_step, on_notice=on_notice)
+        return _resume_nodes(record, req, task, catalog, on_step=on_step, on_notice=on_notice, nodes=nodes)
+    if nodes is not None and nodes != 1:
+        raise UsageError("resume --nodes goes with a run over several machines")
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and task is None
     restore = metrics = None
@@ -466,16 +468,32 @@ def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
 
 
 def _resume_nodes(record: RunRecord, req: LaunchRequest, task: Task | None, catalog: Catalog, *, on_step: StepFn,
-                  on_notice: NoticeFn) -> RunRecord:
-    """Continue a run over several machines on the same nodes, from the sharded checkpoints in their
-    folders. A rented cluster is gone with its disks, and its checkpoints with it."""
+                  on_notice: NoticeFn, nodes: int | None = None) -> RunRecord:
+    """Continue a run over several machines from the sharded checkpoints in its nodes' folders: on the
+    same nodes, or (``nodes``) on the first ``nodes`` of them, the others' shards brought to node 0
+    first (the trainer reshards). A rented cluster is gone with its disks, and its checkpoints with it."""
     from gpucli.run.multinode import launch_nodes
-    from gpucli.run.targets import get_target
+    from gpucli.run.nodes import gather_shards
 
-    if get_target(record.provider).cloud:
+    if get_target_cloud(record):
         raise UsageError(f"run {record.name} ran on a rented cluster: its sharded checkpoints went with it",
                          hint="launch it again (fetch-best keeps the consolidated weights)")
+    if nodes is not None and nodes != req.nodes:
+        if not 1 <= nodes < req.nodes:
+            raise UsageError(f"resume --nodes {nodes}: the run has {req.nodes} nodes; it resumes on fewer of them",
+                             hint="a run on more machines is a new launch")
+        gather_shards(record, nodes, on_step=on_step)
+        req = dataclasses.replace(req, nodes=nodes, hosts=req.hosts[:nodes] if len(req.hosts) > 1 else req.hosts)
+        if len(req.hosts) == 1:
+            req = dataclasses.replace(req, host=req.hosts[0], hosts=())
+        record = record.with_(nodes=record.nodes[:nodes - 1], launch={**(record.launch or {}), **req.to_json()})
     prepared = prepare(catalog, req, run_name=record.name, task=task)
     on_step(f"resuming {record.name} on its {req.nodes} nodes")
     return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
                         on_info=lambda t: on_notice(Notice("info", t)), resume=record)
+
+
+def get_target_cloud(record: RunRecord) -> bool:
+    from gpucli.run.targets import get_target
+
+    return bool(get_target(record.provider).cloud)

@@ -310,3 +310,27 @@ def planned_across(one: Any, model: Any, nodes: int, provider: str, link_gbps: f
                                cost_usd=hours * price_all_nodes if price_all_nodes else None,
                                source=f"{one.source}; x{nodes} nodes at {eff:.0%} over {link.gbps:g} Gbps "
                                       "(gpucli/plan/internode.py)")
+
+
+def gather_shards(record: RunRecord, keep: int, *, on_step: Callable[[str], None]) -> int:
+    """Before a resume on ``keep`` nodes: copy the checkpoint shards of the nodes that will not be in the
+    run (rank >= keep) into node 0's checkpoint folders, through this machine (their meta.json stays
+    node 0's). Returns the files copied."""
+    import tempfile
+
+    from gpucli.run.targets import open_host
+
+    copied = 0
+    with tempfile.TemporaryDirectory(prefix="gpucli-shards-") as tmp:
+        for rank, node in members(record)[keep:]:
+            root = f"{node.workdir}/checkpoints"
+            with open_host(node, connect_timeout_s=15) as host:
+                names = [n for n in host.list_files(root)
+                         if not n.startswith(".") and "/." not in n and not n.endswith("meta.json")]
+                on_step(f"node {rank}: bringing {len(names)} checkpoint files to node 0")
+                host.download_files([(f"{root}/{n}", f"{tmp}/{n}", None) for n in names])
+                copied += len(names)
+        if copied:
+            with open_host(record.with_(nodes=()), connect_timeout_s=15) as host0:
+                host0.sync_up(tmp, f"{record.workdir}/checkpoints", excludes=["meta.json"])
+    return copied

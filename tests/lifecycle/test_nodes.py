@@ -248,3 +248,25 @@ def test_down_writes_a_sharded_checkpoint_on_every_node_and_resume_continues_the
     code, out, err = cli(capsys, "down", "again")
     assert code == 0, err
     wait_for(lambda: nothing_running(runs.load("again")), 90, "every node to stop")
+
+    # On one node now: node 1's shards are brought to node 0 and the trainer reshards.
+    rows = [json.loads(line) for line in (Path(record.workdir) / "metrics.jsonl").read_text().splitlines()]
+    stop = [r for r in rows if r.get("event") == "finished"][-1]
+    code, out, err = cli(capsys, "resume", "again", "--nodes", "1")
+    assert code == 0, err
+    solo = runs.load("again")
+    assert solo.nodes == () and solo.status == "running"
+    shard = Path(record.workdir) / "checkpoints" / f"step_{stop['step']:06d}" / "dcp" / "__1_0.distcp"
+    assert shard.exists()
+
+    def resumed_alone():
+        rows = [json.loads(line) for line in (Path(record.workdir) / "metrics.jsonl").read_text().splitlines()]
+        back = [r for r in rows if r.get("event") == "resumed"]
+        starts = [r for r in rows if r.get("event") == "started"]
+        return len(back) >= 2 and starts[-1]["world_size"] == 1 and \
+            any(r.get("kind") == "train" and r["step"] > stop["step"] for r in rows) and back
+    back = wait_for(resumed_alone, 240, "training on one node after the resume")
+    assert back[-1]["step"] == stop["step"]
+    code, out, err = cli(capsys, "down", "again")
+    assert code == 0, err
+    wait_for(lambda: nothing_running(runs.load("again")), 90, "the node to stop")

@@ -147,6 +147,8 @@ def launch(
 def resume(
     run: str = RUN_ARG,
     from_scratch: bool = typer.Option(False, "--from-scratch", help="Start over when no checkpoint can be found."),
+    nodes: int = typer.Option(None, "--nodes", help="A run over several machines: resume on its first N nodes "
+                              "(the others' checkpoint shards are brought to node 0)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest checkpoint, same run."""
@@ -156,7 +158,7 @@ def resume(
 
     with render.status_line() as step:
         record = lifecycle.resume(run, load_catalog(), from_scratch=from_scratch, on_step=step,
-                                  on_notice=render.notice)
+                                  on_notice=render.notice, nodes=nodes)
     render.launched(record, json_=json_)
 
 
