@@ -21,6 +21,7 @@ from gpucli.plan.estimate import Fit, choose_micro_batch
 from gpucli.run.datasources import DataSource
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
+from gpucli.run.nodes import check_request, planned_across, trainer_command
 from gpucli.run.records import PlannedSpeed
 from trainer.spec.config import JOB_STARTED_ENV
 
@@ -66,8 +67,6 @@ class LaunchRequest:
                                   extra=tuple(s if s.startswith("--") else f"--{s}" for s in self.extra))
         # An unknown name says which names there are; a target that needs --host says so.
         get_target(req.provider).endpoint(req.host, req.identity)
-        from gpucli.run.nodes import check_request
-
         check_request(req)
         req.limits.checked()
         for flag, value in (("--bid", req.bid_per_gpu_usd), ("--val-interval", req.val_interval),
@@ -360,8 +359,6 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     price = limits.price_per_hour_usd
     trainer_args = "--config ../run.yaml --resume auto"
     if req.nodes > 1:
-        from gpucli.run.nodes import trainer_command
-
         cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=None)
     elif n_gpus > 1:
         cmd = (f"{shlex.quote(py)} -m torch.distributed.run --standalone --nproc_per_node={n_gpus} "
@@ -376,18 +373,12 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         # The trainer's clock starts when the fetch does (trainer.loop.entry.work_started_at): preparing
         # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
         fetch = f"{shlex.quote(py)} ../fetch.py --spec ../datasource.json"
-        if req.nodes > 1:
-            from gpucli.run.nodes import trainer_command
-
-            cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=fetch)
-        else:
-            cmd = f"{fetch} && {cmd}"
+        cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=fetch) if req.nodes > 1 else \
+            f"{fetch} && {cmd}"
         cmd = f"export {JOB_STARTED_ENV}=$(date +%s) && {cmd}"
     planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len,
                        price / req.nodes if price else price)
     if req.nodes > 1:  # one machine's speed, times the nodes, at the inter-node link's efficiency
-        from gpucli.run.nodes import planned_across
-
         planned = planned_across(planned, model, req.nodes, req.provider, req.link_gbps,
                                  float(micro * accum * n_gpus * seq_len), price)
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source)
