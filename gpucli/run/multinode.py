@@ -6,6 +6,7 @@ launch that fails ends every node it started. The layout, commands and variables
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -45,10 +46,13 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
     if own is not None:
         record = record.with_(model="own-code", phase="own-code")
-    if resume is not None:  # the same run: its name, start, cost so far and nodes' folders
+    if resume is not None:  # the same run: its name, start, cost so far, nodes' folders and pinned keys
+        before = {n.rank: n for n in resume.nodes}
+        kept = tuple(before[n.rank].with_(pid=None, pid_ident=None, watchdog_pid=None, watchdog_ident=None)
+                     if n.rank in before and before[n.rank].workdir == n.workdir else n for n in record.nodes)
         record = resume.with_(status="provisioning", pid=None, pid_ident=None, watchdog_pid=None,
                               watchdog_ident=None, ended_at=None, end_reason=None, message=None,
-                              limits=resolved.limits, nodes=record.nodes)
+                              limits=resolved.limits, nodes=kept)
     save(record)  # written before anything waits
     hosts: list[Host] = []
     port, peer_port = ports_for(resolved.name, resolved.provider)
@@ -69,8 +73,6 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         else:
             check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
-        import secrets
-
         token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
         for spec, host in zip(specs, hosts, strict=True):
             host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
