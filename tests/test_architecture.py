@@ -249,10 +249,12 @@ RUN_FLOORS = {
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
+    "nodes": 4.5, "clusterrent": 4.5,  # a run over several machines: its layout, variables and rented cluster
     "monitor": 5, "launch": 5, "owner": 5,
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
+    "multinode": 8.5,  # starting, watching and ending a run over several machines
     "lifecycle": 9,
     "control": 10, "follow": 10,
 }

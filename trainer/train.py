@@ -16,7 +16,6 @@ reasons: max_steps, max_hours, max_cost (limits.budget_usd), early_stop, signal,
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -33,9 +32,10 @@ from trainer import __version__
 from trainer.data.loader import BatchLoader, TokenSplit, load_tokenizer, prepare, val_batches
 from trainer.data.pipeline import PrepareOptions
 from trainer.loop.checkpointer import Checkpointer
-from trainer.loop.dist import Dist, build_model, setup_dist
-from trainer.loop.entry import parse_argv, setup_logging, work_started_at
+from trainer.loop.dist import Dist, build_model, start_process
+from trainer.loop.entry import parse_argv, work_started_at
 from trainer.loop.limits import RunClock
+from trainer.loop.nodes import multi_node, share_files
 from trainer.loop.optim import build_optimizer, set_schedule
 from trainer.model.memory import MemoryState
 from trainer.spec.config import DEMO_MAX_BYTES, Config, ConfigError
@@ -48,19 +48,22 @@ from trainer.watch.components import (
     make_fault_hook,
     make_high_loss_log,
 )
-from trainer.watch.metrics import MetricsLogger, SpikeDetector, memory_gib, mfu, peak_flops, safe_exp
+from trainer.watch.metrics import (
+    MetricsLogger,
+    SpikeDetector,
+    append_samples,
+    memory_gib,
+    mfu,
+    peak_flops,
+    safe_exp,
+    write_status,
+)
 from trainer.watch.notify import read_log_tail
-from trainer.watch.tcf import TCFTracker
+from trainer.watch.tcf import TCFTracker, last_block_weights
 from trainer.watch.trackers import open_tracker
 
 log = logging.getLogger("trainer")
 print0 = log.info  # rank 0 logs at INFO; the other ranks only warnings and errors
-
-
-def write_status(out_dir: Path, **fields: Any) -> None:
-    tmp = out_dir / "status.json.tmp"
-    tmp.write_text(json.dumps({**fields, "updated": time.time()}))
-    tmp.replace(out_dir / "status.json")
 
 
 class Trainer:
@@ -87,6 +90,8 @@ class Trainer:
                         exclude=tuple(dc.exclude), shard_tokens=dc.shard_tokens, min_val_tokens=dc.min_val_tokens,
                         workers=dc.workers, progress_file=dc.progress_file))
         d.barrier()
+        if multi_node():  # prepared once, on node 0; the other nodes get its files over the group
+            share_files(self.data_dir, d.rank, d.ctrl)
         self.train_split = TokenSplit(self.data_dir, "train")
         self.val_split = TokenSplit(self.data_dir, "val")
         self.shape: ModelShape = model_spec(cfg.model, data_vocab_size=self.train_split.meta["vocab_size"])
@@ -268,11 +273,7 @@ class Trainer:
         x = self.to_device(batch.x[:1])
         with self.autocast(), self.eager():
             _, hidden = self.raw(x, return_hidden=True)  # type: ignore[misc]
-        weights = {}
-        if not self.fsdp:
-            last = self.raw.blocks[-1]
-            weights = {"w_last_attn_proj": last.attn.proj.weight, "w_last_mlp_fc": last.mlp.fc.weight}
-        return self.tcf.compute([h.float() for h in hidden], weights)
+        return self.tcf.compute([h.float() for h in hidden], {} if self.fsdp else last_block_weights(self.raw))
 
     @torch.no_grad()
     def sample_prompts(self) -> None:
@@ -292,11 +293,7 @@ class Trainer:
             rows.append({"step": self.step, "prompt": p, "text": tok.decode(out[0, len(ids):].tolist())})
         self.model.train()
         if self.d.master:
-            with open(self.out_dir / "samples.jsonl", "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
-            for r in rows:
-                print0(f"sample @{self.step} {r['prompt']!r} -> {r['text'][:120]!r}")
+            append_samples(self.out_dir, rows, print0)
         self.clock.timings.sampling(time.perf_counter() - t0)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -493,12 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config_path, overrides = parse_argv(argv, usage=__doc__ or "")
         cfg = load_config(config_path, overrides)
-        d = setup_dist(cfg)
-        out_dir = Path(cfg.training.out_dir)
-        if d.master:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        d.barrier()
-        setup_logging(out_dir, d.master)
+        d = start_process(cfg)
         trainer = Trainer(cfg, d, started_at=started_at)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

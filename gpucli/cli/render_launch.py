@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpucli.cli.render import hours, json_out, money, out, si, to_jsonable
+from gpucli.plan.internode import describe, link_for
 
 if TYPE_CHECKING:
     from gpucli.run.launch import ResolvedLaunch
@@ -27,6 +28,13 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
     volume = _planned_volume(r) if r.volume else None
     if volume is not None:
         data["volume"] = volume
+    nodes_line = None
+    if r.nodes > 1:
+        link = link_for(r.provider, r.link_gbps)
+        nodes_line = describe(r.nodes, r.n_gpus, r.gpu_name, link, r.price_per_hour_usd)
+        data["nodes"] = {"count": r.nodes, "gpus_per_node": r.n_gpus, "gpus": r.nodes * r.n_gpus,
+                         "link_gbps": link.gbps, "link_source": link.source,
+                         "price_per_hour_usd_all_nodes": r.price_per_hour_usd}
     if json_:
         json_out(data)
         return
@@ -42,6 +50,8 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
                f"sequences of {r.seq_len} tokens ({r.fit})"))
     if r.batch_note:
         o.print(f"batch: {r.batch_note}", markup=False, highlight=False)
+    if nodes_line:
+        o.print(f"nodes: {nodes_line}", markup=False, highlight=False)
     if r.price_per_hour_usd:
         o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps or '-'}, hours "
                 f"{r.limits.max_hours or '-'}, budget {money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, "

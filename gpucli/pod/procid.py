@@ -23,6 +23,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -112,6 +114,33 @@ def send(pgid: int, ident: str, sig: str) -> int:
     except ProcessLookupError:
         return 1
     return 0
+
+
+def leader_gone(pgid: int) -> bool:
+    """The process group's first process (the shell running torchrun) has exited while others of the
+    group live on: on one node of several, the trainer's agent is gone and its workers are orphans."""
+    try:
+        with open(f"/proc/{pgid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                return False
+    except (OSError, IndexError):
+        pass
+    return group_alive(pgid)
+
+
+def kill_orphans(pgid: int, grace_s: float, say: Callable[[str], None]) -> None:
+    """TERM, then KILL, what is left of the group (a live member keeps the group id from being reused)."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if not group_alive(pgid):
+            return
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        say(f"sent {sig.name} to what is left of process group {pgid}")
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and group_alive(pgid):
+            time.sleep(0.5)
 
 
 def main(argv: list[str]) -> int:

@@ -39,6 +39,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 
 def _load_procid():  # noqa: ANN202 - a module
@@ -81,7 +82,7 @@ def stop_group(run_dir: Path, pgid: int, grace_s: float, ident: str | None = Non
     log(run_dir, f"sent SIGTERM to the trainer (process group {pgid})")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not procid.group_alive(pgid):
+        if not procid.procid.group_alive(pgid):
             return
         time.sleep(0.5)
     if procid.send(pgid, ident, "KILL") == 0:
@@ -376,6 +377,21 @@ def wait_for_trainer(args: argparse.Namespace, run_dir: Path, started: float, ma
         time.sleep(min(args.poll_s, 5.0))
 
 
+def start_peers(args: argparse.Namespace, run_dir: Path):  # noqa: ANN201 - peers.PeerWatch, loaded by path
+    """The watch of the run's other machines (peers.py), for a run over several; else None."""
+    if args.nodes <= 1 or not args.peer_addr:
+        return None
+
+    spec = importlib.util.spec_from_file_location("gpucli_peers", Path(__file__).with_name("peers.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    log(run_dir, f"node {args.node_rank} of {args.nodes}: watching the other nodes through {args.peer_addr}")
+    token = args.peer_token_file.read_text().strip() if args.peer_token_file else ""
+    return module.PeerWatch(args.nodes, args.node_rank, args.peer_addr, poll_s=args.poll_s, token=token,
+                            timeout_s=args.peer_timeout_s, startup_s=max(args.startup_minutes * 60, args.peer_timeout_s),
+                            log=lambda m: log(run_dir, m))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", required=True, type=Path)
@@ -395,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--on-end", choices=("stop", "terminate"), default="stop")
     ap.add_argument("--started-at", type=float, help="epoch seconds the run's billing started")
     ap.add_argument("--pgid-ident", help="the trainer's identity (procid.py) when it started; default: now")
+    ap.add_argument("--nodes", type=int, default=1, help="machines in the run (peers.py watches the others)")
+    ap.add_argument("--node-rank", type=int, default=0)
+    ap.add_argument("--peer-addr", help="HOST:PORT where rank 0's watchdog listens for the other nodes'")
+    ap.add_argument("--peer-timeout-s", type=float, default=300.0, help="a node silent this long is lost")
+    ap.add_argument("--peer-token-file", type=Path, help="the run's shared secret for peers.py (0600)")
     args = ap.parse_args(argv)
     if args.pgid is None and args.pgid_file is None:
         ap.error("--pgid or --pgid-file is required")
@@ -419,14 +440,32 @@ def main(argv: list[str] | None = None) -> int:
                  f"{'none' if max_hours is None else f'{max_hours:.3f} h'}; stall {args.stall_minutes:g} min")
     write_state(run_dir, state="watching", pgid=args.pgid)
     cap = cap_words(args.max_hours, args.budget_usd, args.price_per_hour_usd)
+    peers = start_peers(args, run_dir)
+    peer_since: float | None = None
     verdict = None
     while verdict is None:
         now = time.time()
         seen_rows = (run_dir / "metrics.jsonl").exists()
+        if peers is not None and procid.leader_gone(args.pgid):
+            # torchrun (or the shell that ran it) is gone on this node: what it left running is no run
+            verdict = "this node's torchrun agent is gone"
+            procid.kill_orphans(args.pgid, args.grace_s, say=lambda m: log(run_dir, m))
+            break
         if not procid.group_alive(args.pgid) or (ident is not None and not procid.owned(args.pgid, ident)):
             reason = finished_reason(run_dir)
             verdict = f"finished ({reason})" if reason else "crashed"
+            if peers is not None and args.node_rank > 0 and not reason:
+                verdict = "ended (rank 0's run folder holds how)"  # only rank 0 writes status.json
             break
+        if peers is not None:  # the node's heartbeat, for `gpucli status`
+            write_state(run_dir, state="watching", pgid=args.pgid, node_rank=args.node_rank)
+        lost = peers.verdict() if peers is not None else None
+        if lost is not None:
+            peer_since = peer_since or now
+            if now - peer_since >= args.grace_s / 2:  # time to end by itself: the collectives fail at once
+                verdict = f"another node: {lost}"
+                stop_group(run_dir, args.pgid, args.grace_s, ident)
+                break
         progress = last_progress(run_dir, started)
         limit = (args.stall_minutes if seen_rows else max(args.stall_minutes, args.startup_minutes)) * 60
         if now - progress > limit:
@@ -442,12 +481,15 @@ def main(argv: list[str] | None = None) -> int:
         # Wake for the nearest deadline (a cap, the stall limit), never later than --poll-s.
         deadlines = [progress + limit] + ([started + max_hours * 3600] if max_hours is not None else [])
         time.sleep(max(0.05, min(args.poll_s, min(deadlines) - time.time() + 0.05)))
-    return finish(args, run_dir, str(verdict))
+    return finish(args, run_dir, str(verdict), peers=peers)
 
 
-def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | None = None) -> int:
+def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | None = None,
+           peers: Any = None) -> int:
     """The run is over: end the pod (cloud providers) and record the verdict."""
     log(run_dir, f"run over: {verdict}")
+    if peers is not None:
+        peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
     ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
     write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
     if args.provider in ("runpod", "vast") and not ended:

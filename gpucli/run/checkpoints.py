@@ -301,6 +301,8 @@ def best_checkpoint(checkpoints: list[CheckpointInfo]) -> CheckpointInfo:
     """Lowest validation loss; with no validation yet, the newest (said so by its val_loss None)."""
     if not checkpoints:
         raise NotFoundError("the run has no checkpoint yet", hint="wait for the first checkpoint_interval")
+    # A sharded checkpoint of a run over several nodes has weights to bring home only when consolidated.
+    checkpoints = [c for c in checkpoints if c.meta.get("consolidated", True)] or checkpoints
     with_val = [c for c in checkpoints if isinstance(c.val_loss, (int, float))]
     if with_val:
         return min(with_val, key=lambda c: (c.val_loss, -c.step))

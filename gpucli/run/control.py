@@ -17,14 +17,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cloud.base import TERMINATE_PENDING
-from gpucli.cloud.credentials import MissingKeyError, TerminatePending
+from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
+from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
 from gpucli.run import procs
 from gpucli.run import records as runs
 from gpucli.run.gpuwatch import read_report
 from gpucli.run.lifecycle import Notice, NoticeFn
 from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
+from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
+from gpucli.run.nodes import stop_watchdogs
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
@@ -259,6 +261,9 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     ``keep_pod``; the record gets the end and the metered cost."""
     record = runs.resolve(run, on_bad=lambda text: on_notice(Notice("warn", text)))
     was_running = False
+    if record.nodes:  # the other nodes' watchdogs first: rank 0's stop must not read as a lost node
+
+        stop_watchdogs(record, on_warn=lambda t: on_notice(Notice("warn", t)))
     try:
         with open_host(record, connect_timeout_s=15) as host:
             if record.watchdog_pid:  # it would take the trainer's exit for the end of the run
@@ -272,8 +277,12 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))
 
+    rented = False
+    if record.nodes:  # every node of the run ends with it, and a rented cluster with every pod of it
+        end_nodes(record, on_warn=lambda t: on_notice(Notice("warn", t)), ranks=[n.rank for n in record.nodes])
+        rented = not keep_pod and end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t)))
     try:
-        ended_pod = False if keep_pod else get_target(record.provider).terminate(record)
+        ended_pod = rented or (False if keep_pod else get_target(record.provider).terminate(record))
     except TerminatePending as exc:
         # Never "stopped" on an answer that does not say the pod is gone: the record keeps saying so,
         # `ls` and `status` show it, and the next `down` tries again.
@@ -312,6 +321,10 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
             on_notice(Notice("warn", f"{target.name}: {exc}"))
             if not isinstance(exc, MissingKeyError):  # no key: no pods of ours can be there
                 unread.append(target.name)
+    try:  # the clusters of runs over several machines (run/multinode.py)
+        strays += stray_clusters(runs.list_runs())
+    except GpucliError as exc:
+        on_notice(Notice("warn", f"runpod clusters: {exc}"))
     if unread and not strays:
         # Never "no strays" from a list that could not be read: its pods may be billing.
         raise ProviderError(f"could not read the pod list of {', '.join(unread)}: its strays are unknown",
@@ -334,7 +347,10 @@ def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
     failed = []
     for s in strays:
         try:
-            get_target(s.provider).end_stray(s.instance_id)
+            if s.provider == "runpod-cluster":
+                end_stray_cluster(s.instance_id)
+            else:
+                get_target(s.provider).end_stray(s.instance_id)
         except ProviderError as exc:
             failed.append(s.instance_id)
             on_notice(Notice("error", f"could not terminate {s.provider} {s.instance_id}: {exc}"))

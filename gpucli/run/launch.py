@@ -37,6 +37,7 @@ from gpucli.plan.runmodel import (
 from gpucli.run.datasources import DataSource, parse_data, pod_plan
 from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
 from gpucli.run.limits import Limits
+from gpucli.run.nodes import check_request, planned_across, trainer_command
 from gpucli.run.records import PlannedSpeed
 from gpucli.run.secretenv import check_names
 from gpucli.run.targets import get_target
@@ -79,6 +80,10 @@ class LaunchRequest:
     ready_timeout_s: float | None = None  # per offer tried
     force: bool = False  # launch although the provider's balance is below the run's cost (never kept in the record)
     env_names: tuple[str, ...] = ()  # --env NAME: secrets by name (gpucli.run.secretenv); never their values
+    nodes: int = 1  # --nodes: machines, each with the profile's GPUs (gpucli.run.nodes)
+    hosts: tuple[str, ...] = ()  # ssh provider: every node's user@host[:port], rank 0 first (--host repeated)
+    nccl_ifname: str | None = None  # the interface the nodes reach each other on (ssh; fixed per cloud)
+    link_gbps: float | None = None  # the nodes' link, for the plan (ssh: --link-gbps)
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -86,6 +91,7 @@ class LaunchRequest:
                                   extra=tuple(s if s.startswith("--") else f"--{s}" for s in self.extra))
         # An unknown name says which names there are; a target that needs --host says so.
         get_target(req.provider).endpoint(req.host, req.identity)
+        check_request(req)
         req.limits.checked()
         if req.env_names:
             req = dataclasses.replace(req, env_names=check_names(req.env_names))
@@ -118,6 +124,11 @@ class LaunchRequest:
             del data["volume"]  # records without a volume stay as they were
         if self.volume_size_gb is None:
             del data["volume_size_gb"]
+        for key, default in (("nodes", 1), ("hosts", ()), ("nccl_ifname", None), ("link_gbps", None)):
+            if getattr(self, key) == default:
+                del data[key]  # records of one-machine runs stay as they were
+        if self.hosts:
+            data["hosts"] = list(self.hosts)
         data["extra"] = list(self.extra)
         if self.env_names:
             data["env_names"] = list(self.env_names)
@@ -143,6 +154,7 @@ class LaunchRequest:
         req["data"] = str(req["data"]) if req.get("data") else None
         req["extra"] = tuple(req.get("extra") or ())
         req["env_names"] = tuple(str(n) for n in req.get("env_names") or ())
+        req["hosts"] = tuple(req.get("hosts") or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in req.items() if k in known})
 
@@ -178,6 +190,8 @@ class ResolvedLaunch:
     disk: DiskNeed | None = None  # the checkpoints, data and headroom the run folder's disk must hold
     env_names: tuple[str, ...] = ()  # secrets by name, their values read when the env file is written
     own_code: bool = False  # the user's own code runs, not the bundled trainer
+    nodes: int = 1  # machines, each with n_gpus (the price and limits are all of them together)
+    link_gbps: float | None = None  # the nodes' link as given (--link-gbps)
 
     @property
     def pod_disk_gb(self) -> int:
@@ -295,7 +309,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     if price is None and gpu is not None:
         p = choose_price(catalog.prices_for(gpu.id), n_gpus, "spot" if req.spot else "on-demand",
                          target.name if target.cloud else None)  # the provider's own price, never another's
-        price = p.usd_per_gpu_hour * n_gpus if p else None
+        price = p.usd_per_gpu_hour * n_gpus * req.nodes if p else None  # every node bills
     if limits.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
     limits = limits.with_(price_per_hour_usd=price, stall_minutes=limits.stall_minutes or DEFAULTS.stall_minutes)
@@ -352,7 +366,9 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     limits = limits.with_(max_steps=steps, **set_limits).checked()
     price = limits.price_per_hour_usd
     trainer_args = "--config ../run.yaml --resume auto"
-    if n_gpus > 1:
+    if req.nodes > 1:
+        cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=None)
+    elif n_gpus > 1:
         cmd = (f"{shlex.quote(py)} -m torch.distributed.run --standalone --nproc_per_node={n_gpus} "
                f"-m trainer.train {trainer_args}")
     else:
@@ -364,10 +380,16 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
                              cache_root=volume_mount() if req.volume else None)
         # The trainer's clock starts when the fetch does (trainer.loop.entry.work_started_at): preparing
         # the data counts against --hours and --budget in its clean stop too, not only the watchdog's.
-        cmd = (f"export {JOB_STARTED_ENV}=$(date +%s) && {shlex.quote(py)} ../fetch.py --spec ../datasource.json"
-               f" && {cmd}")
-    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len, price,
+        fetch = f"{shlex.quote(py)} ../fetch.py --spec ../datasource.json"
+        cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=fetch) if req.nodes > 1 else \
+            f"{fetch} && {cmd}"
+        cmd = f"export {JOB_STARTED_ENV}=$(date +%s) && {cmd}"
+    planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len,
+                       price / req.nodes if price else price,
                        run_stages(None, tuple(f"--training.{k}={v}" for k, v in cfg["training"].items())))
+    if req.nodes > 1:  # one machine's speed, times the nodes, at the inter-node link's efficiency
+        planned = planned_across(planned, model, req.nodes, req.provider, req.link_gbps,
+                                 float(micro * accum * n_gpus * seq_len), price)
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source,
                       checkpoints_planned(checked, steps, planned.hours, limits))
     return ResolvedLaunch(
@@ -376,7 +398,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         grad_accum=accum, steps=steps, seq_len=seq_len, fit=fit, trainer_config=cfg, workdir=workdir, python=py,
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
-        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names)
+        volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names, nodes=req.nodes,
+        link_gbps=req.link_gbps)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

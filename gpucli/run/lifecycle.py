@@ -20,10 +20,12 @@ from gpucli.run import start
 from gpucli.run.checkpoints import checkpoint_step, list_checkpoints
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.harvest import mirror_root
-from gpucli.run.jobs import BUNDLED, Job, job_for, job_of
+from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.money import balance_guard
 from gpucli.run.monitor import status_of, trainer_alive
+from gpucli.run.multinode import cluster_of, end_rented, launch_nodes
+from gpucli.run.nodes import gather_shards
 from gpucli.run.owner import this_launcher
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
@@ -140,7 +142,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         if local_gpus() == 0:  # refused before anything starts: nothing is recorded, nothing costs
             raise UsageError(f"profile {req.profile} needs a GPU ({resolved.gpu_name}) and this machine has none",
                              hint="--profile cpu runs here on the CPU; --force launches anyway")
-    if resolved.gpu_id is not None:
+    if resolved.gpu_id is not None and req.nodes == 1:  # several nodes are rented as one (run/multinode.py)
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,
@@ -169,6 +171,9 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
         on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
                 f"{volume.data_center_id}): kept after the run{price} until you delete it")
     try:
+        if prepared.request.nodes > 1:  # one run over several machines (gpucli.run.nodes)
+            return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                                on_info=lambda t: on_notice(Notice("info", t)))
         return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=prepared.ssh,
                             provision=prepared.provision, inputs=prepared.inputs)
     except BaseException:
@@ -219,15 +224,8 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
             if record.ssh is not None and host.host_key:
                 record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
                 save(record)
-            # The watchdog runs from the first moment the host runs commands: a launch killed at any
-            # later stage (even by SIGKILL) leaves nothing billing past its cap or its silence.
-            record = start.watch_from_now(host, resolved, record, save=save, on_event=on_event)
-            try:
-                return job.start(host, resolved, record, on_event=start.touching(host, resolved.workdir, on_event),
-                                 save=save, restore=restore, metrics=metrics)
-            except BaseException:
-                start.abandon(host, resolved.workdir)
-                raise
+            return start_on(host, job, resolved, record, on_event=on_event, save=save, restore=restore,
+                            metrics=metrics)
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
@@ -245,7 +243,7 @@ def host_alive(record: RunRecord) -> bool:
 
 
 def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_step: StepFn = _quiet,
-           on_notice: NoticeFn = _quiet) -> RunRecord:
+           on_notice: NoticeFn = _quiet, nodes: int | None = None) -> RunRecord:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest mirrored
     checkpoint (cloud) or the one on the host (local, ssh), same run. A run on a network volume
     mounts the same volume again, and the newer of the volume's checkpoint and the mirror's wins
@@ -264,6 +262,10 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
                              f"({type(exc).__name__}: {str(exc)[:120]})",
                              hint="start it again with `gpucli launch`") from None
     target = get_target(record.provider)
+    if req.nodes > 1:  # one run over several machines (run/multinode.py)
+        return _resume_nodes(record, req, job, catalog, on_step=on_step, on_notice=on_notice, nodes=nodes)
+    if nodes is not None and nodes != 1:
+        raise UsageError("resume --nodes goes with a run over several machines")
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume
     restore = metrics = None
@@ -400,6 +402,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
     while True:
         record = runs.load(name)
         if record.status in ("stopped", "failed") and not record.active:
+            _end_cluster(record, on_notice)
             info(f"{name}: {record.status}; stopped watching")
             return "ended"
         target = get_target(record.provider)
@@ -413,6 +416,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                        cost_usd=st.cost_usd, step=st.step,
                                        loss=st.loss if isinstance(st.loss, (int, float)) else None))
+                _end_cluster(record, on_notice)
                 info(f"{name}: {st.state} ({st.finished_reason}); stopped watching")
                 return "ended"
             gone = False
@@ -438,3 +442,39 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 info(f"{name}: resumed on a new pod ({resumes}/{max_resumes})")
                 continue
         sleep(poll_s)
+
+
+def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
+    """A run over a rented cluster is over: the cluster goes (a pod's own key cannot delete it)."""
+    if not record.nodes:
+        return
+
+    if end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t))):
+        on_notice(Notice("info", f"{record.name}: deleted its cluster {cluster_of(record)}"))
+
+
+def _resume_nodes(record: RunRecord, req: LaunchRequest, job: Job, catalog: Catalog, *, on_step: StepFn,
+                  on_notice: NoticeFn, nodes: int | None = None) -> RunRecord:
+    """Continue a run over several machines from the sharded checkpoints in its nodes' folders: on the
+    same nodes, or (``nodes``) on the first ``nodes`` of them, the others' shards brought to node 0
+    first (the trainer reshards). A rented cluster is gone with its disks, and its checkpoints with it."""
+    if get_target_cloud(record):
+        raise UsageError(f"run {record.name} ran on a rented cluster: its sharded checkpoints went with it",
+                         hint="launch it again (fetch-best keeps the consolidated weights)")
+    if nodes is not None and nodes != req.nodes:
+        if not 1 <= nodes < req.nodes:
+            raise UsageError(f"resume --nodes {nodes}: the run has {req.nodes} nodes; it resumes on fewer of them",
+                             hint="a run on more machines is a new launch")
+        gather_shards(record, nodes, on_step=on_step)
+        req = dataclasses.replace(req, nodes=nodes, hosts=req.hosts[:nodes] if len(req.hosts) > 1 else req.hosts)
+        if len(req.hosts) == 1:
+            req = dataclasses.replace(req, host=req.hosts[0], hosts=())
+        record = record.with_(nodes=record.nodes[:nodes - 1], launch={**(record.launch or {}), **req.to_json()})
+    prepared = prepare(catalog, req, run_name=record.name, job=job.again())
+    on_step(f"resuming {record.name} on its {req.nodes} nodes")
+    return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                        on_info=lambda t: on_notice(Notice("info", t)), resume=record)
+
+
+def get_target_cloud(record: RunRecord) -> bool:
+    return bool(get_target(record.provider).cloud)

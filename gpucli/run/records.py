@@ -23,7 +23,7 @@ from gpucli.run.limits import Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
 
-__all__ = ["Limits", "PlannedSpeed", "RunRecord", "check_name", "list_runs", "load", "now_iso", "parse_iso",
+__all__ = ["Limits", "NodeRecord", "PlannedSpeed", "RunRecord", "check_name", "list_runs", "load", "now_iso", "parse_iso",
            "resolve", "runs_dir", "save", "unique_name"]
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -38,6 +38,32 @@ class PlannedSpeed:
     hours: float | None = None
     cost_usd: float | None = None
     source: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One more node of a run over several machines (rank 0 is the run record itself): where its run
+    folder is and what runs there, recorded as soon as it is known (gpucli.run.nodes)."""
+
+    rank: int
+    workdir: str
+    ssh: SshTarget | None = None
+    instance_id: str | None = None
+    pid: int | None = None
+    pid_ident: str | None = None
+    watchdog_pid: int | None = None
+    watchdog_ident: str | None = None
+
+    def with_(self, **changes: Any) -> NodeRecord:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeRecord:
+        ssh = None
+        if data.get("ssh"):
+            ssh = SshTarget(**data["ssh"])
+        known = {f.name for f in dataclasses.fields(cls)} - {"ssh"}
+        return cls(ssh=ssh, **{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,7 @@ class RunRecord:
     loss: float | None = None  # the training loss at that step
     # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
     launcher: str | None = None
+    nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.nodes)
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -122,7 +149,10 @@ def check_name(name: str) -> str:
 
 
 def _to_json(record: RunRecord) -> dict[str, Any]:
-    return dataclasses.asdict(record)
+    data = dataclasses.asdict(record)
+    if not record.nodes:
+        del data["nodes"]  # records of one-machine runs stay as they were
+    return data
 
 
 class BadRecord(UsageError):
@@ -182,6 +212,10 @@ def _problem(data: Any) -> str | None:
     for key, value in (data.get("planned") or {}).items():
         if value is not None and not (_is_number(value) or (key == "source" and isinstance(value, str))):
             return f"planned.{key} is not a number"
+    nodes = data.get("nodes")
+    if nodes is not None and not (isinstance(nodes, list) and all(
+            isinstance(n, dict) and _is_int(n.get("rank")) and isinstance(n.get("workdir"), str) for n in nodes)):
+        return "'nodes' is not a list of nodes"
     prev = data.get("previous_instances")
     if prev is not None and not (isinstance(prev, list) and all(isinstance(p, str) for p in prev)):
         return "'previous_instances' is not a list of pod ids"
@@ -204,6 +238,7 @@ def _from_json(data: Any, path: Path) -> RunRecord:
         planned = PlannedSpeed(**(data.get("planned") or {}))
         known = {f.name for f in dataclasses.fields(RunRecord)}
         rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned")}
+        rest["nodes"] = tuple(NodeRecord.from_json(n) for n in rest.get("nodes") or ())
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())
         return RunRecord(ssh=ssh, limits=limits, planned=planned, **rest)

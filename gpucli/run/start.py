@@ -141,14 +141,15 @@ def run_yaml_now(resolved: ResolvedLaunch, record: RunRecord) -> dict[str, Any]:
 
 
 def watch_from_now(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, save: Callable[[RunRecord], Any],
-                   on_event: EventFn) -> RunRecord:
+                   on_event: EventFn, watch_args: tuple[str, ...] = ()) -> RunRecord:
     """Start the watchdog as soon as the host runs commands, before anything is set up: until the
     launch hands it the trainer (:func:`hand_over`) it ends the pod at the run's hour or dollar cap,
-    or when the launch shows no sign of life (a SIGKILLed laptop process never hands over)."""
+    or when the launch shows no sign of life (a SIGKILLed laptop process never hands over).
+    ``watch_args``: a node's watch of its peers in a run over several machines (gpucli.run.nodes)."""
     wd = resolved.workdir
     host.run(f"mkdir -p -- {shlex.quote(wd)}/code && rm -f -- {shlex.quote(handover_path(wd))} "
              f"&& touch -- {shlex.quote(marker_path(wd))}", timeout_s=60)
-    watchdog_pid = start_watchdog(host, resolved, record)
+    watchdog_pid = start_watchdog(host, resolved, record, watch_args)
     record = record.with_(watchdog_pid=watchdog_pid, watchdog_ident=identify(host, resolved.python, watchdog_pid))
     save(record)
     on_event(f"watchdog started (pid {watchdog_pid}): ends the pod at the run's limits, or if this launch dies")
@@ -190,7 +191,7 @@ def abandon(host: Host, workdir: str) -> None:
         pass
 
 
-def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> int:
+def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watch_args: tuple[str, ...] = ()) -> int:
     """Start gpucli/pod/watchdog.py in its own session (see its docstring), waiting for the trainer's
     process group in ``.trainer`` (:func:`hand_over`)."""
     wd = resolved.workdir
@@ -202,6 +203,9 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord) -> i
             "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end, *resolved.limits.watchdog_args()]
     if created is not None:
         args += ["--started-at", f"{created.timestamp():.0f}"]
+    args += list(watch_args)
+    if watch_args:
+        host.write_file(f"{wd}/peers.py", (POD_WATCHDOG.parent / "peers.py").read_bytes(), mode=0o644)
     startup = watchdog_startup_minutes()
     if startup is not None:
         args += ["--startup-minutes", f"{startup:g}"]

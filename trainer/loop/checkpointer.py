@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.loop import checkpoint as ckpt
-from trainer.loop import diskguard
+from trainer.loop import diskguard, sharded
 from trainer.loop.dist import Dist, rng_state, set_rng_state
 from trainer.model.gpt import GPT
 from trainer.model.memory import MemoryState
@@ -79,6 +79,13 @@ class Checkpointer:
         d, t0 = self.d, time.perf_counter()
         if not self.make_room(step):
             return None
+        if sharded.wanted():  # a run over several nodes: each rank writes its own part (trainer.loop.sharded)
+            path = sharded.save(self, step, meta, extra_files, kind)
+            if d.master:
+                self.log(f"checkpoint {path.name} ({kind}, sharded) in {time.perf_counter() - t0:.1f}s")
+                self.metrics.event("checkpoint", step=step, path=str(path), checkpoint_kind=kind,
+                                   val_loss=meta.get("val_loss"))
+            return path
         path = ckpt.save_checkpoint(
             self.root, step, rank=d.rank, world=d.world, model_state=self.model_state(),
             optim_state=self.optim_state(), meta=meta, extra_files=extra_files, barrier=d.barrier,
@@ -175,6 +182,8 @@ class Checkpointer:
     def load(self, path: Path) -> dict[str, Any]:
         """Weights, optimizer moments and RNG state into place; returns the checkpoint's meta.json."""
         d, fsdp = self.d, self.fsdp
+        if sharded.wanted() or sharded.is_sharded(path):
+            return sharded.load(self, path)
         meta = ckpt.read_meta(path)
         assert meta is not None
         state = ckpt.load_model_state(path) if (d.master or not fsdp) else {}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from trainer.loop.entry import setup_logging
+from trainer.loop.nodes import global_rank
 from trainer.model.fp8 import enable_fp8
 from trainer.model.gpt import GPT, select_attention
 from trainer.spec.config import Config, ConfigError
@@ -61,7 +64,7 @@ class Dist:
 
 
 def setup_dist(cfg: Config) -> Dist:
-    rank = int(os.environ.get("RANK", 0))
+    rank = global_rank(int(os.environ.get("RANK", 0)))  # gpucli's node order across nodes (trainer.loop.nodes)
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     want = cfg.hardware.device
@@ -79,7 +82,7 @@ def setup_dist(cfg: Config) -> Dist:
     # One process under torchrun may still shard (hardware.fsdp=on): a 1-rank group exercises the
     # FSDP2 path, its sharded checkpoints and compile on a single GPU.
     if world > 1 or (cfg.hardware.fsdp == "on" and "MASTER_ADDR" in os.environ):
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo",
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", rank=rank, world_size=world,
                                 **({"device_id": device} if use_cuda else {}))
         ctrl = dist.new_group(backend="gloo") if use_cuda else dist.group.WORLD
     return Dist(rank, local_rank, world, device, ctrl)
@@ -161,3 +164,15 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def start_process(cfg: Config) -> Dist:
+    """This process in the run: its rank in the process group, the run folder made by rank 0 before
+    any rank writes there, and the log set up (rank 0 at INFO, the others warnings only)."""
+    d = setup_dist(cfg)
+    out_dir = Path(cfg.training.out_dir)
+    if d.master:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    d.barrier()
+    setup_logging(out_dir, d.master)
+    return d

@@ -16,6 +16,7 @@ import json
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,19 @@ class SpikeDetector:
         if math.isfinite(value):
             self.values.append(value)
         return None
+
+
+def write_status(out_dir: Path, **fields: Any) -> None:
+    """status.json, replaced atomically: the run's state as the watchdog and gpucli read it."""
+    tmp = out_dir / "status.json.tmp"
+    tmp.write_text(json.dumps({**fields, "updated": time.time()}))
+    tmp.replace(out_dir / "status.json")
+
+
+def append_samples(out_dir: Path, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """The sampled prompts' rows, appended to samples.jsonl and logged."""
+    with open(out_dir / "samples.jsonl", "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    for r in rows:
+        say(f"sample @{r['step']} {r['prompt']!r} -> {r['text'][:120]!r}")

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -117,3 +119,10 @@ class MemoryTCF:
             row["M_curvature"] = curvature(hist) if len(hist) >= 3 else None
             out[f"layer_{i:02d}"] = row
         return out
+
+
+def last_block_weights(model: Any) -> dict[str, Any]:
+    """The last block's attention output and MLP input weights, whose spectra TCF follows (unsharded
+    models only: under FSDP a rank holds a shard of each)."""
+    last = model.blocks[-1]
+    return {"w_last_attn_proj": last.attn.proj.weight, "w_last_mlp_fc": last.mlp.fc.weight}

@@ -28,6 +28,8 @@ def plan(
     spot: bool = typer.Option(False, "--spot", help="Plan with spot (interruptible) prices."),
     gpu: str = typer.Option(None, "--gpu", help="Only these GPUs, comma separated: h100,a100-80."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="Largest GPU count per machine."),
+    max_nodes: int = typer.Option(1, "--max-nodes", help="Also plan 2, 4, ... machines of the largest count "
+                                  "(inter-node link and data-parallel model: gpucli/plan/internode.py)."),
     workload: str = typer.Option("train", "--workload",
                                  help="train, or generate (inference, bound by decode speed: tokens generated per second)."),
     price: float = typer.Option(None, "--price", help="Use this $/GPU-hour for every setup."),
@@ -125,6 +127,10 @@ def plan(
         raise UsageError("--query filters live offers: it can only apply with --live",
                          hint="--provider alone picks whose catalogue prices are used")
     result = make_plan(catalog, request, setups=setups)
+    if max_nodes > 1:
+        from gpucli.plan.internode import with_nodes
+
+        result = with_nodes(catalog, request, result, max_nodes)
     if explain is not None:
         from gpucli.plan.explain import explain_setup
 

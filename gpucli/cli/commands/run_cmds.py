@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,16 @@ def launch(
     phase: str = typer.Option(None, "--phase", help="Training phase: fast (default) or extreme."),
     model: str = typer.Option(None, "--model", "-m", help="Model preset (default: tiny on CPU, 124m on GPUs)."),
     provider: str | None = typer.Option(None, "--provider", help="local (default), ssh, runpod or vast."),
-    host: str = typer.Option(None, "--host", help="ssh provider: user@host[:port]."),
+    host: list[str] = typer.Option([], "--host", help="ssh provider: user@host[:port]; repeat it for --nodes "
+                                   "(rank 0 first)."),
+    hosts_file: Path = typer.Option(None, "--hosts-file", help="ssh provider: one user@host[:port] a line, rank 0 "
+                                    "first."),
+    nodes: int = typer.Option(1, "--nodes", help="Machines, each with the profile's GPUs (--profile 8xH100 --nodes 4 "
+                              "is 32 GPUs); torchrun's c10d rendezvous on rank 0."),
+    nccl_ifname: str = typer.Option(None, "--nccl-ifname", help="ssh provider, --nodes > 1: the network interface "
+                                    "the nodes reach each other on (checked on every node)."),
+    link_gbps: float = typer.Option(None, "--link-gbps", help="ssh provider, --nodes > 1: the nodes' link in Gbit/s, "
+                                    "for the plan."),
     identity: Path = typer.Option(None, "--identity", "-i", help="ssh provider: private key file."),
     data: str | None = typer.Option(None, "--data", help="Training text: a folder (synced), pod:/path (already on the "
                              "pod), an https:// URL or a file listing URLs, or hf://datasets/ORG/NAME[/GLOB]; "
@@ -153,8 +163,17 @@ def launch(
         from gpucli.plan.runmodel import parse_checkpoint_every
 
         given.update(parse_checkpoint_every(checkpoint_every))
+    hosts = tuple(host)
+    if hosts_file is not None:
+        from gpucli.run.nodes import read_hosts_file
+
+        hosts += read_hosts_file(str(hosts_file))
+    if len(hosts) > 1 and nodes == 1:
+        nodes = len(hosts)  # the hosts say how many nodes
     req = LaunchRequest(
-        profile=profile, **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size, name=name, host=host,
+        profile=profile, **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size,
+        name=name, host=hosts[0] if hosts else None, hosts=hosts if len(hosts) > 1 else (), nodes=nodes,
+        nccl_ifname=nccl_ifname, link_gbps=link_gbps,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env),
@@ -179,6 +198,8 @@ def launch(
 def resume(
     run: str = RUN_ARG,
     from_scratch: bool = typer.Option(False, "--from-scratch", help="Start over when no checkpoint can be found."),
+    nodes: int = typer.Option(None, "--nodes", help="A run over several machines: resume on its first N nodes "
+                              "(the others' checkpoint shards are brought to node 0)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest checkpoint, same run."""
@@ -188,7 +209,7 @@ def resume(
 
     with render.status_line() as step:
         record = lifecycle.resume(run, load_catalog(), from_scratch=from_scratch, on_step=step,
-                                  on_notice=render.notice)
+                                  on_notice=render.notice, nodes=nodes)
     render.launched(record, json_=json_)
 
 
@@ -243,7 +264,19 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     from gpucli.run.control import live_status
 
     record = runs.resolve(run, on_bad=render.warn)
+    if record.nodes and json_:  # one JSON object: the run's status with its nodes
+        from gpucli.cli.render import json_out
+        from gpucli.run.multinode import node_statuses
+
+        json_out({**render._status_dict(record, live_status(record)),
+                  "nodes": [dataclasses.asdict(n) for n in node_statuses(record)]})
+        return
     render.run_status(record, live_status(record), json_=json_)
+    if record.nodes:
+        from gpucli.cli.render_nodes import node_table
+        from gpucli.run.multinode import node_statuses
+
+        node_table(node_statuses(record), json_=False)
 
 
 def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="Check every run's host.")) -> None:

@@ -3,21 +3,23 @@ user's own command. This is the one place that tells them apart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpucli.run import start
 from gpucli.run.jobs.base import Job
 from gpucli.run.jobs.bundled import BUNDLED, BundledTrainer
 from gpucli.run.jobs.own import OwnCode, from_record, resolve_own
 
 if TYPE_CHECKING:
     from gpucli.run.harvest import FetchResult, MirrorResult
+    from gpucli.run.launch import ResolvedLaunch
     from gpucli.run.records import RunRecord
     from gpucli.run.targets import Host
     from gpucli.run.task import Task
 
-__all__ = ["BUNDLED", "BundledTrainer", "Job", "OwnCode", "fetch_best", "job_for", "job_of", "mirror_once"]
+__all__ = ["BUNDLED", "BundledTrainer", "Job", "OwnCode", "fetch_best", "job_for", "job_of", "mirror_once", "start_on"]
 
 
 def job_for(task: Task | None) -> Job:
@@ -43,3 +45,20 @@ def mirror_once(host: Host, record: RunRecord, *, keep: int = 2, progress: Any =
                 on_event: Callable[[str], None] = lambda m: None) -> MirrorResult:
     """``gpucli mirror``: the run's metrics and newest checkpoint(s) into its mirror on this machine."""
     return job_of(record).mirror(host, record, keep=keep, progress=progress, on_event=on_event)
+
+
+def start_on(host: Host, job: Job, resolved: ResolvedLaunch, record: RunRecord, *,
+             on_event: Callable[[str], None], save: Callable[[RunRecord], Any], restore: Path | None = None,
+             metrics: Path | None = None, node_env: Mapping[str, str] | None = None,
+             watch_args: tuple[str, ...] = ()) -> RunRecord:
+    """Start ``job`` on ``host``: the watchdog first, from the first moment the host runs commands (a
+    launch killed at any later stage, even by SIGKILL, leaves nothing billing past its cap or its
+    silence), then the job, handed to it; a start that fails tells the watchdog so. ``node_env`` and
+    ``watch_args``: one node's variables and peer watch in a run over several machines."""
+    record = start.watch_from_now(host, resolved, record, save=save, on_event=on_event, watch_args=watch_args)
+    try:
+        return job.start(host, resolved, record, on_event=start.touching(host, resolved.workdir, on_event),
+                         save=save, restore=restore, metrics=metrics, node_env=node_env)
+    except BaseException:
+        start.abandon(host, resolved.workdir)
+        raise

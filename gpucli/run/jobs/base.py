@@ -13,7 +13,7 @@ A job answers four questions:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,7 +73,7 @@ class Job(Protocol):
 
     def start(self, host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
               save: Callable[[RunRecord], Any], restore: Path | None = None,
-              metrics: Path | None = None) -> RunRecord:
+              metrics: Path | None = None, node_env: Mapping[str, str] | None = None) -> RunRecord:
         """Put the job on ``host`` and start it detached with its watchdog; ``restore`` (a mirrored
         checkpoint on this machine) and ``metrics`` are uploaded first on a resume."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +71,7 @@ class BundledTrainer:
 
     def start(self, host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
               save: Callable[[RunRecord], Any], restore: Path | None = None,
-              metrics: Path | None = None) -> RunRecord:
+              metrics: Path | None = None, node_env: Mapping[str, str] | None = None) -> RunRecord:
         """Bootstrap, sync, write run.yaml and the env file, start the trainer detached.
 
         ``restore`` (a checkpoint folder on this machine) and ``metrics`` (the run's metrics.jsonl so
@@ -104,7 +104,8 @@ class BundledTrainer:
         measured = int(time.time())  # run.yaml's limits are what is left at this moment: the trainer's clock starts here
         config = run_yaml_now(resolved, record)
         host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
-        host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env, JOB_STARTED_ENV: str(measured)})
+        host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env, JOB_STARTED_ENV: str(measured),
+                                            **(node_env or {})})
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
         if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
             write_resume_script(host, resolved, record)

@@ -136,7 +136,7 @@ class OwnCode:
 
     def start(self, host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
               save: Callable[[RunRecord], Any], restore: Path | None = None,
-              metrics: Path | None = None) -> RunRecord:
+              metrics: Path | None = None, node_env: Mapping[str, str] | None = None) -> RunRecord:
         """Env file (before a clone: it holds the git token), runner and code, data, the mirrored
         checkpoints folder on a resume, then jobrun detached and the watchdog watching its process
         group. A --setup is waited for: when it fails the launch fails with its last lines."""
@@ -146,7 +146,8 @@ class OwnCode:
         # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
         stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
         host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
-        host.write_env_file(f"{wd}/env", job_env(self, secrets_env(resolved.env_names + self.task.env_from_local)))
+        host.write_env_file(f"{wd}/env", {**job_env(self, secrets_env(resolved.env_names + self.task.env_from_local)),
+                                            **(node_env or {})})
         put_code(host, resolved, self, on_event)
         put_data(host, resolved, on_event)
         if restore is not None:

@@ -26,6 +26,7 @@ def runpod_emulator(tmp_path_factory, monkeypatch):
     emu = RunPodEmulator(tmp_path_factory.mktemp("runpod_emu"))
     emu.start()
     monkeypatch.setenv("RUNPOD_API_BASE_URL", emu.url)
+    monkeypatch.setenv("RUNPOD_API_V2_URL", emu.url)  # cluster routes: none here (cluster_emulator has them)
     monkeypatch.setenv("RUNPOD_API_KEY", emu.api_key)
     _common_env(monkeypatch)
     try:
@@ -40,6 +41,22 @@ def vast_emulator(tmp_path_factory, monkeypatch):
     emu.start()
     monkeypatch.setenv("VAST_URL", emu.url)
     monkeypatch.setenv("VAST_API_KEY", emu.api_key)
+    _common_env(monkeypatch)
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+@pytest.fixture
+def cluster_emulator(tmp_path_factory, monkeypatch):
+    """RunPod Instant Clusters (API v2), tests/support/emulators/clusters.py."""
+    from tests.support.emulators.clusters import ClusterEmulator
+
+    emu = ClusterEmulator(tmp_path_factory.mktemp("clusters_emu"))
+    emu.start()
+    monkeypatch.setenv("RUNPOD_API_V2_URL", emu.url)
+    monkeypatch.setenv("RUNPOD_API_KEY", emu.api_key)
     _common_env(monkeypatch)
     try:
         yield emu

@@ -1,0 +1,26 @@
+"""How the nodes of a run over several machines are shown (``gpucli status`` of such a run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpucli.cli.render import _table, json_out, out
+
+if TYPE_CHECKING:
+    from gpucli.run.multinode import NodeStatus
+
+
+def node_table(nodes: Sequence[NodeStatus], *, json_: bool) -> None:
+    if json_:
+        json_out({"nodes": [dataclasses.asdict(n) for n in nodes]})
+        return
+    t = _table(f"{len(nodes)} nodes")
+    for col in ("rank", "where", "state", "GPUs", "step", "last heartbeat"):
+        t.add_column(col)
+    for n in nodes:
+        beat = "-" if n.heartbeat_age_s is None else f"{n.heartbeat_age_s:.0f} s ago"
+        t.add_row(str(n.rank), n.where, n.state + (f" ({n.detail})" if n.detail else ""), str(n.gpus),
+                  "-" if n.step is None else str(n.step), beat)
+    out().print(t)

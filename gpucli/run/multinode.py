@@ -1,0 +1,284 @@
+"""Starting one run on several machines (``gpucli launch --nodes N``): connect to every node and check
+them, then start the trainer (or the user's command) and its watchdog on each, rank 0 first; a
+launch that fails ends every node it started. The layout, commands and variables are
+:mod:`gpucli.run.nodes`'s."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpucli.cloud.credentials import MissingKeyError
+from gpucli.errors import GpucliError
+from gpucli.plan.catalog import load_catalog
+from gpucli.run import procs
+from gpucli.run import records as runs
+from gpucli.run.clusterrent import cluster_strays, clusters_client, end_cluster, gpu_type_id, rent_cluster
+from gpucli.run.defaults import DEFAULTS
+from gpucli.run.jobs import start_on
+from gpucli.run.monitor import status_of, stop_trainer, trainer_alive
+from gpucli.run.nodes import (
+    NodeSpec,
+    WarnFn,
+    as_run,
+    check_nodes,
+    layout,
+    members,
+    node_env,
+    node_workdir,
+    ports_for,
+)
+from gpucli.run.records import NodeRecord, RunRecord
+from gpucli.run.start import record_for
+from gpucli.run.targets import Stray, get_target, open_host
+from gpucli.run.targets.cloud import ssh_keypair
+from gpucli.settings import pod_ssh_user, provider_poll_s
+from gpucli.ssh import SshTarget
+
+if TYPE_CHECKING:
+    from gpucli.run.targets import Host
+
+
+def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Callable[[str], None],
+                 on_info: Callable[[str], None], save: Callable[[RunRecord], Any] = runs.save,
+                 resume: RunRecord | None = None) -> RunRecord:
+    """Start a ``PreparedLaunch`` on every node, rank 0 first; a launch that fails ends every node it
+    started. ``resume``: the run's record, continued on the same nodes and folders (the trainer's
+    ``--resume auto`` takes the newest sharded checkpoint there)."""
+    resolved, req, job = prepared.resolved, prepared.request, prepared.job
+    own = job if job.kind == "own" else None
+    target = get_target(resolved.provider)
+    specs = layout(req, resolved.workdir) if not target.cloud else \
+        [NodeSpec(r, node_workdir(resolved.workdir, r), None, "") for r in range(req.nodes)]  # known once rented
+    record = job.labelled(record_for(resolved)).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
+        NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
+    if resume is not None:  # the same run: its name, start, cost so far, nodes' folders and pinned keys
+        before = {n.rank: n for n in resume.nodes}
+        kept = tuple(before[n.rank].with_(pid=None, pid_ident=None, watchdog_pid=None, watchdog_ident=None)
+                     if n.rank in before and before[n.rank].workdir == n.workdir else n for n in record.nodes)
+        record = resume.with_(status="provisioning", pid=None, pid_ident=None, watchdog_pid=None,
+                              watchdog_ident=None, ended_at=None, end_reason=None, message=None,
+                              limits=resolved.limits, nodes=kept)
+    save(record)  # written before anything waits
+    hosts: list[Host] = []
+    port, peer_port = ports_for(resolved.name, resolved.provider)
+    try:
+        if target.cloud:
+            record, specs = _rent(prepared, record, specs, on_step=on_step, save=save)
+        for spec in specs:
+            node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
+            on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
+            host = target.open(node)
+            hosts.append(host)
+            if spec.ssh is not None and host.host_key:
+                pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
+                record = record.with_(ssh=pinned) if spec.rank == 0 else set_node(record, spec.rank, ssh=pinned)
+                save(record)
+        if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
+            check_nodes(hosts, specs, 0, None)
+        else:
+            check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
+        gpus = resolved.n_gpus if resolved.gpu_id else 0
+        token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
+        for spec, host in zip(specs, hosts, strict=True):
+            host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
+            host.write_file(f"{spec.workdir}/peer.token", token.encode(), mode=0o600)
+            env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
+            watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
+                     "--peer-addr", f"{specs[0].address}:{peer_port}",
+                     # a node silent for the stall window is lost (a crash is told at once)
+                     "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}",
+                     "--peer-token-file", "../peer.token")
+            on_step(f"node {spec.rank}: starting")
+            if target.cloud:
+                # A cluster's member pod cannot be stopped on its own (it is managed through its cluster),
+                # so its watchdog stops the run and gpucli deletes the cluster (down, watch).
+                resolved = dataclasses.replace(resolved, provider="ssh")
+            if spec.rank == 0:
+                record = start_on(host, job, resolved, record, on_event=on_step, save=save,
+                                  node_env=env, watch_args=watch)
+                continue
+            mine = dataclasses.replace(resolved, workdir=spec.workdir,
+                                       data=resolved.data if own is not None else None, data_plan=None)
+
+            def save_node(rr: RunRecord, rank: int = spec.rank) -> None:
+                nonlocal record
+                record = set_node(record, rank, pid=rr.pid, pid_ident=rr.pid_ident, watchdog_pid=rr.watchdog_pid,
+                                   watchdog_ident=rr.watchdog_ident)
+                save(record)
+
+            start_on(host, job, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
+                     save=save_node, node_env=env, watch_args=watch)
+        on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
+        if cluster_of(record):
+            on_info(f"cluster {cluster_of(record)} bills until it is deleted from here: `gpucli down "
+                    f"{record.name}`, or `gpucli watch {record.name}` deletes it when the run is over "
+                    "(a pod's own key cannot delete its cluster)")
+        return record
+    except BaseException as exc:
+        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
+        ended = end_nodes(record, on_warn=on_warn)
+        if end_rented(record, on_warn=on_warn):
+            on_info(f"deleted the cluster {cluster_of(record)} of the failed launch")
+        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
+        if ended:
+            on_info(f"stopped the run on node {', '.join(map(str, ended))} of the failed launch")
+        raise
+    finally:
+        for host in hosts:
+            host.close()
+
+
+def set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:
+    nodes = list(record.nodes)
+    nodes[rank - 1] = nodes[rank - 1].with_(**changes)
+    return record.with_(nodes=tuple(nodes))
+
+
+def cluster_of(record: RunRecord) -> str | None:
+    """The id of the cluster a run's nodes were rented as (None: not a rented cluster)."""
+    value = (record.launch or {}).get("cluster_id")
+    return str(value) if value else None
+
+
+def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
+          save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
+    """Rent the nodes as one RunPod Instant Cluster; the cluster's and every pod's id are in the record
+    before anything waits on them."""
+    resolved, req = prepared.resolved, prepared.request
+    target = get_target(resolved.provider)
+    key, pub = ssh_keypair()
+    client = clusters_client()
+
+    def on_cluster(cluster_id: str) -> None:
+        nonlocal record
+        record = record.with_(launch={**(record.launch or {}), "cluster_id": cluster_id})
+        save(record)
+
+    def on_pods(pods: list[Any]) -> None:
+        nonlocal record
+        by_rank = {p.rank: p.pod_id for p in pods if p.rank is not None}
+        new = record.with_(instance_id=by_rank.get(0, record.instance_id), nodes=tuple(
+            n.with_(instance_id=by_rank.get(n.rank, n.instance_id)) for n in record.nodes))
+        if new != record:
+            record = new
+            save(record)
+
+    try:
+        _, rented = rent_cluster(
+            client, name=resolved.label, gpu_type=gpu_type_id(load_catalog(), resolved.gpu_id),
+            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or getattr(target, "default_image", ""),
+            disk_gb=req.disk_gb or resolved.pod_disk_gb, public_key=pub,
+            ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
+            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step)
+    finally:
+        client.close()
+    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port,
+                                                                user=pod_ssh_user() or "root", identity_file=str(key)),
+                      n.ip) for n in rented]
+    record = record.with_(ssh=specs[0].ssh, nodes=tuple(
+        n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))
+    save(record)
+    return record, specs
+
+
+def end_rented(record: RunRecord, *, on_warn: Callable[[str], None]) -> bool:
+    """Delete the run's cluster, if it has one; whether one was deleted."""
+    cluster_id = cluster_of(record)
+    if cluster_id is None:
+        return False
+
+    try:
+        client = clusters_client()
+        try:
+            end_cluster(client, cluster_id, lambda m: None)
+        finally:
+            client.close()
+    except GpucliError as exc:
+        on_warn(str(exc))
+        return False
+    return True
+
+
+CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed under
+
+
+def stray_clusters(owned_runs: list[RunRecord]) -> list[Any]:
+    """gpucli-named RunPod clusters that no active run holds, as ``Stray`` rows (none without a key)."""
+    owned = {c for r in owned_runs if r.active and (c := cluster_of(r))}
+    try:
+        client = clusters_client()
+    except MissingKeyError:
+        return []
+    try:
+        return [Stray(CLUSTER_STRAY, cid, name, f"cluster of {pods} pods", None)
+                for cid, name, pods in cluster_strays(client, owned)]
+    finally:
+        client.close()
+
+
+def end_stray_cluster(cluster_id: str) -> None:
+    client = clusters_client()
+    try:
+        end_cluster(client, cluster_id, lambda m: None)
+    finally:
+        client.close()
+
+
+def end_nodes(record: RunRecord, *, on_warn: WarnFn, ranks: Sequence[int] | None = None) -> list[int]:
+    """Stop the watchdog and the trainer on every node that has them (or those in ``ranks``), each
+    only while its pid is still the process recorded; returns the ranks where something was stopped."""
+    ended = []
+    for rank, node in members(record):
+        if (ranks is not None and rank not in ranks) or not (node.pid or node.watchdog_pid):
+            continue
+        try:
+            with open_host(node, connect_timeout_s=15) as host:
+                if node.watchdog_pid:
+                    procs.signal(host, node, node.watchdog_pid, node.watchdog_ident, "TERM")
+                if stop_trainer(host, node, timeout_s=60):
+                    ended.append(rank)
+        except GpucliError as exc:
+            on_warn(f"node {rank}: could not stop the run there: {exc}")
+    return ended
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    rank: int
+    where: str
+    state: str  # running | ended | unreachable | not started
+    gpus: int
+    step: int | None
+    heartbeat_age_s: float | None  # since the node's watchdog last wrote (it writes each poll)
+    detail: str | None = None
+
+
+def node_statuses(record: RunRecord) -> list[NodeStatus]:
+    """Each node's state, GPUs, its ranks' step (rank 0's metrics: every rank steps together) and the
+    age of its watchdog's last heartbeat (watchdog.log)."""
+    out = []
+    step = None
+    for rank, node in members(record):
+        where = str(node.ssh) if node.ssh else f"this machine ({node.workdir})"
+        if not node.pid:
+            out.append(NodeStatus(rank, where, "not started", record.n_gpus, None, None))
+            continue
+        try:
+            with open_host(node, connect_timeout_s=10) as host:
+                alive = trainer_alive(host, node)
+                if rank == 0:
+                    step = status_of(host, node).step
+                files = host.list_files(node.workdir)
+                beats = [f.mtime for name, f in files.items() if name in ("watchdog.json", "watchdog.log")]
+                age = max(0.0, time.time() - max(beats)) if beats else None  # watchdog.json: each poll
+        except GpucliError as exc:
+            out.append(NodeStatus(rank, where, "unreachable", record.n_gpus, None, None, str(exc)[:120]))
+            continue
+        out.append(NodeStatus(rank, where, "running" if alive else "ended", record.n_gpus, step, age))
+    return out

@@ -1,0 +1,158 @@
+"""RunPod Instant Clusters against the emulator (strict routes of the v2 spec): the cluster is rented
+and ended as one, and seeded faulty launches leave no member pod billing that no run owns."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from gpucli.cloud.clusters import RunPodClusters
+from gpucli.errors import GpucliError
+from gpucli.run.clusterrent import ClusterNotReady, cluster_strays, end_cluster, rent_cluster
+from tests.support.emulators.common import PodBehaviour
+
+# 100 in a long run (GPUCLI_FAULTY_LAUNCHES=100); a few here, each seed its own mix of faults.
+LAUNCHES = int(os.environ.get("GPUCLI_FAULTY_LAUNCHES", "12"))
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDummyKeyForTheEmulatorOnly gpucli"
+
+
+def rent(client, name, nodes=2, timeout=3.0, owned=None, **kw):
+    ids: list[str] = []
+    return rent_cluster(client, name=name, gpu_type="NVIDIA H100 80GB HBM3", gpus_per_pod=8, nodes=nodes,
+                        image="img", disk_gb=50, public_key=KEY, ready_timeout_s=timeout, poll_s=0.02,
+                        on_cluster=(owned.add if owned is not None else ids.append), on_pods=lambda p: None,
+                        on_event=lambda m: None, **kw)
+
+
+def test_a_cluster_comes_up_whole_and_goes_as_one(cluster_emulator):
+    client = RunPodClusters(cluster_emulator.api_key)
+    owned: set[str] = set()
+    cid, nodes = rent(client, "gpucli-c1", nodes=3, owned=owned)
+    assert owned == {cid} and [n.rank for n in nodes] == [0, 1, 2]
+    assert all(n.ssh_port and n.ip for n in nodes)
+    body = next(b for m, p, b in cluster_emulator.requests if m == "POST")
+    assert body["type"] == "TRAINING" and body["compute"] == {"gpuTypeId": "NVIDIA H100 80GB HBM3",
+                                                              "gpuCountPerPod": 8, "podCount": 3}
+    assert body["startSsh"] is True and body["env"]["PUBLIC_KEY"] == KEY
+    assert len(cluster_emulator.billing_pods()) == 3
+    assert cluster_strays(client, owned=set()) and not cluster_strays(client, owned={cid})
+    end_cluster(client, cid, lambda m: None)
+    assert not cluster_emulator.billing_pods()
+
+
+def test_the_emulator_is_as_strict_as_the_spec(cluster_emulator):
+    client = RunPodClusters(cluster_emulator.api_key)
+    for body, needle in (({"name": "x", "type": "TRAINING", "compute": {"gpuTypeId": "NVIDIA H200",
+                                                                           "gpuCountPerPod": 1, "podCount": 1}},
+                          "podCount"),
+                         ({"name": "x", "type": "TRAINING", "gpuCount": 2,
+                           "compute": {"gpuTypeId": "NVIDIA H200", "gpuCountPerPod": 1, "podCount": 2}},
+                          "unknown field")):
+        resp = client.http.request("POST", "/v2/clusters", json_body=body)
+        assert resp.status == 400 and needle in resp.body["detail"]
+    assert not cluster_emulator.ledger.created()
+
+
+def test_a_cluster_not_whole_in_time_is_deleted(cluster_emulator):
+    cluster_emulator.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(stuck=True)])
+    client = RunPodClusters(cluster_emulator.api_key)
+    with pytest.raises(ClusterNotReady, match="1 of 2 pods ready"):
+        rent(client, "gpucli-c2", timeout=0.5)
+    assert len(cluster_emulator.ledger.created()) == 2 and not cluster_emulator.billing_pods()
+
+
+FAULTS = [("rate_limit", "create_cluster"), ("server_error", "create_cluster"), ("lose_answer", "create_cluster"),
+          ("no_capacity", "create_cluster"), ("server_error", "cluster_pods"), ("rate_limit", "cluster_pods"),
+          ("server_error", "delete_cluster"), ("rate_limit", "list_clusters")]
+
+
+def test_seeded_faulty_multi_node_launches_leave_nothing_billing(cluster_emulator):
+    client = RunPodClusters(cluster_emulator.api_key)
+    outcomes = {"up": 0, "failed": 0}
+    for seed in range(LAUNCHES):
+        rng = random.Random(seed)
+        for kind, endpoint in rng.sample(FAULTS, rng.randint(0, 3)):
+            cluster_emulator.faults.add(kind, endpoint)
+        nodes = rng.choice([2, 3])
+        behaviours = [PodBehaviour(pending_polls=rng.randint(0, 3),
+                                   stuck=rng.random() < 0.15,
+                                   exit_after_polls=1 if rng.random() < 0.1 else None, bad_state="ERROR")
+                      for _ in range(nodes)]
+        cluster_emulator.behaviours.extend(behaviours)
+        owned: set[str] = set()
+        try:
+            cid, _ = rent(client, f"gpucli-seed{seed}", nodes=nodes, timeout=0.6, owned=owned)
+        except GpucliError:
+            outcomes["failed"] += 1
+        else:
+            outcomes["up"] += 1
+            # every member pod bills under this run's cluster, and nothing else does
+            members = set(cluster_emulator.clusters[cid].members)
+            assert cluster_emulator.billing_pods() == members
+            end_cluster(client, cid, lambda m: None)  # the run ends: down deletes the cluster
+        cluster_emulator.behaviours.clear()
+        cluster_emulator.faults.clear()
+        assert not cluster_emulator.billing_pods(), f"seed {seed}: pods left billing"
+    assert outcomes["up"] and outcomes["failed"], outcomes
+
+
+def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulator, cluster_emulator, tmp_path,
+                                                          monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    from gpucli.run import records as runs
+    from tests.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
+    from tests.support.cli import cli, wait_for
+
+    monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
+    monkeypatch.setenv("GPUCLI_PROVIDER_POLL_S", "0.1")
+    code_dir = own_script(tmp_path / "mine")
+    code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "h100", "--nodes", "2",
+                         "--name", "rc2", "--code", str(code_dir), "--python", sys.executable,
+                         "--workdir", str(tmp_path / "pod" / "rc2"),
+                         "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
+    assert code == 0, err
+    record = runs.load("rc2")
+    cid = record.launch["cluster_id"]
+    members = cluster_emulator.clusters[cid].members
+    assert record.instance_id == members[0] and record.nodes[0].instance_id == members[1]
+    assert record.limits.price_per_hour_usd and record.nodes[0].ssh.port != record.ssh.port
+    wait_for(lambda: step_of(capsys, "rc2") >= 3, 180, "steps on the cluster")
+    env0 = (Path(record.workdir) / "env").read_text()
+    assert "NCCL_SOCKET_IFNAME=ens1" in env0 and "GPUCLI_NODES=2" in env0
+    code, out, err = cli(capsys, "status", "rc2", "--json")
+    assert [n["state"] for n in json.loads(out)["nodes"]] == ["running", "running"]
+    code, out, err = cli(capsys, "down", "rc2")
+    assert code == 0, err
+    assert not cluster_emulator.billing_pods()
+    wait_for(lambda: nothing_running(record), 60, "the run's processes to end")
+    # a cluster no run owns is found and ended by down --strays
+    client = RunPodClusters(cluster_emulator.api_key)
+    cluster_emulator.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(pending_polls=0)])
+    rent(client, "gpucli-orphan")
+    code, out, err = cli(capsys, "down", "--strays", "--yes")
+    assert code == 0, err + out
+    assert not cluster_emulator.billing_pods()
+
+
+def test_watch_deletes_the_cluster_of_a_run_that_is_over(cluster_emulator):
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.run import lifecycle
+    from gpucli.run import records as runs
+
+    client = RunPodClusters(cluster_emulator.api_key)
+    cid, nodes = rent(client, "gpucli-over")
+    record = runs.RunRecord(name="over", provider="runpod", created_at=runs.now_iso(), profile="8xH100",
+                            phase="fast", model="124m", n_gpus=8, gpu="h100-sxm", workdir="w", status="failed",
+                            launch={"request": {"profile": "8xH100"}, "cluster_id": cid},
+                            nodes=(runs.NodeRecord(rank=1, workdir="w-node1", instance_id=nodes[1].pod_id),))
+    runs.save(record)
+    assert runs.load("over").nodes[0].instance_id == nodes[1].pod_id  # the record keeps its nodes
+    notices = []
+    assert lifecycle.watch("over", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
+    assert not cluster_emulator.billing_pods()
+    assert any(f"deleted its cluster {cid}" in n.text for n in notices)
