@@ -33,6 +33,7 @@ __all__ = [
     "OFFER_FIELDS",
     "Query",
     "QueryError",
+    "comparisons",
     "parse_order",
     "parse_query",
 ]
@@ -202,6 +203,13 @@ class Query:
             for op, value in ops:
                 parts.append(f"{field} {op} {value!r}")
         return " ".join(parts)
+
+
+def comparisons(text: str) -> list[tuple[str, str]]:
+    """Each comparison of a valid query ``text`` as ``(field as the server knows it, its words as
+    typed)``, in order: what lets one query replace another's filter of a field (launch filters)."""
+    parse_query(text, defaults=False)  # a bad query is said here, as parse_query says it
+    return [(ALIASES.get(t[0], t[0]), "".join(t).strip()) for t in _TOKEN.findall(text.strip()) if t[0]]
 
 
 def parse_query(text: str | None, *, defaults: bool = True) -> Query:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucli.cloud.query import comparisons
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
 from gpucli.plan.disk import DiskNeed, checkpoint_disk, disk_need
@@ -84,6 +85,7 @@ class LaunchRequest:
     hosts: tuple[str, ...] = ()  # ssh provider: every node's user@host[:port], rank 0 first (--host repeated)
     nccl_ifname: str | None = None  # the interface the nodes reach each other on (ssh; fixed per cloud)
     link_gbps: float | None = None  # the nodes' link, for the plan (ssh: --link-gbps)
+    query: str | None = None  # --query: vast query words replacing the launch's offer filters field by field
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -103,6 +105,8 @@ class LaunchRequest:
                 raise UsageError(f"{flag} must be a positive number, got {value}")
         if req.data is not None:
             parse_data(req.data)
+        if req.query is not None:
+            comparisons(req.query)  # a bad --query is said before anything is searched
         if req.volume is not None and not getattr(get_target(req.provider), "network_volumes", False):
             raise UsageError(f"--volume: {req.provider} has no network volumes",
                              hint="network volumes are RunPod's; elsewhere checkpoints are mirrored to "
@@ -124,9 +128,10 @@ class LaunchRequest:
             del data["volume"]  # records without a volume stay as they were
         if self.volume_size_gb is None:
             del data["volume_size_gb"]
-        for key, default in (("nodes", 1), ("hosts", ()), ("nccl_ifname", None), ("link_gbps", None)):
+        for key, default in (("nodes", 1), ("hosts", ()), ("nccl_ifname", None), ("link_gbps", None),
+                             ("query", None)):
             if getattr(self, key) == default:
-                del data[key]  # records of one-machine runs stay as they were
+                del data[key]  # records of one-machine runs (no --query) stay as they were
         if self.hosts:
             data["hosts"] = list(self.hosts)
         data["extra"] = list(self.extra)
@@ -423,7 +428,7 @@ def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: in
 _TOKEN_BYTES = 2.2  # prepared bytes per byte of text at most: a uint16 token per byte (byte tokenizer) + line index
 
 
-def _folder_bytes(path: Any) -> int:
+def folder_bytes(path: Any) -> int:
     total = 0
     for dirpath, _, names in os.walk(path):
         for n in names:
@@ -441,7 +446,7 @@ def _data_gb(source: DataSource | None, checked: Any) -> float | None:
     if source is None:  # the demo corpus: read on the pod, only its tokens are written
         return _TOKEN_BYTES * (cap if cap is not None else DEMO_MAX_BYTES) / 1e9
     if source.kind == "local" and source.local is not None:
-        raw = _folder_bytes(source.local)
+        raw = folder_bytes(source.local)
         return (raw + _TOKEN_BYTES * (raw if cap is None else min(raw, cap))) / 1e9
     return None
 

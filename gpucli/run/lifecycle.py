@@ -21,7 +21,7 @@ from gpucli.run.checkpoints import checkpoint_step, list_checkpoints
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.harvest import mirror_root
 from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
-from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
+from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, folder_bytes, resolve
 from gpucli.run.money import balance_guard
 from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.multinode import cluster_of, end_rented, launch_nodes
@@ -31,6 +31,7 @@ from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.secretenv import resolve as secrets_present
 from gpucli.run.targets import get_target, open_host
+from gpucli.run.targets.base import OfferAsk
 from gpucli.run.targets.local import local_gpus
 from gpucli.settings import watch_poll_s
 
@@ -146,7 +147,8 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,
-                                       ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s)
+                                       ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s,
+                                       ask=offer_ask(req, resolved))
     if provision is not None and req.limits.price_per_hour_usd is None:
         priced = dataclasses.replace(req, limits=req.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
         resolved = resolve(catalog, priced, run_name=name)
@@ -161,6 +163,16 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         if job.checks_disk and volume is not None:  # an existing volume's size is known now
             check_disk(resolved, volume_gb=volume.size_gb)
     return PreparedLaunch(req, job.resolved(resolved, catalog, asked), provision, target.endpoint(req.host, req.identity), job)
+
+
+def offer_ask(req: LaunchRequest, resolved: ResolvedLaunch) -> OfferAsk:
+    """What the offers are filtered and ranked on: ``--query``, ``--force``, the run's planned hours
+    (at most ``--hours``) and its planned transfer: the local data folder up, the checkpoints kept down."""
+    up = float(folder_bytes(resolved.data.local)) / 1e9 if resolved.data and resolved.data.local else 0.0
+    down = resolved.disk.checkpoints.disk_gb if resolved.disk is not None else 0.0
+    known = [h for h in (resolved.planned.hours, resolved.limits.max_hours) if h]  # --hours caps the plan
+    return OfferAsk(query=req.query, hours=min(known) if known else None,
+                    transfer_gb=(round(up, 3), round(down, 3)), force=req.force)
 
 
 def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: NoticeFn = _quiet) -> RunRecord:

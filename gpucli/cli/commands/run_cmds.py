@@ -86,7 +86,10 @@ def launch(
                                "disk and checkpoints stay) or terminates the pod."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
     force: bool = typer.Option(False, "--force", help="Launch even when the provider's balance is below "
-                               "--budget (or the planned cost), or a GPU profile on a local machine without one."),
+                               "--budget (or the planned cost), or a GPU profile on a local machine without one; "
+                               "keep a pod billed more than 5% above its quote."),
+    query: str = typer.Option(None, "--query", help="Offer filters in vast query words, e.g. \"reliability>=0.9 "
+                              "inet_down>=200\": each field named replaces gpucli's default filter of it."),
     mirror_checkpoints: bool = typer.Option(False, "--mirror-checkpoints",
                                             help="Stay attached and copy each new checkpoint to this machine."),
     recover: bool = typer.Option(False, "--recover", help="Stay attached, mirror checkpoints, and resume on a new "
@@ -176,7 +179,7 @@ def launch(
         nccl_ifname=nccl_ifname, link_gbps=link_gbps,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
-        ready_timeout_s=ready_timeout, force=force, env_names=tuple(env),
+        ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query,
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes))
     catalog = load_catalog()

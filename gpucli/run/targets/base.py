@@ -77,6 +77,19 @@ class PodState:
 
 
 @dataclass(frozen=True)
+class OfferAsk:
+    """What a launch asks of the cloud offers beyond the GPU: its own filters (``--query``, vast query
+    words replacing gpucli's default filter of each field they name), the run's planned hours and
+    transfer ``(GB up, GB down)`` to rank offers on what the whole run costs, and ``--force`` (keep a
+    pod billed more than 5 % above its quote)."""
+
+    query: str | None = None
+    hours: float | None = None  # None: ranked on one hour
+    transfer_gb: tuple[float, float] = (0.0, 0.0)
+    force: bool = False
+
+
+@dataclass(frozen=True)
 class Stray:
     """A gpucli-labelled pod that no active run owns."""
 
@@ -121,7 +134,7 @@ class Target(Protocol):
 
     def provisioner(self, catalog: Catalog, run: str, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, image: str | None, disk_gb: int,
-                    ready_timeout_s: float) -> Provisioner | None:
+                    ready_timeout_s: float, ask: OfferAsk | None = None) -> Provisioner | None:
         """None where there is nothing to rent (local, ssh)."""
         ...
 
@@ -172,7 +185,7 @@ class NoPod:
 
     def provisioner(self, catalog: Catalog, run: str, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, image: str | None, disk_gb: int,
-                    ready_timeout_s: float) -> Provisioner | None:
+                    ready_timeout_s: float, ask: OfferAsk | None = None) -> Provisioner | None:
         return None
 
     def terminate(self, record: RunRecord) -> bool:

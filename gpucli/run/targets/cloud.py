@@ -29,7 +29,7 @@ from gpucli.cloud.provision import provision_with_retries
 from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run import userconfig
-from gpucli.run.targets.base import PodState, Stray
+from gpucli.run.targets.base import OfferAsk, PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.onstart import onstart_hook
 from gpucli.run.targets.ssh import open_remote, ssh_shell_argv
@@ -191,9 +191,10 @@ class CloudTarget:
         return f"gpucli-runs/{run}"  # relative to the login directory
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None) -> list[Offer]:
+               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
         """``disk_gb``: the disk the pod will be created with, so that a provider pricing storage into
-        the hourly rate (vast ``allocated_storage``) quotes what it will bill."""
+        the hourly rate (vast ``allocated_storage``) quotes what it will bill. ``query``: the launch's
+        ``--query`` (vast query words)."""
         raise NotImplementedError
 
     # -- the contract ----------------------------------------------------------------------------------
@@ -216,14 +217,14 @@ class CloudTarget:
 
     def choose_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool, limit: int = 5,
                       client: Provider | None = None, disk_gb: int | None = None, hours: float | None = None,
-                      transfer_gb: tuple[float, float] = (0.0, 0.0)) -> list[Offer]:
+                      transfer_gb: tuple[float, float] = (0.0, 0.0), query: str | None = None) -> list[Offer]:
         """Live offers of exactly ``n_gpus`` of the profile's GPU, ranked on what the run would cost on
         each: the hourly quote (disks included; spot: the floor plus the storage billed on top of a
         bid) for ``hours`` (1 when not known), plus the planned transfer ``(up GB, down GB)`` at the
         offer's $/GB (vast bills bandwidth)."""
         client = client or self.client()
         gpu = catalog.gpus[gpu_id]
-        offers = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb)
+        offers = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query)
                   if o.gpu_count == n_gpus and (not spot or o.spot_price_per_hour_usd is not None)]
         if not offers:
             raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else ""),
@@ -238,10 +239,13 @@ class CloudTarget:
 
     def plan_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, client: Provider | None = None,
-                    disk_gb: int | None = None) -> CloudPlan:
+                    disk_gb: int | None = None, ask: OfferAsk | None = None) -> CloudPlan:
         """Search live offers and fix the bid. A spot launch without a usable bid fails here, before any
-        pod exists; offers whose floor is above the bid are not tried (the provider would refuse them)."""
-        offers = self.choose_offers(catalog, gpu_id, n_gpus, spot=spot, client=client, disk_gb=disk_gb)
+        pod exists; offers whose floor is above the bid are not tried (the provider would refuse them).
+        ``ask``: the launch's filters and the run's planned hours and transfer, the ranking's terms."""
+        ask = ask or OfferAsk()
+        offers = self.choose_offers(catalog, gpu_id, n_gpus, spot=spot, client=client, disk_gb=disk_gb,
+                                    hours=ask.hours, transfer_gb=ask.transfer_gb, query=ask.query)
         note = None
         if spot:
             def floor_per_gpu(o: Offer) -> float:
@@ -267,10 +271,11 @@ class CloudTarget:
 
     def provisioner(self, catalog: Catalog, run: str, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, image: str | None, disk_gb: int,
-                    ready_timeout_s: float) -> CloudProvisioner:
+                    ready_timeout_s: float, ask: OfferAsk | None = None) -> CloudProvisioner:
+        ask = ask or OfferAsk()
         plan = self.plan_offers(catalog, gpu_id, n_gpus, spot=spot, bid_per_gpu_usd=bid_per_gpu_usd,
-                                disk_gb=disk_gb)
-        return CloudProvisioner(self, run, plan, image, disk_gb, ready_timeout_s)
+                                disk_gb=disk_gb, ask=ask)
+        return CloudProvisioner(self, run, plan, image, disk_gb, ready_timeout_s, force=ask.force)
 
     def provision(self, run: str, plan: CloudPlan, *, image: str | None, disk_gb: int, ready_timeout_s: float,
                   on_created: Callable[[str], None], on_event: Callable[[str], None],

@@ -70,10 +70,12 @@ class RunPodTarget(CloudTarget):
         return dataclasses.replace(provision, volume=volume, plan=secure_plan(client, provision))
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None) -> list[Offer]:
+               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
         # One catalog read per cloud for this count; offers come pinned to cloud and data centre.
+        # --query filters the offers here (fields RunPod's catalog does not report are skipped).
         ids = {i.lower() for i in gpu.runpod_ids}
-        return [o for o in client.search_offers(parse_query(f"num_gpus={n_gpus}"), spot=spot, limit=200,
+        words = f"num_gpus={n_gpus}" + (f" {query}" if query else "")
+        return [o for o in client.search_offers(parse_query(words), spot=spot, limit=200,
                                                      disk_gb=disk_gb)
                 if (o.gpu_name or "").lower() in ids]
 

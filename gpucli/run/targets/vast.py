@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 from gpucli.cloud.credentials import vast_base_url
-from gpucli.cloud.query import parse_query
+from gpucli.cloud.query import comparisons, parse_query
 from gpucli.run.targets.cloud import CloudTarget
 
 if TYPE_CHECKING:
@@ -34,25 +34,31 @@ class VastTarget(CloudTarget):
         return {"GPUCLI_VAST_URL": vast_base_url()}
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None) -> list[Offer]:
+               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
         offers: list[Offer] = []
         for vname in gpu.vast_names or (gpu.name,):
             q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={n_gpus} "
-                            + launch_filters(disk_gb, self.min_cuda, os.environ.get("GPUCLI_OFFER_QUERY")))
+                            + launch_filters(disk_gb, self.min_cuda, os.environ.get("GPUCLI_OFFER_QUERY"), query))
             # allocated_storage = the launch's --disk: vast's dph_total then includes that storage.
             offers += client.search_offers(q, spot=spot, limit=limit * 4, disk_gb=disk_gb)
         return offers
 
 
-def launch_filters(disk_gb: float | None, min_cuda: str | None, override: str | None = None) -> str:
+def launch_filters(disk_gb: float | None, min_cuda: str | None, *overrides: str | None) -> str:
     """The launch's own offer filters in vast query words: disk >= the launch disk, a driver that runs
-    the image's CUDA, reliability and download speed; a field ``override`` (a vast query, e.g.
-    ``GPUCLI_OFFER_QUERY="reliability>=0.9"``) names replaces gpucli's default for it."""
-    defaults = {"reliability": f"reliability>={MIN_RELIABILITY}", "inet_down": f"inet_down>={MIN_INET_DOWN_MBPS}"}
+    the image's CUDA, reliability and download speed. Each of ``overrides`` (vast query words: the
+    ``GPUCLI_OFFER_QUERY`` environment variable, then the launch's ``--query``) replaces, field by field,
+    what comes before it: gpucli's defaults, then the earlier override."""
+    words = {"reliability": f"reliability>={MIN_RELIABILITY}", "inet_down": f"inet_down>={MIN_INET_DOWN_MBPS}"}
     if disk_gb:
-        defaults["disk_space"] = f"disk_space>={float(disk_gb):g}"
+        words["disk_space"] = f"disk_space>={float(disk_gb):g}"
     if min_cuda:
-        defaults["cuda_max_good"] = f"cuda_max_good>={min_cuda}"
-    named = {field for field, _ in parse_query(override).filters} if override else set()
-    words = [w for field, w in defaults.items() if field not in named]
-    return " ".join(words + ([override] if override else []))
+        words["cuda_max_good"] = f"cuda_max_good>={min_cuda}"
+    for override in overrides:
+        if override and override.strip():
+            given: dict[str, list[str]] = {}
+            for field, typed in comparisons(override):
+                given.setdefault(field, []).append(typed)
+            words = {f: w for f, w in words.items() if f not in given}
+            words.update({field: " ".join(typed) for field, typed in given.items()})
+    return " ".join(words.values())
