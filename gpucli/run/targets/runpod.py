@@ -15,6 +15,7 @@ from gpucli.settings import volume_mount
 if TYPE_CHECKING:
     from gpucli.cloud.base import Offer, Provider
     from gpucli.plan.catalog import Catalog, Gpu
+    from gpucli.run.targets.base import OfferAsk
 
 
 class RunPodTarget(CloudTarget):
@@ -39,11 +40,11 @@ class RunPodTarget(CloudTarget):
 
     def plan_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, client: Provider | None = None,
-                    disk_gb: int | None = None, **kwargs: object) -> CloudPlan:
+                    disk_gb: int | None = None, ask: OfferAsk | None = None) -> CloudPlan:
         if spot:  # refused before anything is searched or rented
             raise UsageError(SPOT_REFUSED)
         return super().plan_offers(catalog, gpu_id, n_gpus, spot=spot, bid_per_gpu_usd=bid_per_gpu_usd,
-                                   client=client, disk_gb=disk_gb, **kwargs)
+                                   client=client, disk_gb=disk_gb, ask=ask)
 
     def with_volume(self, provision: CloudProvisioner, name_or_id: str, *, size_gb: int | None = None,
                     volume_id: str | None = None) -> CloudProvisioner:

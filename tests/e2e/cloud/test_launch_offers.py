@@ -93,6 +93,15 @@ def test_query_overrides_the_default_filters_field_by_field(request, monkeypatch
     assert emu.ledger.created() == []  # nothing was rented
 
 
+def test_query_filters_runpod_offers_too(request):
+    emu = emulator_for(request, "runpod")
+    every = _prepare(LaunchRequest(profile="rtx4090", provider="runpod")).provision.plan.offers
+    assert {o.cloud_type for o in every} == {"COMMUNITY", "SECURE"}  # Community ~$0.35/h, Secure ~$0.70/h
+    capped = _prepare(LaunchRequest(profile="rtx4090", provider="runpod", query="dph<=0.5")).provision.plan.offers
+    assert [o.cloud_type for o in capped] == ["COMMUNITY"] and capped[0].price_per_hour_usd <= 0.5
+    assert emu.ledger.created() == []
+
+
 def test_a_bad_query_is_one_line_before_anything_is_searched(request, capsys):
     emu = emulator_for(request, "vast")
     code, out, err = cli(capsys, "launch", "--provider", "vast", "--profile", "rtx4090", "--query", "relability>=0.9")
