@@ -157,3 +157,24 @@ def test_work_started_at_counts_the_pod_commands_preparation(monkeypatch):
     for bad in (str(time.time() + 3600), str(time.time() - 30 * 86400), "soon", ""):
         monkeypatch.setenv(JOB_STARTED_ENV, bad)
         assert abs(entry.work_started_at() - proc) < 0.5  # /proc's clock ticks, read again
+
+
+def test_the_disk_guard_estimate_counts_the_safetensors_copy(tmp_path, monkeypatch):
+    """Before the first checkpoint the disk guard's need is the state's bytes: the weights twice
+    (model.pt and model.safetensors), so the first checkpoint is never larger than what was checked."""
+    from trainer.loop.checkpointer import Checkpointer
+    from trainer.loop.diskguard import folder_bytes
+    from trainer.loop.dist import Dist
+
+    model = torch.nn.Linear(256, 256)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # no moments: the weights are all there is
+    c = Checkpointer(tmp_path, Dist(0, 0, 1, torch.device("cpu")), model, opt, False, lambda m: None,  # type: ignore[arg-type]
+                     keep_last=1, metrics=None, alerts=None)  # type: ignore[arg-type]
+    weights = (256 * 256 + 256) * 4
+    assert c.state_bytes() == 2 * weights
+    path = ckpt.save_checkpoint(tmp_path, 1, rank=0, world=1, model_state=model.state_dict(),
+                                optim_state={}, meta={})
+    written = (path / "model.pt").stat().st_size + (path / "model.safetensors").stat().st_size
+    assert 2 * weights <= written <= folder_bytes(path) <= 2 * weights * 1.05
+    monkeypatch.setattr(ckpt, "writes_safetensors", lambda: False)
+    assert c.state_bytes() == weights
