@@ -93,9 +93,9 @@ def test_status_and_ls_show_the_best_step_and_loss():
 
 
 def test_fetch_best_brings_the_best_folder_and_mirror_resume_never_see_it(run, tmp_path):
-    from gpucli.run.limits import Limits
     from gpucli.run.checkpoints import list_checkpoints
     from gpucli.run.jobs import fetch_best
+    from gpucli.run.limits import Limits
     from gpucli.run.records import RunRecord
     from gpucli.run.targets.local import LocalHost
 
