@@ -1,4 +1,5 @@
-"""``--json`` of the commands that report an outcome (down, sync, mirror, watch, tensorboard, ssh-config):
+"""``--json`` of the commands that report an outcome (down, sync, mirror, watch, tensorboard, ssh-config,
+serve, export):
 one JSON document, or one JSON object a line for what streams (sync's paths, watch's notices)."""
 
 from __future__ import annotations
@@ -46,3 +47,13 @@ def watch_ended(run: str, how: str) -> None:
 
 def tensorboard_ready(url: str, where: str) -> None:
     json_line({"url": url, "where": where})
+
+
+def serving(url: str, **where: Any) -> None:
+    """``serve --json``: the API's address once it answers, one line (the checkpoint or the run, the engine)."""
+    json_line({"url": url, **{k: (str(v) if v is not None else None) for k, v in where.items()}})
+
+
+def exported(r: Any) -> None:
+    json_out({"folder": None if r.local_dir is None else str(r.local_dir), "remote_folder": r.remote_dir,
+              "architecture": r.architecture, "files": list(r.files), "bytes": r.bytes, "pushed_url": r.pushed_url})

@@ -108,7 +108,8 @@ def _disk_dict(r: ResolvedLaunch) -> dict[str, Any] | None:
     if d is None:
         return None
     c = d.checkpoints
-    return {"weights_gb": c.weights_gb, "optimizer_gb": c.optimizer_gb, "per_rank_optimizer_gb": c.per_rank_optimizer_gb,
+    return {"weights_gb": c.weights_gb, "weight_copies": c.weight_copies, "optimizer_gb": c.optimizer_gb,
+            "per_rank_optimizer_gb": c.per_rank_optimizer_gb,
             "checkpoint_gb": c.checkpoint_gb, "keep_last": d.keep_last, "checkpoints_at_once": c.at_once,
             "checkpoints_gb": c.disk_gb, "data_gb": d.data_gb, "headroom_gb": d.headroom_gb, "need_gb": d.need_gb,
             "have_gb": d.have_gb, "where": d.where, "fits": d.fits, "checkpoints_written": d.written,

@@ -1,7 +1,8 @@
 """Disk a run needs for its checkpoints, planned before renting (pure).
 
-The trainer's checkpoint (trainer/loop/checkpoint.py) is the fp32 model state (4 bytes a parameter) plus the
-optimizer state: AdamW keeps two fp32 moments (8 bytes a parameter); Muon keeps one fp32 momentum for the
+The trainer's checkpoint (trainer/loop/checkpoint.py) is the fp32 model state (4 bytes a parameter), twice:
+model.pt and model.safetensors beside it (the train extra installs safetensors; a sharded multi-node
+checkpoint has them only when consolidated, so counting both is the upper bound), plus the optimizer state: AdamW keeps two fp32 moments (8 bytes a parameter); Muon keeps one fp32 momentum for the
 2-D hidden matrices (4 bytes) and AdamW's two for the rest. Under DDP the moments are written once, under
 FSDP each rank writes its shard: either way the optimizer files add up to the same bytes. The trainer
 keeps ``training.keep_last`` checkpoints plus the best by validation loss, and writes the next one before
@@ -21,11 +22,12 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class CheckpointDisk:
-    weights_gb: float  # model.pt
+    weights_gb: float  # the weight files together: model.pt (and model.safetensors, ``weight_copies`` 2)
     optimizer_gb: float  # all optim_rank*.pt together
     per_rank_optimizer_gb: float  # the largest single optimizer file (FSDP shards; DDP: rank 0 holds it all)
     at_once: int  # checkpoints on disk at the worst moment
     disk_gb: float  # at_once x (weights + optimizer)
+    weight_copies: int = 2  # files holding the whole weights: model.pt + model.safetensors; own code: its one file
 
     @property
     def checkpoint_gb(self) -> float:
@@ -33,14 +35,15 @@ class CheckpointDisk:
 
 
 def checkpoint_disk(spec: ModelSpec, *, keep_last: int = 3, optimizer: str = "adamw", n_gpus: int = 1,
-                    sharded: bool = False) -> CheckpointDisk:
-    """Bytes of one checkpoint of ``spec`` and the disk that ``keep_last`` of them need."""
+                    sharded: bool = False, weight_copies: int = 2) -> CheckpointDisk:
+    """Bytes of one checkpoint of ``spec`` and the disk that ``keep_last`` of them need; the weights
+    ``weight_copies`` times (the trainer's model.pt and model.safetensors)."""
     if keep_last < 1:
         raise ValueError("keep_last must be >= 1")
     if optimizer not in ("adamw", "muon"):
         raise ValueError(f"unknown optimizer {optimizer!r}")
     p = spec.param_count()
-    weights = 4 * p.total
+    weights = 4 * p.total * max(1, weight_copies)
     if optimizer == "muon":
         matrices = p.attention + p.mlp  # Muon's share: the blocks' 2-D weights
         moments = 4 * matrices + 8 * (p.total - matrices)
@@ -50,7 +53,8 @@ def checkpoint_disk(spec: ModelSpec, *, keep_last: int = 3, optimizer: str = "ad
     per_rank = moments / ranks if sharded else moments
     at_once = keep_last + 2
     return CheckpointDisk(weights_gb=weights / GB, optimizer_gb=moments / GB, per_rank_optimizer_gb=per_rank / GB,
-                          at_once=at_once, disk_gb=at_once * (weights + moments) / GB)
+                          at_once=at_once, disk_gb=at_once * (weights + moments) / GB,
+                          weight_copies=max(1, weight_copies))
 
 
 HEADROOM_FIXED_GB = 1.0  # logs, metrics, TensorBoard events, the code, a pip cache

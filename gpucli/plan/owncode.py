@@ -52,7 +52,7 @@ def own_code_estimate(catalog: Catalog, *, gpu_id: str | None, n_gpus: int, usd_
         return OwnEstimate(None, "", missing="no estimate for your own code: pass --model PRESET or --params N "
                                             "(its size), with --tokens N (and --seq-len T)")
     shape, note = (model, f"sized as {model.name}") if model is not None else shape_for_params(float(params or 0))
-    ck = checkpoint_disk(shape, keep_last=OWN_KEEP_LAST)
+    ck = checkpoint_disk(shape, keep_last=OWN_KEEP_LAST, weight_copies=1)  # your code saves its weights once
     if tokens is None:
         return OwnEstimate(shape, note, checkpoint=ck,
                            missing="no time or cost estimate: pass --tokens N (the tokens your code trains on)")

@@ -1,7 +1,7 @@
-"""Telegram messages for a job gpucli does not know, sent from the pod (standard library only).
+"""Alerts for a job gpucli does not know, sent from the pod to Telegram and a webhook (standard library only).
 
-``jobrun.py`` loads this file from beside it; the sender is the bundled trainer's ``notify.py``, uploaded
-there too when Telegram is set up.
+``jobrun.py`` loads this file from beside it; the senders are the bundled trainer's ``notify.py`` and
+``webhook.py`` (with ``webhooks.py``), uploaded there too.
 """
 
 from __future__ import annotations
@@ -13,25 +13,68 @@ from pathlib import Path
 from typing import Any
 
 
-def load_notifier(env: dict[str, str]) -> Any:
-    """The bundled trainer's Telegram sender (``notify.py``, standard library only, uploaded beside this
-    file) when a token and chat are in the environment; None otherwise. It sends from a thread of its
-    own with timeouts and bounded retries: a slow or dead API never holds the job up."""
-    path = Path(__file__).resolve().parent / "notify.py"
-    if not (env.get("TELEGRAM_BOT_TOKEN") and env.get("TELEGRAM_CHAT_ID")) or not path.is_file():
-        return None
+def _load_file(name: str, module_name: str) -> Any:
+    path = Path(__file__).resolve().parent / name
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{name} not found beside {__file__}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_webhook(notify: Any) -> Any:
+    """The bundled trainer's webhook sender (``webhook.py``, with ``webhooks.py``, its payloads), loaded
+    from beside this file: its two trainer imports are answered by the files uploaded here, only while
+    it loads."""
+    hooks = _load_file("webhooks.py", "gpucli_pod_webhooks")
+    names = ("trainer.watch.notify", "trainer.spec.webhooks")
+    saved = {n: sys.modules.get(n) for n in names}
+    sys.modules.update({names[0]: notify, names[1]: hooks})
     try:
-        spec = importlib.util.spec_from_file_location("gpucli_pod_notify", path)
-        if spec is None or spec.loader is None:
-            return None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module.Notifier(env["TELEGRAM_BOT_TOKEN"], env["TELEGRAM_CHAT_ID"],
-                               api_base=env.get("TELEGRAM_API_BASE") or None)
-    except Exception as exc:  # noqa: BLE001 - alerts are optional; the job runs without them
-        print(f"jobrun: Telegram alerts off ({type(exc).__name__})", file=sys.stderr)
+        return _load_file("webhook.py", "gpucli_pod_webhook")
+    finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
+def load_notifier(env: dict[str, str]) -> Any:
+    """The bundled trainer's senders (standard library only, uploaded beside this file): Telegram
+    (``notify.py``) when a token and chat are in the environment, the webhook (``webhook.py``) when
+    ``GPUCLI_WEBHOOK_URL`` is (the pod's env file, as the trainer reads it), both as one when both
+    are; None when neither. Each sends from a thread of its own through a bounded queue, with timeouts
+    and bounded retries: a slow or dead endpoint never holds the job up."""
+    here = Path(__file__).resolve().parent
+    telegram = bool(env.get("TELEGRAM_BOT_TOKEN") and env.get("TELEGRAM_CHAT_ID"))
+    hook = (env.get("GPUCLI_WEBHOOK_URL") or "").strip()
+    if not (telegram or hook) or not (here / "notify.py").is_file():
         return None
+    senders: list[Any] = []
+    try:
+        notify = _load_file("notify.py", "gpucli_pod_notify")
+    except Exception as exc:  # noqa: BLE001 - alerts are optional; the job runs without them
+        print(f"jobrun: alerts off ({type(exc).__name__})", file=sys.stderr)
+        return None
+    if telegram:
+        try:
+            senders.append(notify.Notifier(env["TELEGRAM_BOT_TOKEN"], env["TELEGRAM_CHAT_ID"],
+                                           api_base=env.get("TELEGRAM_API_BASE") or None))
+        except Exception as exc:  # noqa: BLE001
+            print(f"jobrun: Telegram alerts off ({type(exc).__name__})", file=sys.stderr)
+    webhook = None
+    if hook and (here / "webhook.py").is_file() and (here / "webhooks.py").is_file():
+        try:
+            webhook = _load_webhook(notify)
+            senders.append(webhook.WebhookNotifier(hook))
+        except Exception as exc:  # noqa: BLE001 - the message names the type only: the URL is a secret
+            print(f"jobrun: webhook alerts off ({type(exc).__name__})", file=sys.stderr)
+    if not senders:
+        return None
+    return senders[0] if len(senders) == 1 or webhook is None else webhook.Fanout(senders)
 
 
 # The alert vocabulary, copied from trainer/spec/alerts.py (this file is standard library only and cannot

@@ -45,6 +45,12 @@ class ExportResult:
     summary: str  # the trainer's line: architecture, parameters, time
     pushed_url: str | None
 
+    @property
+    def architecture(self) -> str | None:
+        """The transformers class of the export (``GPT2LMHeadModel``...), from the trainer's line."""
+        words = self.summary.split()
+        return words[1] if len(words) > 1 and words[0] == "exported" else None
+
 
 def hub_token() -> tuple[str, str] | None:
     """``(token, where from)``: gpucli keys / $HF_TOKEN, else huggingface_hub's login file."""

@@ -3,6 +3,8 @@
 Layout (``<out_dir>/checkpoints/step_000500/``)::
 
     model.pt          full model state dict (plain keys, loadable on one GPU or CPU)
+    model.safetensors the same weights as safetensors (no pickle: other tools read them without
+                      torch.load), where the safetensors package is installed
     optim_rank0.pt    optimizer state + RNG states of rank 0 (one file per rank)
     meta.json         step, losses, tokens seen, config, sha256 of every file, data-loader position
     tokenizer.json    (BPE) / data_meta.json: what ``trainer.sample`` needs to decode
@@ -15,6 +17,7 @@ each file's sha256, so a truncated or corrupted copy is detected and skipped on 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -216,10 +219,10 @@ def save_checkpoint(
     hashes = dict(gather((optim_name, written[optim_name])))
     if rank == 0:
         model_sha = written["model.pt"]
+        weights = {"model.pt": model_sha, **safetensors_copy(objs["model.pt"], tmp)}
         for name, src in (extra_files or {}).items():
             shutil.copyfile(src, tmp / name)
-        meta = dict(meta, step=step, world_size=world, sha256=model_sha,
-                    files={"model.pt": model_sha, **hashes})
+        meta = dict(meta, step=step, world_size=world, sha256=model_sha, files={**weights, **hashes})
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
         _fsync_dir(tmp)
         if final.exists():  # re-saving a step (e.g. emergency save right after a regular one)
@@ -349,6 +352,20 @@ def save_safetensors(state: dict[str, torch.Tensor], path: Path, metadata: dict[
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
     return sha256_file(path)
+
+
+def writes_safetensors() -> bool:
+    """Whether checkpoints get model.safetensors beside model.pt (the package is optional: the train extra)."""
+    return importlib.util.find_spec("safetensors") is not None
+
+
+def safetensors_copy(state: dict[str, torch.Tensor], directory: Path) -> dict[str, str]:
+    """``directory/model.safetensors`` beside a checkpoint's model.pt, so other tools read the weights
+    without torch.load; {name: sha256}, or {} where the safetensors package is not installed (a
+    torch-only image: model.pt alone, as checkpoints were before)."""
+    if not writes_safetensors():
+        return {}
+    return {WEIGHTS_FILE: save_safetensors(state, Path(directory) / WEIGHTS_FILE, {"format": "pt"})}
 
 
 def save_best(root: Path, model_state: dict, meta: dict, extra_files: dict[str, Path] | None = None) -> Path:

@@ -115,8 +115,8 @@ class Checkpointer:
         return path
 
     def state_bytes(self) -> int:
-        """What this checkpoint's tensors take in all the files together: the fp32 model state and every
-        optimizer moment (a DTensor counts its whole logical size: the ranks' shards add up to it)."""
+        """What this checkpoint's tensors take in all the files together: the fp32 model state (twice
+        where model.safetensors is written beside model.pt) and every optimizer moment (a DTensor counts its whole logical size: the ranks' shards add up to it)."""
         def nbytes(obj: Any) -> int:
             if isinstance(obj, torch.Tensor):
                 return obj.numel() * obj.element_size()
@@ -127,7 +127,8 @@ class Checkpointer:
             return 0
 
         memory = sum(self.d.world * (s.M.numel() + s.S.numel()) * 4 for s in self.memory_states)
-        return nbytes(self.raw.state_dict()) + nbytes(self.optimizer.state_dict()) + memory
+        weights = nbytes(self.raw.state_dict()) * (1 + ckpt.writes_safetensors())  # model.pt (+ model.safetensors)
+        return weights + nbytes(self.optimizer.state_dict()) + memory
 
     def make_room(self, step: int) -> bool:
         """Whether the next checkpoint fits on disk (rank 0 decides, after dropping old optimizer files

@@ -3,7 +3,8 @@
 Seed 004's runbook planned 31 checkpoints of ~17 GB by hand and, for a disk running low, said to
 delete the optimizer files of old checkpoints. Here that happens before each checkpoint: rank 0
 compares the free space of the checkpoint folder with what the next checkpoint will take (the size
-of the newest complete one on disk, or, before the first, the model and optimizer state's bytes) and,
+of the newest complete one on disk, or, before the first, the model and optimizer state's bytes, the
+weights counted twice where model.safetensors is written beside model.pt) and,
 when it would not fit, drops optimizer files: those of checkpoints that are neither the newest nor
 the best first (oldest first), then the best's; never the newest's, the one a resume continues from.
 

@@ -10,7 +10,8 @@ Each rank writes only the tensors it holds (FSDP2: its shards; DDP: DCP spreads 
 tensors over the ranks, each written once), so no node gathers the whole model to save. meta.json
 on each node lists that node's files with their sha256 (``trainer.loop.checkpoint.verify`` checks a
 node's copy as it checks a single-node checkpoint) and, under ``nodes``, every node's. ``model.pt``,
-the consolidated weights ``fetch-best`` brings home, is written by rank 0 for the final and emergency
+the consolidated weights ``fetch-best`` brings home (and ``model.safetensors``, the same weights
+without pickle, where safetensors is installed), is written by rank 0 for the final and emergency
 checkpoints, and for every checkpoint when the model is not sharded (rank 0 holds it whole anyway).
 
 A resume asks DCP's load planner which files each rank reads and fetches the ones its node lacks
@@ -86,6 +87,7 @@ def save(c: Checkpointer, step: int, meta: dict[str, Any], extra_files: dict[str
     if d.master:
         if whole is not None:
             ckpt.save_files({"model.pt": whole}, tmp)
+            ckpt.safetensors_copy(whole, tmp)  # beside the consolidated weights only (hashed with the rest)
         for name, src in extra_files.items():
             shutil.copyfile(src, tmp / name)
     d.barrier()

@@ -13,9 +13,11 @@ def export(
     dest: Path = typer.Option(Path("exports"), "--dest", help="Where the export is downloaded (DEST/RUN-hf)."),
     push: str = typer.Option(None, "--push", metavar="ORG/NAME", help="Upload to this Hub repository from the host."),
     private: bool = typer.Option(False, "--private", help="Create the Hub repository private."),
+    json_: bool = typer.Option(False, "--json", help="Print the export's folder, architecture, files (or the "
+                               "pushed URL) as JSON."),
 ) -> None:
     """Export a run's best weights as model.safetensors + config.json + tokenizer (transformers loads it)."""
-    from gpucli.cli import render_runs
+    from gpucli.cli import render_json, render_runs
     from gpucli.cli import render_serve as render
     from gpucli.run import export as core
     from gpucli.run import records as runs
@@ -27,7 +29,7 @@ def export(
     with open_host(record) as host, render_runs.transfer_progress("downloading") as progress:
         result = core.export_run(host, record, dest=dest, push=push, private=private, on_event=render.info,
                                  progress=progress)
-    render.exported(result)
+    (render_json if json_ else render).exported(result)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ def serve(
     on_pod: bool = typer.Option(False, "--on-pod", help="Serve on the run's host, tunnelled over its SSH."),
     engine: str = typer.Option("own", "--engine", metavar="own|vllm",
                                help="With --on-pod: the trainer's engine (default) or vLLM on the export."),
+    json_: bool = typer.Option(False, "--json", help="Print the URL as one JSON line once the API answers."),
 ) -> None:
     """Serve a checkpoint (or a run's best) as an OpenAI-compatible API on localhost."""
     from gpucli.cli import render_serve as render
@@ -23,7 +24,7 @@ def serve(
     from gpucli.settings import home
 
     if on_pod:
-        _serve_on_pod(source, port, engine)
+        _serve_on_pod(source, port, engine, json_)
         return
     if engine != "own":
         from gpucli.errors import UsageError
@@ -46,13 +47,18 @@ def serve(
     render.info(f"loading {checkpoint} ...")
     served = core.start_server(checkpoint, port=port, log_path=log_path)
     try:
-        render.serving(served.url, checkpoint, log_path)
+        if json_:
+            from gpucli.cli import render_json
+
+            render_json.serving(served.url, checkpoint=checkpoint, engine="own", log=log_path)
+        else:
+            render.serving(served.url, checkpoint, log_path)
         served.process.wait()
     finally:
         core.stop_server(served.process)
 
 
-def _serve_on_pod(run: str | None, port: int, engine: str) -> None:
+def _serve_on_pod(run: str | None, port: int, engine: str, json_: bool = False) -> None:
     from gpucli.cli import render_serve as render
     from gpucli.run import podserve
     from gpucli.run import records as runs
@@ -64,15 +70,15 @@ def _serve_on_pod(run: str | None, port: int, engine: str) -> None:
         server = podserve.start_remote_server(host, record, engine=engine, on_event=render.info)
         try:
             if record.provider == "local":  # the host is this machine: nothing to tunnel
-                _ready_then_wait(host, server, f"http://127.0.0.1:{server.port}/v1", record.name, None)
+                _ready_then_wait(host, server, f"http://127.0.0.1:{server.port}/v1", record.name, None, json_)
             else:
                 with core.PortForward(core.transport_of(host), server.port, local_port=port) as fwd:
-                    _ready_then_wait(host, server, f"http://127.0.0.1:{fwd.port}/v1", record.name, fwd)
+                    _ready_then_wait(host, server, f"http://127.0.0.1:{fwd.port}/v1", record.name, fwd, json_)
         finally:
             podserve.stop_remote_server(host, server)
 
 
-def _ready_then_wait(host: Any, server: Any, url: str, run: str, fwd: Any) -> None:
+def _ready_then_wait(host: Any, server: Any, url: str, run: str, fwd: Any, json_: bool = False) -> None:
     import time
 
     from gpucli.cli import render_serve as render
@@ -84,7 +90,12 @@ def _ready_then_wait(host: Any, server: Any, url: str, run: str, fwd: Any) -> No
                        alive=lambda: host.is_running(server.pid))
     except Exception as e:  # noqa: BLE001 - re-raised with the server's own last words
         raise podserve.server_failed(host, server, e) from None
-    render.serving_remote(url, run, server.engine)
+    if json_:
+        from gpucli.cli import render_json
+
+        render_json.serving(url, run=run, engine=server.engine, on="host")
+    else:
+        render.serving_remote(url, run, server.engine)
     if fwd is not None:
         fwd.wait()
         return

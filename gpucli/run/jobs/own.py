@@ -10,7 +10,7 @@ Layout on the host (``wd`` is the run's folder)::
     wd/code/<ckpts>/    --checkpoints (default ``checkpoints``), what fetch-best and the mirror read
     wd/data/src/        --data
     wd/env              0600: Telegram, the task's env, a git token; sourced, never on a command line
-    wd/jobrun.py, wd/logparse.py, wd/notify.py, wd/watchdog.py, wd/procid.py
+    wd/jobrun.py, wd/logparse.py, wd/notify.py, wd/webhook.py, wd/webhooks.py, wd/watchdog.py, wd/procid.py
 """
 
 from __future__ import annotations
@@ -330,12 +330,16 @@ def clone(host: Host, workdir: str, code: GitCode, on_event: Callable[[str], Non
                           hint="a private repo needs a token: set GPUCLI_GIT_TOKEN (or `gpucli keys set git`)")
 
 
-def _trainer_notify() -> Path | None:
+ALERT_SENDERS = {"notify.py": "watch/notify.py", "webhook.py": "watch/webhook.py", "webhooks.py": "spec/webhooks.py"}
+"""The bundled trainer's alert senders (standard library only) jobrun loads: name on the pod -> file in trainer/."""
+
+
+def _trainer_senders() -> dict[str, Path]:
     spec = importlib.util.find_spec("trainer")
     if spec is None or not spec.origin:
-        return None
-    path = Path(spec.origin).resolve().parent / "watch" / "notify.py"
-    return path if path.is_file() else None
+        return {}
+    root = Path(spec.origin).resolve().parent
+    return {name: root / rel for name, rel in ALERT_SENDERS.items() if (root / rel).is_file()}
 
 
 def put_code(host: Host, resolved: ResolvedLaunch, own: OwnCode, on_event: Callable[[str], None]) -> None:
@@ -343,9 +347,8 @@ def put_code(host: Host, resolved: ResolvedLaunch, own: OwnCode, on_event: Calla
     wd = resolved.workdir
     for name in JOB_FILES:
         host.write_file(f"{wd}/{name}", (POD / name).read_bytes(), mode=0o644)
-    notify = _trainer_notify()
-    if notify is not None:  # the Telegram sender jobrun uses (standard library only)
-        host.write_file(f"{wd}/notify.py", notify.read_bytes(), mode=0o644)
+    for name, path in _trainer_senders().items():  # the Telegram and webhook senders jobrun uses
+        host.write_file(f"{wd}/{name}", path.read_bytes(), mode=0o644)
     code = own.task.code
     if isinstance(code, GitCode):
         clone(host, wd, code, on_event)

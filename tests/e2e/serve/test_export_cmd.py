@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,13 @@ def test_export_is_made_on_the_host_and_downloaded(tmp_path, sshd, client_key, i
     model = transformers.AutoModelForCausalLM.from_pretrained(local)
     assert type(model).__name__ == "GPT2LMHeadModel"
 
+    # --json: one document with the folder, the architecture and the files
+    r = _gpucli(isolated_home, "export", "exprun", "--dest", str(tmp_path / "again"), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["folder"] == str(tmp_path / "again" / "exprun-hf") and data["architecture"] == "GPT2LMHeadModel"
+    assert sorted(data["files"]) == names and data["pushed_url"] is None and data["bytes"] > 0
+
 
 def test_push_uploads_from_the_host_with_the_token_in_a_0600_file(tmp_path, sshd, client_key, isolated_home):
     record = _run(tmp_path, sshd, client_key)
@@ -93,6 +101,14 @@ def test_push_uploads_from_the_host_with_the_token_in_a_0600_file(tmp_path, sshd
         assert {n: hashlib.sha256(b).hexdigest() for n, b in repo.files.items()} == {
             p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in remote.iterdir()}
         assert {auth for _, _, auth in hub.requests} == {f"Bearer {TOKEN}"}
+        assert TOKEN not in r.stdout + r.stderr
+        # --json: the pushed URL, the architecture and the files, as one document
+        r = _gpucli(isolated_home, "export", "exprun", "--push", "me/tiny", "--json",
+                    HF_TOKEN=TOKEN, HF_ENDPOINT=hub.url)
+        assert r.returncode == 0, r.stderr
+        data = json.loads(r.stdout)
+        assert data["pushed_url"] == f"{hub.url}/me/tiny" and data["folder"] is None
+        assert data["architecture"] == "GPT2LMHeadModel" and "model.safetensors" in data["files"]
     assert TOKEN not in r.stdout + r.stderr
     assert not (Path(record.workdir) / ".hub.env").exists()
     assert not (tmp_path / "exports").exists()  # pushed from the host: nothing came here

@@ -45,3 +45,23 @@ def test_serve_unknown_run_is_one_line(isolated_home):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_serve_json_is_one_line_with_the_url_once_it_answers(tiny_checkpoint, isolated_home):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "gpucli.cli.entry", "serve", str(tiny_checkpoint),
+                             "--port", str(port), "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first, proc.stderr.read() if proc.poll() is not None else "no line"
+        data = json.loads(first)
+        assert data["url"] == f"http://127.0.0.1:{port}/v1" and data["engine"] == "own"
+        assert data["checkpoint"] == str(tiny_checkpoint.resolve()) and data["log"].endswith(".log")
+        with urllib.request.urlopen(data["url"] + "/models", timeout=30) as r:  # it answers already
+            assert json.loads(r.read())["data"][0]["id"] == tiny_checkpoint.name
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert out.strip() == ""  # nothing but the one JSON line on stdout

@@ -7,10 +7,14 @@ from trainer.spec.presets import MODELS
 
 
 def test_a_1_31b_checkpoint_matches_the_measured_file_sizes():
-    # README/BENCHMARKS: a 1.31B checkpoint is 15.7 GB (model.pt 5.3 GB fp32 + 10.5 GB of AdamW moments)
+    # BENCHMARKS: a 1.31B checkpoint was 15.7 GB (model.pt 5.3 GB fp32 + 10.5 GB of AdamW moments);
+    # model.safetensors beside model.pt adds the 5.3 GB of weights once more.
     d = checkpoint_disk(MODELS["1.31b"])
-    assert d.weights_gb == pytest.approx(5.26, abs=0.01) and d.optimizer_gb == pytest.approx(10.52, abs=0.01)
-    assert d.checkpoint_gb == pytest.approx(15.78, abs=0.01)
+    assert d.weight_copies == 2 and d.weights_gb == pytest.approx(2 * 5.26, abs=0.01)
+    assert d.optimizer_gb == pytest.approx(10.52, abs=0.01)
+    assert d.checkpoint_gb == pytest.approx(21.04, abs=0.01)
+    one = checkpoint_disk(MODELS["1.31b"], weight_copies=1)  # your own code: one weights file
+    assert one.weights_gb == pytest.approx(5.26, abs=0.01) and one.checkpoint_gb == pytest.approx(15.78, abs=0.01)
     assert d.at_once == 5 and d.disk_gb == pytest.approx(5 * d.checkpoint_gb)
 
 
@@ -34,4 +38,4 @@ def test_bad_input_is_refused():
 
 def test_plan_shows_the_disk(run):
     code, out, _ = run("plan", "--model", "1.31b", "--no-chart")
-    assert code == 0 and "Checkpoints: 15.8 GB each" in out and "= 79 GB of disk" in out
+    assert code == 0 and "Checkpoints: 21.0 GB each" in out and "= 105 GB of disk" in out

@@ -46,14 +46,15 @@ def test_dry_run_states_the_checkpoints_of_the_runs_own_config(capsys):
 
 
 def test_a_disk_too_small_is_one_line_with_the_fix(capsys):
+    # Each checkpoint holds the weights twice (model.pt and model.safetensors): 19.4 GB for 1.31b.
     code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--model", "1.31b",
-                       "--disk", "60")
+                       "--disk", "80")
     assert code == 2 and "Traceback" not in err
-    assert "--disk 60 GB cannot hold this run: 5 checkpoints of 14.6 GB" in err
-    assert "pass --disk 78" in err and "--set training.keep_last=1 fits" in err
+    assert "--disk 80 GB cannot hold this run: 5 checkpoints of 19.4 GB" in err
+    assert "pass --disk 104" in err and "--set training.keep_last=1 fits" in err
     # the fix it names works
     code, _, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--model", "1.31b",
-                       "--disk", "60", "--set", "training.keep_last=1")
+                       "--disk", "80", "--set", "training.keep_last=1")
     assert code == 0, err
 
 

@@ -93,8 +93,9 @@ def test_status_and_ls_show_the_best_step_and_loss():
 
 
 def test_fetch_best_brings_the_best_folder_and_mirror_resume_never_see_it(run, tmp_path):
+    from gpucli.run.checkpoints import list_checkpoints
+    from gpucli.run.jobs import fetch_best
     from gpucli.run.limits import Limits
-    from gpucli.run.monitor import fetch_best, list_checkpoints
     from gpucli.run.records import RunRecord
     from gpucli.run.targets.local import LocalHost
 
@@ -108,5 +109,10 @@ def test_fetch_best_brings_the_best_folder_and_mirror_resume_never_see_it(run, t
     want = min(both, key=lambda c: (c.val_loss, -c.step))
     assert got.checkpoint.name == want.name and got.dest == tmp_path / "dest" / f"r-{want.name}"
     assert ckpt.verify(got.dest) == (True, "ok")
+    # the weights without pickle come along, whichever was chosen (best holds only those; a periodic
+    # checkpoint has them beside model.pt, listed in its meta.json)
+    assert "model.safetensors" in ckpt.read_meta(got.dest)["files"] and (got.dest / "model.safetensors").is_file()
+    periodic = ckpt.read_meta(run / "checkpoints" / "step_000014")
+    assert {"model.pt", "model.safetensors"} <= set(periodic["files"])
     model, _, meta = load_for_inference(got.dest)
     assert meta["step"] == want.step

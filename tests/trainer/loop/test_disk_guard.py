@@ -62,7 +62,8 @@ def test_a_small_disk_drops_old_optimizer_files_then_refuses_and_alerts(data_dir
     assert sorted(p.name for p in root.iterdir()) == ["best", "step_000010", "step_000020", "step_000030"]
     for step in (10, 20):
         folder = root / ckpt.step_dir_name(step)
-        assert sorted(p.name for p in folder.iterdir()) == ["data_meta.json", "meta.json", "model.pt"]
+        assert sorted(p.name for p in folder.iterdir()) == ["data_meta.json", "meta.json", "model.pt",
+                                                            "model.safetensors"]
         meta = ckpt.read_meta(folder)
         assert meta["optimizer_dropped"] == ["optim_rank0.pt"] and "optim_rank0.pt" not in meta["files"]
         assert ckpt.verify(folder) == (True, "ok")  # still a usable checkpoint: its listed files verify

@@ -39,8 +39,33 @@ def test_save_hashes_files_and_keep_last_plus_best(tmp_path):
     assert names == ["step_000020", "step_000040", "step_000050"]  # last 2 + best (val 1.5)
     meta = json.loads((root / "step_000050" / "meta.json").read_text())
     assert meta["sha256"] == hashlib.sha256((root / "step_000050" / "model.pt").read_bytes()).hexdigest()
-    assert set(meta["files"]) == {"model.pt", "optim_rank0.pt"} and meta["step"] == 50
+    # model.safetensors beside model.pt (the train extra installs safetensors), listed and hashed too.
+    assert set(meta["files"]) == {"model.pt", "model.safetensors", "optim_rank0.pt"} and meta["step"] == 50
     assert not list(root.glob(".tmp_*")) and not list(root.glob(".del_*"))
+
+
+def test_periodic_checkpoints_hold_safetensors_others_read_without_torch_load(tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    root = tmp_path / "checkpoints"
+    state = {"w": torch.randn(3, 5), "b": torch.arange(4, dtype=torch.float32)}
+    path = ckpt.save_checkpoint(root, 7, rank=0, world=1, model_state=state, optim_state={}, meta={})
+    meta = ckpt.read_meta(path)
+    assert meta is not None
+    st = path / "model.safetensors"
+    assert meta["files"]["model.safetensors"] == hashlib.sha256(st.read_bytes()).hexdigest()
+    with safe_open(str(st), framework="numpy") as f:  # numpy: no torch, no pickle
+        assert sorted(f.keys()) == ["b", "w"] and f.get_tensor("w").tolist() == state["w"].tolist()
+    assert ckpt.verify(path) == (True, "ok")
+    st.write_bytes(st.read_bytes()[:-8])  # a truncated copy is caught like a truncated model.pt
+    assert ckpt.verify(path) == (False, "model.safetensors sha256 mismatch (truncated or corrupted)")
+
+    # Without the package (a torch-only image): model.pt alone, as before; and a checkpoint of that
+    # older kind (no safetensors listed) still verifies and loads.
+    monkeypatch.setattr(ckpt, "writes_safetensors", lambda: False)
+    old = ckpt.save_checkpoint(root, 8, rank=0, world=1, model_state=state, optim_state={}, meta={})
+    assert not (old / "model.safetensors").exists() and set(ckpt.read_meta(old)["files"]) == {"model.pt", "optim_rank0.pt"}
+    assert ckpt.verify(old) == (True, "ok") and ckpt.load_model_state(old)["w"].equal(state["w"])
 
 
 
@@ -132,3 +157,24 @@ def test_work_started_at_counts_the_pod_commands_preparation(monkeypatch):
     for bad in (str(time.time() + 3600), str(time.time() - 30 * 86400), "soon", ""):
         monkeypatch.setenv(JOB_STARTED_ENV, bad)
         assert abs(entry.work_started_at() - proc) < 0.5  # /proc's clock ticks, read again
+
+
+def test_the_disk_guard_estimate_counts_the_safetensors_copy(tmp_path, monkeypatch):
+    """Before the first checkpoint the disk guard's need is the state's bytes: the weights twice
+    (model.pt and model.safetensors), so the first checkpoint is never larger than what was checked."""
+    from trainer.loop.checkpointer import Checkpointer
+    from trainer.loop.diskguard import folder_bytes
+    from trainer.loop.dist import Dist
+
+    model = torch.nn.Linear(256, 256)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # no moments: the weights are all there is
+    c = Checkpointer(tmp_path, Dist(0, 0, 1, torch.device("cpu")), model, opt, False, lambda m: None,  # type: ignore[arg-type]
+                     keep_last=1, metrics=None, alerts=None)  # type: ignore[arg-type]
+    weights = (256 * 256 + 256) * 4
+    assert c.state_bytes() == 2 * weights
+    path = ckpt.save_checkpoint(tmp_path, 1, rank=0, world=1, model_state=model.state_dict(),
+                                optim_state={}, meta={})
+    written = (path / "model.pt").stat().st_size + (path / "model.safetensors").stat().st_size
+    assert 2 * weights <= written <= folder_bytes(path) <= 2 * weights * 1.05
+    monkeypatch.setattr(ckpt, "writes_safetensors", lambda: False)
+    assert c.state_bytes() == weights
