@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
 from gpucli.run import records
 from gpucli.run.gpuwatch import read_report
+from gpucli.run.logs import reconnect
 from gpucli.run.monitor import (
     LOG_TAIL_BYTES,
     RunStatus,
@@ -235,17 +236,8 @@ def _follow(host_factory: Callable[[], Host], record: RunRecord, poll_s: float,
                 down_since, delay = None, 0.5
             except (TransferError, ConnectionFailed, OSError) as exc:
                 down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > reconnect_deadline_s:
-                    raise
-                if on_reconnect:
-                    on_reconnect(f"connection lost ({exc}); reconnecting")
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                try:
-                    host.close()
-                    host = host_factory()
-                except (ConnectionFailed, OSError, TransferError):
-                    pass
+                host, delay = reconnect(host, host_factory, exc, down_since, delay, reconnect_deadline_s,
+                                        on_reconnect)
                 continue
             yield TailUpdate(tuple(rows), activity, end, gpus)
             if end is not None:

@@ -19,7 +19,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
 from gpucli.run.monitor import trainer_alive
@@ -189,17 +189,8 @@ def follow(host_factory: Callable[[], Host], record: RunRecord, offset: int, *, 
                 down_since, delay = None, 0.5
             except (TransferError, ConnectionFailed, OSError) as exc:
                 down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > reconnect_deadline_s:
-                    raise
-                if on_reconnect:
-                    on_reconnect(f"connection lost ({exc}); reconnecting at byte {offset}")
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                try:
-                    host.close()
-                    host = host_factory()
-                except (ConnectionFailed, OSError, TransferError):
-                    pass
+                host, delay = reconnect(host, host_factory, exc, down_since, delay, reconnect_deadline_s,
+                                        on_reconnect, f" at byte {offset}")
                 continue
             yield chunk
             if gone:
@@ -211,3 +202,21 @@ def follow(host_factory: Callable[[], Host], record: RunRecord, offset: int, *, 
                 time.sleep(poll_s)
     finally:
         host.close()
+
+
+def reconnect(host: Any, host_factory: Callable[[], Any], exc: BaseException, down_since: float, delay: float,
+              deadline_s: float, on_reconnect: Callable[[str], None] | None, where: str = "") -> tuple[Any, float]:
+    """One step of a follower's reconnection after ``exc``: re-raised once the connection has been down
+    for ``deadline_s``; otherwise said, slept with back-off, and the host opened again. Returns the host
+    (a new one, or the old when opening failed: the next read fails again) and the next delay."""
+    if time.monotonic() - down_since > deadline_s:
+        raise exc
+    if on_reconnect:
+        on_reconnect(f"connection lost ({exc}); reconnecting{where}")
+    time.sleep(delay)
+    try:
+        host.close()
+        host = host_factory()
+    except (ConnectionFailed, OSError, TransferError):
+        pass
+    return host, min(delay * 2, 10.0)

@@ -83,8 +83,10 @@ MODELS: dict[str, ModelSpec] = _presets(
 
 
 def nanochat_spec(depth: int) -> ModelSpec:
-    """nanochat's family: width = 64 x depth, head_dim 128, vocabulary of seed 004's d24/d64 (32)."""
-    d_model = depth * 64
+    """nanochat's family: width = 64 x depth, head_dim 128, vocabulary of seed 004's d24/d64 (32). An
+    odd depth's width is rounded up to a whole number of 128-wide heads, as nanochat's base_train
+    rounds its model_dim to the head dim (d7: 512 wide, 4 heads; even depths are unchanged)."""
+    d_model = -(-depth * 64 // 128) * 128
     return ModelSpec(
         name=f"d{depth}", d_model=d_model, n_layers=depth, n_heads=max(1, d_model // 128), d_ff=4 * d_model,
         vocab_size=32, max_seq_len=2048, **NANOCHAT,

@@ -126,3 +126,15 @@ def test_bundled_example_configs_load():
     assert shape.memory and (shape.d_key, shape.d_value, shape.poly_degree, shape.context_window) == (1536, 1536, 2, 16)
     assert shape.d_ff == 6144 and shape.vocab_size == 32000 and shape.max_seq_len == 4096
     assert shape == MODELS["1b-atlas"]  # the preset gpucli plans is the config's model
+
+
+def test_every_nanochat_depth_is_a_shape_the_trainer_builds():
+    """Any dN from 1 to 200 is a valid description (an odd depth once gave 448 wide with 3 heads and
+    `gpucli plan --model d7` ended in an internal error)."""
+    from trainer.spec.modelspec import spec_problem
+    from trainer.spec.presets import MAX_NANOCHAT_DEPTH, lookup
+
+    for depth in range(1, MAX_NANOCHAT_DEPTH + 1):
+        spec = lookup(f"d{depth}")
+        assert spec is not None and spec_problem(spec) is None, depth
+        assert spec.d_model % spec.n_heads == 0 and spec.d_model // spec.n_heads == 128, depth
