@@ -228,7 +228,7 @@ def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
         result = mirror_once(host, record, progress=progress, on_event=render.info)
     if json_:
         from gpucli.cli import render_json
-        from gpucli.run.mirror import mirror_root
+        from gpucli.run.harvest import mirror_root
 
         render_json.mirrored(record, result, mirror_root(record.name))
         return

@@ -10,8 +10,8 @@ import sqlite3
 
 import pytest
 
-from tests.everyday.conftest import read_rows, run_trainer, tiny_args
-from tests.everyday.conftest import trainer_env as _env
+from tests.e2e.everyday.conftest import read_rows, run_trainer, tiny_args
+from tests.e2e.everyday.conftest import trainer_env as _env
 from tests.support.cli import cli
 
 

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.everyday.conftest import read_rows, run_trainer, tiny_args, trainer_env
+from tests.e2e.everyday.conftest import read_rows, run_trainer, tiny_args, trainer_env
 from tests.support.cli import cli, wait_for
 
 

@@ -42,7 +42,7 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from tests.serve.conftest import write_checkpoint
+    from tests.trainer.conftest import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
