@@ -82,7 +82,7 @@ def stop_group(run_dir: Path, pgid: int, grace_s: float, ident: str | None = Non
     log(run_dir, f"sent SIGTERM to the trainer (process group {pgid})")
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not procid.procid.group_alive(pgid):
+        if not procid.group_alive(pgid):
             return
         time.sleep(0.5)
     if procid.send(pgid, ident, "KILL") == 0:

@@ -96,7 +96,9 @@ def test_detached_survives_disconnect_and_secret_stays_off_command_lines(sshd, r
     env_path = str(work / "env")
     remote.write_env_file(env_path, {"GPUCLI_TEST_SECRET": secret, "OTHER": "it's quoted"})
     assert stat.S_IMODE(os.stat(env_path).st_mode) == 0o600
-    cmd = 'while true; do printf "%s|%s\\n" "$GPUCLI_TEST_SECRET" "$OTHER" > seen.txt; sleep 0.2; done'
+    # Written aside and renamed: a read never lands between the shell's truncation and its write.
+    cmd = ('while true; do printf "%s|%s\\n" "$GPUCLI_TEST_SECRET" "$OTHER" > seen.tmp'
+           ' && mv -f seen.tmp seen.txt; sleep 0.2; done')
     pid = remote.start_detached(cmd, cwd=str(work), log_path=str(work / "train.log"), env_file=env_path)
     assert pid > 0 and remote.is_running(pid)
 
