@@ -105,7 +105,7 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
     from pathlib import Path
 
     from gpucli.run import records as runs
-    from tests.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
+    from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
     from tests.support.cli import cli, wait_for
 
     monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
