@@ -6,6 +6,7 @@ lost spot pod trains on from the volume's checkpoint when the mirror on this mac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
@@ -276,7 +277,9 @@ def test_resume_trains_on_from_the_volume_when_the_mirror_is_behind(capsys, tmp_
 def _checkpoint(folder: Path, step: int) -> Path:
     folder.mkdir(parents=True)
     (folder / "model.pt").write_bytes(b"w" * 10)
-    (folder / "meta.json").write_text(json.dumps({"step": step, "files": {}}))
+    # a complete manifest (the weights and their sha256): one with no files is not a checkpoint
+    digest = hashlib.sha256(b"w" * 10).hexdigest()
+    (folder / "meta.json").write_text(json.dumps({"step": step, "files": {"model.pt": digest}}))
     return folder
 
 
