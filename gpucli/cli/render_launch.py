@@ -73,15 +73,24 @@ def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
     if json_:
         json_out({"run": r.name, "provider": r.provider, "profile": r.profile, "gpu": r.gpu_name,
                   "n_gpus": r.n_gpus, "workdir": r.workdir, "price_per_hour_usd": r.price_per_hour_usd,
-                  "limits": r.limits, "command": r.command, "task": task})
+                  "limits": r.limits, "planned": r.planned, "disk": _disk_dict(r), "command": r.command,
+                  "task": task})
         return
     o = out()
     o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
-            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), your own code")
+            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), "
+            + (f"your own code ({r.planned.source})" if r.planned.tokens_per_s is None else
+               f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params"))
     limits = (f"limits: hours {r.limits.max_hours or '-'}, budget "
               f"{money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, stall {r.limits.stall_minutes:g} min")
     o.print((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits,
             markup=False, highlight=False)
+    if r.planned.hours is not None:
+        o.print(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
+                + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
+                + f" [dim]({r.planned.source})[/]")
+    for line in _disk_lines(r):
+        o.print(line, markup=False, highlight=False)
     o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
     for line in task:
         o.print(line, markup=False, highlight=False, soft_wrap=True)

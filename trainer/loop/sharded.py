@@ -29,15 +29,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 
 from trainer.loop import checkpoint as ckpt
 from trainer.loop import nodes
@@ -61,6 +52,9 @@ def is_sharded(path: Path) -> bool:
 
 
 def _states(c: Checkpointer) -> dict[str, Any]:
+    # lazy: torch.distributed.checkpoint (2 s of every run's start-up) only for sharded runs over several nodes
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
     return {"model": get_model_state_dict(c.raw), "optim": get_optimizer_state_dict(c.raw, c.optimizer)}
 
 
@@ -71,6 +65,8 @@ def _hashes(folder: Path) -> dict[str, str]:
 def save(c: Checkpointer, step: int, meta: dict[str, Any], extra_files: dict[str, Path], kind: str) -> Path:
     """Collective: every rank writes its part into ``.tmp_step_N`` on its node; each node renames its
     folder into place once every rank's part is written."""
+    import torch.distributed.checkpoint as dcp  # lazy: only for sharded runs (start-up time)
+
     d = c.d
     final = c.root / ckpt.step_dir_name(step)
     tmp = c.root / f".tmp_{ckpt.step_dir_name(step)}"
@@ -111,6 +107,8 @@ def save(c: Checkpointer, step: int, meta: dict[str, Any], extra_files: dict[str
 
 def _needed(c: Checkpointer, state: dict[str, Any], folder: Path, same_world: bool) -> set[str]:
     """The files under ``folder`` this rank reads: DCP's load plan for its state, and its rank file."""
+    from torch.distributed.checkpoint import FileSystemReader  # lazy: only for sharded runs (start-up time)
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner  # lazy: as above
     md = FileSystemReader(str(folder / "dcp")).read_metadata()
     planner = DefaultLoadPlanner()
     planner.set_up_planner(state, md, is_coordinator=False)
@@ -125,6 +123,12 @@ def _needed(c: Checkpointer, state: dict[str, Any], folder: Path, same_world: bo
 def load(c: Checkpointer, path: Path) -> dict[str, Any]:
     """Weights, optimizer moments and (same world size) RNG state from a sharded checkpoint; the
     files this rank reads are fetched from the node that has them first. Returns rank 0's meta."""
+    import torch.distributed.checkpoint as dcp  # lazy: only for sharded runs (start-up time)
+    from torch.distributed.checkpoint.state_dict import (  # lazy: as above
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
     d = c.d
     folder = c.root / Path(path).name
     group = d.ctrl if dist.is_initialized() else None

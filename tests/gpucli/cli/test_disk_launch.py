@@ -74,4 +74,7 @@ def test_own_code_has_no_checkpoint_model(capsys, tmp_path):
     code, out, err = cli(capsys, "launch", "--dry-run", "--provider", "runpod", "--profile", "h100", "--disk", "1",
                          "--code", str(tmp_path), "--run", "python train.py")
     assert code == 0, err
-    assert "checkpoints:" not in out
+    # No checkpoint size model without a size (--model or --params); the task's own line that says where its
+    # checkpoints go ("checkpoints: checkpoints/") is not one.
+    assert "each (weights" not in out and "keep_last" not in out and "disk:" not in out
+    assert "checkpoints: checkpoints/" in out

@@ -113,7 +113,7 @@ def test_gpucli_calibrate_adds_a_runs_speed_and_plan_uses_it(tmp_path, capsys):
     (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     shape = {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072, "vocab_size": 50304, "max_seq_len": 1024}
     (wd / "checkpoints" / "step_000100" / "meta.json").write_text(json.dumps(
-        {"step": 100, "model_shape": shape, "files": {}, "trainer_version": "0.1.0"}))
+        {"step": 100, "model_shape": shape, "files": {"model.pt": "0" * 64}, "trainer_version": "0.1.0"}))
     (wd / "run.yaml").write_text(yaml.safe_dump({"training": {"batch_size": 64, "seq_len": 1024},
                                                  "hardware": {"mixed_precision": True, "compile": True}}))
     runs.save(RunRecord(name="h100-run", provider="local", created_at=runs.now_iso(), profile="h100",
