@@ -22,8 +22,9 @@ def test_a_disk_too_small_is_refused_before_any_pod(runpod_emulator, capsys, tmp
     assert code == 2 and "Traceback" not in err
     (line,) = _errors(err)
     # 124m on the demo corpus: the byte tokenizer sizes its embedding and head to 320 entries in the
-    # trainer (86M parameters), and the launch plans that model: 1.0 GB a checkpoint.
-    assert "--disk 5 GB cannot hold this run: 5 checkpoints of 1.0 GB" in line and "pass --disk 7" in line
+    # trainer (86M parameters), and the launch plans that model: 1.4 GB a checkpoint (the weights twice:
+    # model.pt for resume and model.safetensors beside it for other tools).
+    assert "--disk 5 GB cannot hold this run: 5 checkpoints of 1.4 GB" in line and "pass --disk 9" in line
     assert runpod_emulator.ledger.created() == [] and runpod_emulator.ledger.alive() == set()
 
 
@@ -37,5 +38,5 @@ def test_a_network_volume_too_small_is_refused_once_looked_up(runpod_emulator, c
     assert code == 2 and "Traceback" not in err
     (line,) = _errors(err)
     assert "network volume tiny-vol (4 GB) cannot hold this run" in line
-    assert "use a network volume of at least 7 GB" in line
+    assert "use a network volume of at least 9 GB" in line  # 1.4 GB checkpoints (model.pt + model.safetensors)
     assert runpod_emulator.ledger.created() == [] and runpod_emulator.ledger.alive() == set()
