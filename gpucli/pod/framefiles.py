@@ -211,23 +211,39 @@ class EventFile:
         return rows
 
 
-class TrainerState:
-    """A Hugging Face ``trainer_state.json``: its ``log_history``, read again when it changes."""
-
-    source = "trainer_state"
+class _ChangedFile:
+    """A file read whole again each time its size or mtime changes (a framework rewrites it in place)."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.stamp = path, (0, 0.0)
 
-    def poll(self) -> list[Row]:
+    def changed_text(self) -> str | None:
+        """The file's text when it changed since the last read, else None (or unreadable now)."""
         try:
             st = self.path.stat()
             if (st.st_size, st.st_mtime) == self.stamp:
-                return []
-            data = json.loads(self.path.read_text())
-            self.stamp = (st.st_size, st.st_mtime)
-        except (OSError, ValueError):
-            return []  # being written: the next look reads it whole
+                return None
+            text = self.path.read_text(errors="replace")
+        except OSError:
+            return None
+        self.stamp = (st.st_size, st.st_mtime)
+        return text
+
+
+class TrainerState(_ChangedFile):
+    """A Hugging Face ``trainer_state.json``: its ``log_history``, read again when it changes."""
+
+    source = "trainer_state"
+
+    def poll(self) -> list[Row]:
+        text = self.changed_text()
+        if text is None:
+            return []
+        try:
+            data = json.loads(text)
+        except ValueError:
+            self.stamp = (0, 0.0)  # being written: the next look reads it whole
+            return []
         rows: list[Row] = []
         for entry in data.get("log_history") or [] if isinstance(data, dict) else []:
             if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
@@ -243,22 +259,14 @@ class TrainerState:
         return rows
 
 
-class CsvMetrics:
+class CsvMetrics(_ChangedFile):
     """Lightning's ``metrics.csv`` (``step`` plus a column per logged name), read again when it changes."""
 
     source = "csv"
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.stamp = path, (0, 0.0)
-
     def poll(self) -> list[Row]:
-        try:
-            st = self.path.stat()
-            if (st.st_size, st.st_mtime) == self.stamp:
-                return []
-            text = self.path.read_text(errors="replace")
-            self.stamp = (st.st_size, st.st_mtime)
-        except OSError:
+        text = self.changed_text()
+        if text is None:
             return []
         if not text.endswith("\n"):
             text = text[: text.rfind("\n") + 1]

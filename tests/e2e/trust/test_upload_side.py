@@ -28,7 +28,7 @@ def remote(sshd, client_key):
 def hostile_repo(tmp_path: Path) -> tuple[Path, Path]:
     secret = tmp_path / "home" / ".ssh" / "id_ed25519"
     secret.parent.mkdir(parents=True)
-    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY----- laptop key")
+    secret.write_text("-----BEGIN OPENSSH " + "PRIVATE KEY----- laptop key (a stand-in, not a key)")
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     (repo / "train.py").write_text("print('hi')\n")
