@@ -44,3 +44,17 @@ def rows_of(capsys: Any, name: str) -> list[dict]:
     code, out, err = cli(capsys, "tail", name, "--no-follow", "--json")
     assert code == 0, err
     return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def fetched_whole(folder: Any) -> dict[str, Any]:
+    """A fetched checkpoint's meta.json, after checking that every file it lists came home intact, the
+    weights among them: the best folder holds model.safetensors alone, a periodic one model.pt beside it."""
+    import hashlib
+    from pathlib import Path
+
+    folder = Path(folder)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert {"model.pt", "model.safetensors"} & set(meta["files"])
+    for file_name, digest in meta["files"].items():
+        assert hashlib.sha256((folder / file_name).read_bytes()).hexdigest() == digest, file_name
+    return meta

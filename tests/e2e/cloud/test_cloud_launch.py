@@ -8,7 +8,6 @@ After every test the emulator's ledger must show no pod left running.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.run import records as runs
-from tests.support.cli import cli, rows_of, wait_for
+from tests.support.cli import cli, fetched_whole, rows_of, wait_for
 from tests.support.emulators import PodBehaviour
 
 TINY = ["--model", "tiny", "--set", "hardware.device=cpu", "--set", "hardware.compile=false",
@@ -102,12 +101,7 @@ def test_cloud_lifecycle(provider, request, capsys, tmp_path):
     assert code == 0, err
     got = json.loads(out)
     folder = Path(got["dest"])
-    meta = json.loads((folder / "meta.json").read_text())
-    # Every file meta.json lists came home intact, the weights among them: the chosen checkpoint can be the
-    # weights-only best folder (model.safetensors alone) or a periodic one (model.pt beside it).
-    assert {"model.pt", "model.safetensors"} & set(meta["files"])
-    for file_name, digest in meta["files"].items():
-        assert hashlib.sha256((folder / file_name).read_bytes()).hexdigest() == digest, file_name
+    fetched_whole(folder)
     assert got["val_loss"] <= min(c.val_loss for c in before)
 
     # status reads the live run; down stops the trainer and terminates the pod.

@@ -6,7 +6,6 @@ step counts are small so a run shows validation rows and checkpoints within seco
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.run import records as runs
-from tests.support.cli import FAST_TRAINER, cli, rows_of, wait_for
+from tests.support.cli import FAST_TRAINER, cli, fetched_whole, rows_of, wait_for
 
 FAST = ["--set", "data.max_bytes=400000", *FAST_TRAINER]
 
@@ -56,12 +55,7 @@ def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> 
     assert code == 0, err
     got = json.loads(out)
     folder = Path(got["dest"])
-    meta = json.loads((folder / "meta.json").read_text())
-    # Every file meta.json lists came home intact, the weights among them: the chosen checkpoint can be the
-    # weights-only best folder (model.safetensors alone) or a periodic one (model.pt beside it).
-    assert {"model.pt", "model.safetensors"} & set(meta["files"])
-    for file_name, digest in meta["files"].items():
-        assert hashlib.sha256((folder / file_name).read_bytes()).hexdigest() == digest, file_name
+    meta = fetched_whole(folder)
     assert meta["val_loss"] == got["val_loss"]
     # It is at least as good as every checkpoint that existed when it was asked for (training goes on).
     assert got["val_loss"] <= min(c.val_loss for c in before if c.val_loss is not None)
