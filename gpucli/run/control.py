@@ -313,8 +313,10 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
         # A run owns its pod while it is active, unless its launch died before handing the pod over
         # (nothing will start its trainer or end it). A launch still creating its pod owns its label.
         live = [r for r in runs.list_runs() if r.active and r.provider == target.name and not orphaned(r)]
-        owned = {r.instance_id for r in live if r.instance_id}
+        owned = {r.instance_id for r in live if r.instance_id} | {n.instance_id for r in live for n in r.nodes
+                                                                   if n.instance_id}  # a run's other nodes
         labels = {r.label for r in live if r.label and r.status != "running"}
+        labels |= {f"{r.label}-node{n.rank}" for r in live if r.label and r.status != "running" for n in r.nodes}
         try:
             strays += [s for s in target.strays(owned) if s.label not in labels]
         except GpucliError as exc:
@@ -347,8 +349,8 @@ def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
     failed = []
     for s in strays:
         try:
-            if s.provider == "runpod-cluster":
-                end_stray_cluster(s.instance_id)
+            if s.provider in ("runpod-cluster", "vast-overlay"):
+                end_stray_cluster(s.instance_id, s.provider)
             else:
                 get_target(s.provider).end_stray(s.instance_id)
         except ProviderError as exc:

@@ -24,7 +24,7 @@ from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, folder_bytes, resolve
 from gpucli.run.money import balance_guard
 from gpucli.run.monitor import status_of, trainer_alive
-from gpucli.run.multinode import cluster_of, end_rented, launch_nodes
+from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
 from gpucli.run.owner import this_launcher
 from gpucli.run.records import RunRecord
@@ -462,7 +462,7 @@ def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
         return
 
     if end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t))):
-        on_notice(Notice("info", f"{record.name}: deleted its cluster {cluster_of(record)}"))
+        on_notice(Notice("info", f"{record.name}: deleted its {rented_of(record)}"))
 
 
 def _resume_nodes(record: RunRecord, req: LaunchRequest, job: Job, catalog: Catalog, *, on_step: StepFn,

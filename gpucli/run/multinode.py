@@ -33,6 +33,14 @@ from gpucli.run.nodes import (
     node_workdir,
     ports_for,
 )
+from gpucli.run.overlayrent import (
+    end_stray_overlay,
+    end_vast,
+    overlay_addresses,
+    overlay_of,
+    rent_vast,
+    stray_overlays,
+)
 from gpucli.run.records import NodeRecord, RunRecord
 from gpucli.run.start import record_for
 from gpucli.run.targets import Stray, get_target, open_host
@@ -68,8 +76,9 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
     hosts: list[Host] = []
     port, peer_port = ports_for(resolved.name, resolved.provider)
     try:
-        if target.cloud:
-            record, specs = _rent(prepared, record, specs, on_step=on_step, save=save)
+        if target.cloud:  # a RunPod Instant Cluster, or vast.ai instances on one overlay network
+            rent = rent_vast if resolved.provider == "vast" else _rent
+            record, specs = rent(prepared, record, specs, on_step=on_step, save=save)
         for spec in specs:
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
@@ -79,6 +88,8 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
                 pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
                 record = record.with_(ssh=pinned) if spec.rank == 0 else set_node(record, spec.rank, ssh=pinned)
                 save(record)
+        if resolved.provider == "vast":  # no address variables there: each node's, read on its overlay interface
+            specs = overlay_addresses(hosts, specs, req.nccl_ifname)
         if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
             check_nodes(hosts, specs, 0, None)
         else:
@@ -115,8 +126,8 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             start_on(host, job, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
                      save=save_node, node_env=env, watch_args=watch)
         on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
-        if cluster_of(record):
-            on_info(f"cluster {cluster_of(record)} bills until it is deleted from here: `gpucli down "
+        if rented_of(record):
+            on_info(f"{rented_of(record)} bills until it is deleted from here: `gpucli down "
                     f"{record.name}`, or `gpucli watch {record.name}` deletes it when the run is over "
                     "(a pod's own key cannot delete its cluster)")
         return record
@@ -124,7 +135,7 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         ended = end_nodes(record, on_warn=on_warn)
         if end_rented(record, on_warn=on_warn):
-            on_info(f"deleted the cluster {cluster_of(record)} of the failed launch")
+            on_info(f"deleted the {rented_of(record)} of the failed launch")
         save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
         if ended:
             on_info(f"stopped the run on node {', '.join(map(str, ended))} of the failed launch")
@@ -144,6 +155,15 @@ def cluster_of(record: RunRecord) -> str | None:
     """The id of the cluster a run's nodes were rented as (None: not a rented cluster)."""
     value = (record.launch or {}).get("cluster_id")
     return str(value) if value else None
+
+
+def rented_of(record: RunRecord) -> str | None:
+    """What a run's nodes were rented as, in words (None: nothing rented as one)."""
+    if cluster_of(record):
+        return f"cluster {cluster_of(record)}"
+    if overlay_of(record):
+        return f"vast.ai overlay {overlay_of(record)} with every instance on it"
+    return None
 
 
 def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
@@ -188,10 +208,14 @@ def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: C
 
 
 def end_rented(record: RunRecord, *, on_warn: Callable[[str], None]) -> bool:
-    """Delete the run's cluster, if it has one; whether one was deleted."""
+    """Delete the run's cluster (vast: every instance and the overlay), if it has one; whether one was deleted."""
     cluster_id = cluster_of(record)
     if cluster_id is None:
-        return False
+        try:
+            return end_vast(record)
+        except GpucliError as exc:
+            on_warn(str(exc))
+            return False
 
     try:
         client = clusters_client()
@@ -209,20 +233,25 @@ CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed 
 
 
 def stray_clusters(owned_runs: list[RunRecord]) -> list[Any]:
-    """gpucli-named RunPod clusters that no active run holds, as ``Stray`` rows (none without a key)."""
+    """gpucli-named RunPod clusters and vast.ai overlays that no active run holds, as ``Stray`` rows
+    (none without a key)."""
     owned = {c for r in owned_runs if r.active and (c := cluster_of(r))}
+    overlays = stray_overlays(owned_runs)
     try:
         client = clusters_client()
     except MissingKeyError:
-        return []
+        return overlays
     try:
         return [Stray(CLUSTER_STRAY, cid, name, f"cluster of {pods} pods", None)
-                for cid, name, pods in cluster_strays(client, owned)]
+                for cid, name, pods in cluster_strays(client, owned)] + overlays
     finally:
         client.close()
 
 
-def end_stray_cluster(cluster_id: str) -> None:
+def end_stray_cluster(cluster_id: str, provider: str = CLUSTER_STRAY) -> None:
+    if provider != CLUSTER_STRAY:  # a vast.ai overlay (run/overlayrent.py)
+        end_stray_overlay(cluster_id)
+        return
     client = clusters_client()
     try:
         end_cluster(client, cluster_id, lambda m: None)

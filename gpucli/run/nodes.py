@@ -90,9 +90,6 @@ def check_request(req: Any) -> None:
         return
     if req.provider == "local" and n > MAX_LOCAL_NODES:
         raise UsageError(f"--nodes {n}: --provider local runs at most {MAX_LOCAL_NODES} node agents")
-    if req.provider == "vast":
-        raise UsageError(f"--nodes {n} on vast: clusters on an overlay network are not available from gpucli yet",
-                         hint="use --provider runpod (Instant Clusters) or ssh with the machines, or --nodes 1")
     if req.provider == "runpod" and n > 250:  # ClusterCompute.podCount: 2..250 (runpod api-reference-v2)
         raise UsageError(f"--nodes {n}: a RunPod Instant Cluster holds 2 to 250 pods")
     if target.cloud and req.spot:
@@ -164,8 +161,8 @@ def node_env(specs: Sequence[NodeSpec], rank: int, gpus: int, port: int, provide
     ifname = nccl_ifname or NCCL_IFNAME.get(provider)
     if ifname:  # what the provider's docs require of NCCL
         env["NCCL_SOCKET_IFNAME"] = ifname
-    if nccl_ifname:  # the user's own machines: the trainer's gloo group takes the same interface
-        env["GLOO_SOCKET_IFNAME"] = nccl_ifname
+    if nccl_ifname or provider == "vast":  # own machines, vast's overlay: gloo takes the same interface
+        env["GLOO_SOCKET_IFNAME"] = str(ifname)
     return env
 
 

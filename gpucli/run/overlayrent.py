@@ -1,0 +1,162 @@
+"""Renting the machines of a multi-node run on vast.ai: N instances of one physical cluster on an
+overlay network (gpucli.cloud.vastcluster has the routes and the sources).
+
+Money first: the overlay's id goes into the run record the moment vast lists it, and each instance's
+id the moment its create answers (rank 0's in ``instance_id``, the others' in their node), before any
+join or wait; anything that fails ends every instance and then the overlay. The run's record names the
+overlay (``launch.overlay_id``), so ``down``, ``watch`` and a failed launch end all of it and
+``down --strays`` finds gpucli-named overlays no run owns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpucli.cloud import get_provider
+from gpucli.cloud.base import LABEL_PREFIX, LaunchSpec, Offer
+from gpucli.cloud.credentials import MissingKeyError
+from gpucli.cloud.query import parse_query
+from gpucli.cloud.vastcluster import (
+    OVERLAY_IFNAME,
+    VastOverlays,
+    address_command,
+    choose_cluster,
+    cluster_offers,
+    end_overlay,
+    overlay_name,
+    overlay_strays,
+    parse_address,
+    rent_overlay,
+)
+from gpucli.errors import ProviderError
+from gpucli.plan.catalog import load_catalog
+from gpucli.run.defaults import DEFAULTS
+from gpucli.run.nodes import NodeSpec
+from gpucli.run.records import RunRecord
+from gpucli.run.targets import Stray, get_target
+from gpucli.run.targets.cloud import ssh_keypair
+from gpucli.run.targets.vast import launch_filters
+from gpucli.settings import pod_ssh_user, provider_poll_s
+from gpucli.ssh import SshTarget
+
+if TYPE_CHECKING:
+    from gpucli.cloud.vast import VastProvider
+    from gpucli.run.targets import Host
+
+OVERLAY_STRAY = "vast-overlay"  # the provider name a stray overlay is listed under
+
+
+def overlay_of(record: RunRecord) -> str | None:
+    """The id of the vast.ai overlay a run's nodes were rented on (None: not one)."""
+    value = (record.launch or {}).get("overlay_id")
+    return str(value) if value else None
+
+
+def _client() -> VastProvider:
+    return get_provider("vast")  # type: ignore[return-value]
+
+
+def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | None = None) -> tuple[str, list[Offer]]:
+    """The cluster and its ``nodes`` offers (one per machine) with the profile's GPUs each; one line
+    when no cluster has that many."""
+    gpu = load_catalog().gpus[resolved.gpu_id]
+    target = get_target("vast")
+    disk = req.disk_gb or resolved.pod_disk_gb
+    client = client or _client()
+    by_cluster: dict[str, list[Offer]] = {}
+    for vname in gpu.vast_names or (gpu.name,):
+        q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={resolved.n_gpus} "
+                        + launch_filters(disk, getattr(target, "min_cuda", None), req.query))
+        for cid, offers in cluster_offers(client, q, disk_gb=disk).items():
+            by_cluster.setdefault(cid, []).extend(o for o in offers if o.gpu_count == resolved.n_gpus)
+    return choose_cluster(by_cluster, nodes, f"{resolved.n_gpus}x {gpu.name}")
+
+
+def rent_vast(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
+              save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
+    """Rent the nodes on one overlay; the record has the overlay's and every instance's id before
+    anything waits on them. The nodes' addresses are read once they are connected (overlay_addresses)."""
+    resolved, req = prepared.resolved, prepared.request
+    key, pub = ssh_keypair()
+    client = _client()
+    cluster_id, offers = find_cluster(resolved, req, len(specs), client)
+    name = overlay_name(resolved.label)
+    record = record.with_(launch={**(record.launch or {}), "vast_cluster_id": cluster_id, "overlay_name": name})
+    save(record)
+    image = req.image or getattr(get_target("vast"), "default_image", "")
+
+    def spec(rank: int, offer: Offer) -> LaunchSpec:
+        return LaunchSpec(name=resolved.name if rank == 0 else f"{resolved.name}-node{rank}",
+                          gpu_name=offer.gpu_name, gpu_count=resolved.n_gpus, image=image,
+                          disk_gb=req.disk_gb or resolved.pod_disk_gb, ssh_public_key=pub, offer_id=offer.offer_id)
+
+    def on_overlay(overlay_id: str) -> None:
+        nonlocal record
+        record = record.with_(launch={**(record.launch or {}), "overlay_id": overlay_id})
+        save(record)
+
+    def on_instance(rank: int, instance_id: str) -> None:
+        nonlocal record
+        record = record.with_(instance_id=instance_id) if rank == 0 else \
+            record.with_(nodes=tuple(n.with_(instance_id=instance_id) if n.rank == rank else n
+                                     for n in record.nodes))
+        save(record)
+
+    _, rented = rent_overlay(client, VastOverlays(client), name=name, cluster_id=cluster_id, offers=offers,
+                             spec=spec, ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s,
+                             poll_s=provider_poll_s(), on_overlay=on_overlay, on_instance=on_instance,
+                             on_event=on_step)
+    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port,
+                                                                user=pod_ssh_user() or "root", identity_file=str(key)),
+                      "") for n in rented]
+    record = record.with_(ssh=specs[0].ssh, nodes=tuple(n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))
+    save(record)
+    return record, specs
+
+
+def overlay_addresses(hosts: Sequence[Host], specs: list[NodeSpec], ifname: str | None) -> list[NodeSpec]:
+    """Each node's address on the overlay interface, read over SSH (vast has no rank or address
+    variables); a node without one is refused in one line before anything starts."""
+    iface = ifname or OVERLAY_IFNAME
+    out = []
+    for spec, host in zip(specs, hosts, strict=True):
+        res = host.run(address_command(iface), timeout_s=60, check=False)
+        addr = parse_address(res.stdout)
+        if addr is None:
+            raise ProviderError(f"node {spec.rank}: no IPv4 address on the overlay interface {iface}",
+                                hint="the instance is not on the overlay network; nothing was started")
+        out.append(dataclasses.replace(spec, address=addr))
+    return out
+
+
+def end_vast(record: RunRecord) -> bool:
+    """Destroy every instance of the run and delete its overlay; whether it had one."""
+    overlay_id = overlay_of(record)
+    if overlay_id is None:
+        return False
+    ids = [i for i in [record.instance_id, *(n.instance_id for n in record.nodes)] if i]
+    client = _client()
+    end_overlay(client, VastOverlays(client), ids, overlay_id)
+    return True
+
+
+def stray_overlays(owned_runs: list[RunRecord]) -> list[Stray]:
+    owned = {o for r in owned_runs if r.active and (o := overlay_of(r))}
+    client = _client()
+    try:
+        found = overlay_strays(VastOverlays(client), LABEL_PREFIX, owned)
+    except MissingKeyError:  # no vast key: no overlay of ours can be there
+        return []
+    return [Stray(OVERLAY_STRAY, o.overlay_id, o.name, f"overlay on cluster {o.cluster_id}, "
+                  f"{len(o.instances)} instances", None) for o in found]
+
+
+def end_stray_overlay(overlay_id: str) -> None:
+    """Destroy the overlay's gpucli-labelled members (an orphan's), then the overlay."""
+    client = _client()
+    overlays = VastOverlays(client)
+    members = next((o.instances for o in overlays.list() if o.overlay_id == overlay_id), ())
+    mine = {i.instance_id for i in client.list_instances()}  # gpucli-labelled ones only
+    end_overlay(client, overlays, [i for i in members if i in mine], overlay_id)

@@ -1,0 +1,147 @@
+"""vast.ai clusters against the emulator (tests/support/emulators/vastcluster.py): N instances of one
+physical cluster on an overlay network, rented and ended as one; seeded faulty launches leave no
+instance or overlay billing that no run owns."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import random
+
+import pytest
+
+from gpucli.cloud.base import LaunchSpec
+from gpucli.cloud.vast import VastProvider
+from gpucli.cloud.vastcluster import VastOverlays, choose_cluster, end_overlay, rent_overlay
+from gpucli.errors import GpucliError
+from tests.support.emulators.common import PodBehaviour
+from tests.support.emulators.vastcluster import CLUSTER_OFFERS, VastClusterEmulator
+
+# 100 in a long run (GPUCLI_FAULTY_LAUNCHES=100); a few here, each seed its own mix of faults.
+LAUNCHES = int(os.environ.get("GPUCLI_FAULTY_LAUNCHES", "12"))
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDummyKeyForTheEmulatorOnly gpucli"
+
+
+@pytest.fixture
+def vast_cluster_emulator(tmp_path_factory, monkeypatch):
+    emu = VastClusterEmulator(tmp_path_factory.mktemp("vast_cluster_emu"))
+    emu.start()
+    monkeypatch.setenv("VAST_URL", emu.url)
+    monkeypatch.setenv("VAST_API_KEY", emu.api_key)
+    monkeypatch.setenv("GPUCLI_POD_SSH_USER", getpass.getuser())
+    monkeypatch.setenv("GPUCLI_HTTP_BACKOFF_S", "0.001")
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+def offers_of(emu, cluster_id):
+    from gpucli.cloud.vast import parse_offer
+
+    return [parse_offer(o) for o in emu.offers if o.get("cluster_id") == cluster_id]
+
+
+def rent(client, name, offers, *, timeout=3.0, owned=None):
+    owned = owned if owned is not None else {}
+
+    def spec(rank, offer):
+        return LaunchSpec(name=f"{name}-n{rank}", gpu_name=offer.gpu_name, gpu_count=1, image="img", disk_gb=20,
+                          ssh_public_key=KEY, offer_id=offer.offer_id)
+
+    return rent_overlay(client, VastOverlays(client), name=f"gpucli-{name}", cluster_id="501", offers=offers,
+                        spec=spec, ready_timeout_s=timeout, poll_s=0.02,
+                        on_overlay=lambda o: owned.setdefault("overlay", o),
+                        on_instance=lambda r, i: owned.setdefault("instances", set()).add(i),
+                        on_event=lambda m: None)
+
+
+def test_two_instances_on_one_overlay_and_they_end_as_one(vast_cluster_emulator):
+    emu = vast_cluster_emulator
+    client = VastProvider()
+    owned: dict = {}
+    overlay_id, nodes = rent(client, "ov1", offers_of(emu, 501), owned=owned)
+    assert owned["overlay"] == overlay_id and [n.rank for n in nodes] == [0, 1]
+    listed = VastOverlays(client).list()
+    assert [o.instances for o in listed] == [tuple(n.instance_id for n in nodes)] and listed[0].cluster_id == "501"
+    assert emu.billing() == owned["instances"] | {f"overlay-{overlay_id}"}
+    end_overlay(client, VastOverlays(client), [n.instance_id for n in nodes], overlay_id)
+    assert not emu.billing()
+
+
+def test_the_emulator_is_as_strict_as_the_sources(vast_cluster_emulator):
+    emu = vast_cluster_emulator
+    http = VastProvider().http
+    bad = [({"cluster_id": 999, "name": "x"}, "no physical cluster"), ({"cluster_id": 501, "name": "Bad_Name"},
+                                                                        "invalid overlay name"),
+           ({"cluster_id": 501, "name": "x", "extra": 1}, "takes cluster_id and name")]
+    for body, needle in bad:
+        resp = http.request("POST", "/api/v0/overlay/", json_body=body)
+        assert resp.status == 400 and needle in resp.body["msg"]
+    assert http.request("POST", "/api/v0/overlay/", json_body={"cluster_id": 501, "name": "ok"}).ok
+    # an instance on a machine outside the overlay's cluster cannot join it
+    client = VastProvider()
+    other = next(o for o in offers_of(emu, 502))
+    inst = client.create(LaunchSpec(name="outside", gpu_name=other.gpu_name, gpu_count=1, image="img", disk_gb=20,
+                                    ssh_public_key=KEY, offer_id=other.offer_id))
+    resp = http.request("PUT", "/api/v0/overlay/", json_body={"name": "ok", "instance_id": int(inst.instance_id)})
+    assert resp.status == 400 and "not on a machine of cluster 501" in resp.body["msg"]
+    # deleting an overlay does not end its instances: they still bill
+    ov = VastOverlays(client).find("ok")
+    VastOverlays(client).delete(ov.overlay_id)
+    assert emu.billing() == {inst.instance_id}
+    client.terminate(inst.instance_id)
+
+
+def test_an_overlay_not_whole_in_time_is_ended_whole(vast_cluster_emulator):
+    emu = vast_cluster_emulator
+    emu.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(stuck=True)])
+    with pytest.raises(GpucliError, match="1 of 2 instances ready"):
+        rent(VastProvider(), "ov2", offers_of(emu, 501), timeout=0.5)
+    assert len([e for e in emu.ledger.created() if not e.pod_id.startswith("overlay")]) == 2
+    assert not emu.billing() and not emu.overlays
+
+
+def test_no_cluster_with_enough_machines_is_one_line():
+    from gpucli.cloud.vast import parse_offer
+
+    by_cluster: dict = {}
+    for o in CLUSTER_OFFERS:
+        by_cluster.setdefault(str(o["cluster_id"]), []).append(parse_offer(o))
+    with pytest.raises(GpucliError, match="no vast.ai cluster has 3 machines of 1x H100 SXM .the most in one cluster: 2"):
+        choose_cluster(by_cluster, 3, "1x H100 SXM")
+    assert choose_cluster(by_cluster, 2, "x")[0] == "501"  # the cheapest pair
+
+
+FAULTS = [("rate_limit", "create_overlay"), ("server_error", "create_overlay"), ("lose_answer", "create_overlay"),
+          ("server_error", "create"), ("lose_answer", "create"), ("no_capacity", "create"),
+          ("server_error", "join_overlay"), ("lose_answer", "join_overlay"), ("server_error", "get"),
+          ("rate_limit", "get"), ("server_error", "terminate"), ("server_error", "delete_overlay"),
+          ("rate_limit", "show_overlays")]
+
+
+def test_seeded_faulty_overlay_launches_leave_nothing_billing(vast_cluster_emulator):
+    emu = vast_cluster_emulator
+    client = VastProvider()
+    outcomes = {"up": 0, "failed": 0}
+    for seed in range(LAUNCHES):
+        rng = random.Random(seed)
+        for kind, endpoint in rng.sample(FAULTS, rng.randint(0, 3)):
+            emu.faults.add(kind, endpoint)
+        emu.behaviours.extend(PodBehaviour(pending_polls=rng.randint(0, 3), stuck=rng.random() < 0.15,
+                                           exit_after_polls=1 if rng.random() < 0.1 else None)
+                              for _ in range(2))
+        owned: dict = {}
+        try:
+            overlay_id, nodes = rent(client, f"seed{seed}", offers_of(emu, 501), timeout=0.6, owned=owned)
+        except GpucliError:
+            outcomes["failed"] += 1
+        else:
+            outcomes["up"] += 1
+            # both instances and the overlay bill under this run, and nothing else does
+            assert emu.billing() == {n.instance_id for n in nodes} | {f"overlay-{overlay_id}"}
+            end_overlay(client, VastOverlays(client), [n.instance_id for n in nodes], overlay_id)  # down
+        emu.behaviours.clear()
+        emu.faults.clear()
+        assert not emu.billing(), f"seed {seed}: left billing: {emu.billing()}"
+    assert outcomes["up"] and outcomes["failed"], outcomes
