@@ -36,6 +36,7 @@ from gpucli.run.nodes import (
 from gpucli.run.overlayrent import (
     end_stray_overlay,
     end_vast,
+    find_cluster,
     overlay_addresses,
     overlay_of,
     rent_vast,
@@ -72,13 +73,17 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         record = resume.with_(status="provisioning", pid=None, pid_ident=None, watchdog_pid=None,
                               watchdog_ident=None, ended_at=None, end_reason=None, message=None,
                               limits=resolved.limits, nodes=kept)
+    # vast: the cluster with N machines is chosen before anything is recorded (none: one line, nothing made)
+    chosen = find_cluster(resolved, req, len(specs)) if target.cloud and resolved.provider == "vast" else None
     save(record)  # written before anything waits
     hosts: list[Host] = []
     port, peer_port = ports_for(resolved.name, resolved.provider)
     try:
         if target.cloud:  # a RunPod Instant Cluster, or vast.ai instances on one overlay network
-            rent = rent_vast if resolved.provider == "vast" else _rent
-            record, specs = rent(prepared, record, specs, on_step=on_step, save=save)
+            if chosen is not None:
+                record, specs = rent_vast(prepared, record, specs, chosen, on_step=on_step, save=save)
+            else:
+                record, specs = _rent(prepared, record, specs, on_step=on_step, save=save)
         for spec in specs:
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")

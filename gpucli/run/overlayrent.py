@@ -74,14 +74,15 @@ def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | Non
     return choose_cluster(by_cluster, nodes, f"{resolved.n_gpus}x {gpu.name}")
 
 
-def rent_vast(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
-              save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
-    """Rent the nodes on one overlay; the record has the overlay's and every instance's id before
-    anything waits on them. The nodes' addresses are read once they are connected (overlay_addresses)."""
+def rent_vast(prepared: Any, record: RunRecord, specs: list[NodeSpec], chosen: tuple[str, list[Offer]], *,
+              on_step: Callable[[str], None], save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
+    """Rent the nodes on one overlay over the ``chosen`` cluster's offers (find_cluster); the record has
+    the overlay's and every instance's id before anything waits on them. The nodes' addresses are read
+    once they are connected (overlay_addresses)."""
     resolved, req = prepared.resolved, prepared.request
     key, pub = ssh_keypair()
     client = _client()
-    cluster_id, offers = find_cluster(resolved, req, len(specs), client)
+    cluster_id, offers = chosen
     name = overlay_name(resolved.label)
     record = record.with_(launch={**(record.launch or {}), "vast_cluster_id": cluster_id, "overlay_name": name})
     save(record)

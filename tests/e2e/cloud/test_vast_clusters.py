@@ -145,3 +145,64 @@ def test_seeded_faulty_overlay_launches_leave_nothing_billing(vast_cluster_emula
         emu.faults.clear()
         assert not emu.billing(), f"seed {seed}: left billing: {emu.billing()}"
     assert outcomes["up"] and outcomes["failed"], outcomes
+
+
+def test_own_code_on_two_vast_instances_on_one_overlay_and_down_ends_all(capsys, vast_cluster_emulator, tmp_path,
+                                                                         monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    from gpucli.run import records as runs
+    from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
+    from tests.support.cli import cli, wait_for
+
+    emu = vast_cluster_emulator
+    # The pods' processes share this machine's network: the overlay's interface is its loopback here
+    # (eth0 on vast, the default), so gloo and the rendezvous really run over it.
+    emu.overlay_ifname = "lo"
+    monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
+    code_dir = own_script(tmp_path / "mine")
+    code, out, err = cli(capsys, "launch", "--provider", "vast", "--profile", "h100", "--nodes", "2",
+                         "--name", "vc2", "--code", str(code_dir), "--python", sys.executable, "--nccl-ifname", "lo",
+                         "--workdir", str(tmp_path / "pod" / "vc2"),
+                         "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
+    assert code == 0, err
+    record = runs.load("vc2")
+    (overlay,) = emu.overlays.values()
+    assert record.launch["overlay_id"] == str(overlay.overlay_id) and overlay.cluster_id == 501
+    assert [record.instance_id, record.nodes[0].instance_id] == overlay.members  # rank 0 joined first
+    assert record.limits.price_per_hour_usd and record.nodes[0].ssh.port != record.ssh.port
+    wait_for(lambda: step_of(capsys, "vc2") >= 3, 180, "steps on the overlay")
+    env0 = (Path(record.workdir) / "env").read_text()
+    env1 = (Path(record.nodes[0].workdir) / "env").read_text()
+    master = f"127.0.{overlay.overlay_id % 250}.1"  # rank 0's overlay address, read over SSH
+    for rank, env in enumerate((env0, env1)):
+        assert f"GPUCLI_NODE_RANK={rank}" in env and f"GPUCLI_MASTER_ADDR={master}" in env
+        assert "NCCL_SOCKET_IFNAME=lo" in env and "GLOO_SOCKET_IFNAME=lo" in env and "GPUCLI_NODES=2" in env
+    assert "ranks 0 2 0 2" in (Path(record.workdir) / "console.log").read_text()  # one all-reduce, both nodes
+    assert "ranks 1 2 1 2" in (Path(record.nodes[0].workdir) / "console.log").read_text()
+    code, out, err = cli(capsys, "status", "vc2", "--json")
+    assert [n["state"] for n in json.loads(out)["nodes"]] == ["running", "running"]
+    code, out, err = cli(capsys, "down", "vc2")
+    assert code == 0, err
+    assert not emu.billing() and not emu.overlays
+    wait_for(lambda: nothing_running(record), 60, "the run's processes to end")
+    # an overlay no run owns, with a gpucli instance on it, is found and ended by down --strays
+    emu.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(pending_polls=0)])
+    rent(VastProvider(), "orphan", offers_of(emu, 501))
+    code, out, err = cli(capsys, "down", "--strays", "--yes")
+    assert code == 0, err + out
+    assert not emu.billing(), emu.billing()
+
+
+def test_more_nodes_than_any_cluster_has_is_one_line_and_rents_nothing(capsys, vast_cluster_emulator):
+    from gpucli.run import records as runs
+    from tests.support.cli import cli
+
+    code, out, err = cli(capsys, "launch", "--provider", "vast", "--profile", "h100", "--nodes", "3",
+                         "--name", "vc3", "--run", "true")
+    assert code != 0 and "no vast.ai cluster has 3 machines" in err and "Traceback" not in err + out
+    assert len([line for line in err.splitlines() if line.strip()]) <= 2, err
+    assert not vast_cluster_emulator.ledger.created() and not vast_cluster_emulator.overlays
+    assert not list(runs.runs_dir().glob("*.json"))  # nothing recorded either

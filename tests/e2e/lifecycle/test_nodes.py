@@ -183,7 +183,7 @@ def test_ssh_two_hosts_train_the_bundled_model(capsys, tmp_path, client_key, tmp
 
 @pytest.mark.parametrize("args,needle", [
     (["--provider", "local", "--nodes", "0"], "--nodes must be a whole number of at least 1"),
-    (["--provider", "vast", "--profile", "h100", "--nodes", "2"], "overlay network are not available"),
+    (["--provider", "vast", "--profile", "h100", "--nodes", "2", "--spot"], "rented on demand"),
     (["--provider", "runpod", "--profile", "h100", "--nodes", "2", "--spot"], "rented on demand"),
     (["--provider", "runpod", "--profile", "h100", "--nodes", "251"], "2 to 250 pods"),
     (["--provider", "ssh", "--host", "u@a:2222", "--host", "u@a:2222"], "is the same machine as"),
