@@ -202,37 +202,35 @@ def rent_overlay(provider: VastProvider, overlays: VastOverlays, *, name: str, c
                 raise
             ids[rank] = inst.instance_id
             on_instance(rank, inst.instance_id)
-        for _, iid in sorted(ids.items()):
-            _join(overlays, name, iid)
         deadline = clock() + ready_timeout_s
+        last_error = ""
         while True:
+            # Join every instance not on the overlay yet, on each poll: no source says whether vast takes
+            # a join before the instance runs, so a refused join is tried again until the deadline.
+            members = set(next((o.instances for o in overlays.list() if o.overlay_id == overlay_id), ()))
+            for rank, iid in sorted(ids.items()):
+                if iid not in members:
+                    try:
+                        overlays.join(name, iid)
+                    except GpucliError as exc:
+                        last_error = f"; node {rank} not joined: {exc}"
             ready: dict[int, OverlayNode] = {}
             for rank, iid in sorted(ids.items()):
                 inst = provider.get(iid)
                 if inst.state.is_dead or inst.state is InstanceState.TERMINATED:
                     raise ProviderError(f"node {rank}: vast.ai instance {iid} is {inst.raw_status or inst.state.value}")
-                if inst.ssh_ready:
+                if inst.ssh_ready and iid in members:
                     ready[rank] = OverlayNode(rank, iid, str(inst.ssh_host), int(inst.ssh_port or 22))
             if len(ready) == len(offers):
-                members = set(next((o.instances for o in overlays.list() if o.overlay_id == overlay_id), ()))
-                if members >= set(ids.values()):
-                    return overlay_id, [ready[r] for r in range(len(offers))]
+                return overlay_id, [ready[r] for r in range(len(offers))]
             if clock() >= deadline:
-                raise OverlayNotReady(f"vast.ai overlay {name}: {len(ready)} of {len(offers)} instances ready after "
-                                      f"{ready_timeout_s:g} s; all ended", hint="try again, or fewer nodes")
+                raise OverlayNotReady(f"vast.ai overlay {name}: {len(ready)} of {len(offers)} instances ready on it "
+                                      f"after {ready_timeout_s:g} s{last_error[:200]}; all ended",
+                                      hint="try again, or fewer nodes")
             sleep(poll_s)
     except BaseException:
         end_overlay(provider, overlays, list(ids.values()), overlay_id)
         raise
-
-
-def _join(overlays: VastOverlays, name: str, instance_id: str) -> None:
-    """Join, or find it already a member (a join whose answer was lost, then refused as a repeat)."""
-    try:
-        overlays.join(name, instance_id)
-    except GpucliError:
-        if not any(o.name == name and instance_id in o.instances for o in overlays.list()):
-            raise
 
 
 def end_overlay(provider: VastProvider, overlays: VastOverlays, instance_ids: Sequence[str],

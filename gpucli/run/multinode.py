@@ -166,8 +166,8 @@ def rented_of(record: RunRecord) -> str | None:
     """What a run's nodes were rented as, in words (None: nothing rented as one)."""
     if cluster_of(record):
         return f"cluster {cluster_of(record)}"
-    if overlay_of(record):
-        return f"vast.ai overlay {overlay_of(record)} with every instance on it"
+    if overlay_of(record) or (record.launch or {}).get("overlay_name"):
+        return f"vast.ai overlay {overlay_of(record) or record.launch['overlay_name']} with every instance on it"
     return None
 
 

@@ -49,7 +49,7 @@ OVERLAY_STRAY = "vast-overlay"  # the provider name a stray overlay is listed un
 
 
 def overlay_of(record: RunRecord) -> str | None:
-    """The id of the vast.ai overlay a run's nodes were rented on (None: not one)."""
+    """The id of the vast.ai overlay a run's nodes were rented on (None: not one, or not known yet)."""
     value = (record.launch or {}).get("overlay_id")
     return str(value) if value else None
 
@@ -134,12 +134,16 @@ def overlay_addresses(hosts: Sequence[Host], specs: list[NodeSpec], ifname: str 
 
 def end_vast(record: RunRecord) -> bool:
     """Destroy every instance of the run and delete its overlay; whether it had one."""
-    overlay_id = overlay_of(record)
-    if overlay_id is None:
+    overlay_id, name = overlay_of(record), (record.launch or {}).get("overlay_name")
+    if overlay_id is None and not name:
         return False
     ids = [i for i in [record.instance_id, *(n.instance_id for n in record.nodes)] if i]
     client = _client()
-    end_overlay(client, VastOverlays(client), ids, overlay_id)
+    overlays = VastOverlays(client)
+    if overlay_id is None:  # a create whose answer was lost and not found then: look for it by its name
+        found = overlays.find(str(name))
+        overlay_id = found.overlay_id if found is not None else None
+    end_overlay(client, overlays, ids, overlay_id)
     return True
 
 

@@ -96,7 +96,7 @@ def test_the_emulator_is_as_strict_as_the_sources(vast_cluster_emulator):
 def test_an_overlay_not_whole_in_time_is_ended_whole(vast_cluster_emulator):
     emu = vast_cluster_emulator
     emu.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(stuck=True)])
-    with pytest.raises(GpucliError, match="1 of 2 instances ready"):
+    with pytest.raises(GpucliError, match="1 of 2 instances ready on it"):
         rent(VastProvider(), "ov2", offers_of(emu, 501), timeout=0.5)
     assert len([e for e in emu.ledger.created() if not e.pod_id.startswith("overlay")]) == 2
     assert not emu.billing() and not emu.overlays
@@ -131,6 +131,7 @@ def test_seeded_faulty_overlay_launches_leave_nothing_billing(vast_cluster_emula
         emu.behaviours.extend(PodBehaviour(pending_polls=rng.randint(0, 3), stuck=rng.random() < 0.15,
                                            exit_after_polls=1 if rng.random() < 0.1 else None)
                               for _ in range(2))
+        emu.join_requires_running = rng.random() < 0.5  # a join before the instance runs: refused, retried
         owned: dict = {}
         try:
             overlay_id, nodes = rent(client, f"seed{seed}", offers_of(emu, 501), timeout=0.6, owned=owned)
@@ -206,3 +207,23 @@ def test_more_nodes_than_any_cluster_has_is_one_line_and_rents_nothing(capsys, v
     assert len([line for line in err.splitlines() if line.strip()]) <= 2, err
     assert not vast_cluster_emulator.ledger.created() and not vast_cluster_emulator.overlays
     assert not list(runs.runs_dir().glob("*.json"))  # nothing recorded either
+
+
+def test_watch_ends_every_instance_and_the_overlay_of_a_run_that_is_over(vast_cluster_emulator):
+    """The node-lost path: the watchdogs end the run on every node; `watch` then ends its billing."""
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.run import lifecycle
+    from gpucli.run import records as runs
+
+    emu = vast_cluster_emulator
+    overlay_id, nodes = rent(VastProvider(), "over", offers_of(emu, 501))
+    record = runs.RunRecord(name="over", provider="vast", created_at=runs.now_iso(), profile="h100", phase="fast",
+                            model="124m", n_gpus=1, gpu="h100-sxm", workdir="w", status="failed",
+                            instance_id=nodes[0].instance_id,
+                            launch={"request": {"profile": "h100"}, "overlay_id": overlay_id, "overlay_name": "gpucli-over"},
+                            nodes=(runs.NodeRecord(rank=1, workdir="w-node1", instance_id=nodes[1].instance_id),))
+    runs.save(record)
+    notices = []
+    assert lifecycle.watch("over", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
+    assert not emu.billing() and not emu.overlays
+    assert any(f"vast.ai overlay {overlay_id}" in n.text for n in notices)

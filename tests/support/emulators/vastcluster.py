@@ -85,6 +85,8 @@ class VastClusterEmulator(VastEmulator):
         self.machine_of: dict[str, int] = {}  # instance id -> the machine of its offer
         self.overlays: dict[int, EmuOverlay] = {}
         self.overlay_ifname = "eth0"
+        # No source says whether a join is taken before the instance runs: with this on, it is refused.
+        self.join_requires_running = False
         self._next_overlay = 700
         for method, endpoint in (("GET", "show_overlays"), ("POST", "create_overlay"), ("PUT", "join_overlay"),
                                  ("DELETE", "delete_overlay")):
@@ -169,6 +171,8 @@ class VastClusterEmulator(VastEmulator):
                 return _err(404, "no_such_instance", "Instance not found")
             if self.machine_of.get(iid) not in self.clusters[o.cluster_id]:
                 return _err(400, "invalid_args", f"instance {iid} is not on a machine of cluster {o.cluster_id}")
+            if self.join_requires_running and self.pods[iid].sshd is None:
+                return _err(400, "invalid_args", f"instance {iid} is not running yet")
             if iid in o.members:
                 return _err(400, "invalid_args", f"instance {iid} is already on overlay {o.name}")
             o.members.append(iid)
