@@ -185,6 +185,10 @@ def test_own_code_on_two_vast_instances_on_one_overlay_and_down_ends_all(capsys,
     assert "ranks 1 2 1 2" in (Path(record.nodes[0].workdir) / "console.log").read_text()
     code, out, err = cli(capsys, "status", "vc2", "--json")
     assert [n["state"] for n in json.loads(out)["nodes"]] == ["running", "running"]
+    live = emu.billing()
+    code, out, err = cli(capsys, "down", "--strays", "--yes")  # a live run's instances and overlay are its own
+    assert code == 0, err + out
+    assert emu.billing() == live == {record.instance_id, record.nodes[0].instance_id, f"overlay-{overlay.overlay_id}"}
     code, out, err = cli(capsys, "down", "vc2")
     assert code == 0, err
     assert not emu.billing() and not emu.overlays
