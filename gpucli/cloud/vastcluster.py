@@ -79,6 +79,8 @@ class VastOverlays:
 
     def list(self) -> list[Overlay]:
         resp = self.http.request("GET", "/api/v0/overlay/", what="show overlays")
+        if resp.status == 404:  # no overlay routes at this base URL (an API or proxy without them): none
+            return []
         body = resp.body
         if isinstance(body, Mapping):  # a list is what vast.py show__overlays iterates; tolerate a wrapper
             body = body.get("overlays", body.get("results"))

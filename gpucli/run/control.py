@@ -27,6 +27,7 @@ from gpucli.run.lifecycle import Notice, NoticeFn
 from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
 from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
 from gpucli.run.nodes import stop_watchdogs
+from gpucli.run.overlayrent import stray_overlays
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
@@ -327,6 +328,11 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
         strays += stray_clusters(runs.list_runs())
     except GpucliError as exc:
         on_notice(Notice("warn", f"runpod clusters: {exc}"))
+    try:  # the overlays of vast.ai runs over several machines (run/overlayrent.py)
+        strays += stray_overlays(runs.list_runs())
+    except GpucliError as exc:
+        on_notice(Notice("warn", f"vast.ai overlays: {exc}"))
+        unread.append("vast.ai overlays")
     if unread and not strays:
         # Never "no strays" from a list that could not be read: its pods may be billing.
         raise ProviderError(f"could not read the pod list of {', '.join(unread)}: its strays are unknown",

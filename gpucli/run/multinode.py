@@ -40,7 +40,6 @@ from gpucli.run.overlayrent import (
     overlay_addresses,
     overlay_of,
     rent_vast,
-    stray_overlays,
 )
 from gpucli.run.records import NodeRecord, RunRecord
 from gpucli.run.start import record_for
@@ -166,8 +165,9 @@ def rented_of(record: RunRecord) -> str | None:
     """What a run's nodes were rented as, in words (None: nothing rented as one)."""
     if cluster_of(record):
         return f"cluster {cluster_of(record)}"
-    if overlay_of(record) or (record.launch or {}).get("overlay_name"):
-        return f"vast.ai overlay {overlay_of(record) or record.launch['overlay_name']} with every instance on it"
+    overlay = overlay_of(record) or (record.launch or {}).get("overlay_name")
+    if overlay:
+        return f"vast.ai overlay {overlay} with every instance on it"
     return None
 
 
@@ -238,17 +238,15 @@ CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed 
 
 
 def stray_clusters(owned_runs: list[RunRecord]) -> list[Any]:
-    """gpucli-named RunPod clusters and vast.ai overlays that no active run holds, as ``Stray`` rows
-    (none without a key)."""
+    """gpucli-named RunPod clusters that no active run holds, as ``Stray`` rows (none without a key)."""
     owned = {c for r in owned_runs if r.active and (c := cluster_of(r))}
-    overlays = stray_overlays(owned_runs)
     try:
         client = clusters_client()
     except MissingKeyError:
-        return overlays
+        return []
     try:
         return [Stray(CLUSTER_STRAY, cid, name, f"cluster of {pods} pods", None)
-                for cid, name, pods in cluster_strays(client, owned)] + overlays
+                for cid, name, pods in cluster_strays(client, owned)]
     finally:
         client.close()
 
