@@ -63,6 +63,13 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
     target = get_target(resolved.provider)
     specs = layout(req, resolved.workdir) if not target.cloud else \
         [NodeSpec(r, node_workdir(resolved.workdir, r), None, "") for r in range(req.nodes)]  # known once rented
+    # vast: the cluster with N machines is chosen before anything is recorded (none: one line, nothing made),
+    # and the run's price is what those machines bill together (a higher --price is kept)
+    chosen = find_cluster(resolved, req, len(specs)) if target.cloud and resolved.provider == "vast" else None
+    if chosen is not None:
+        billed = sum(o.price_per_hour_usd for o in chosen[1])
+        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
+            price_per_hour_usd=max(billed, req.limits.price_per_hour_usd or 0.0)))
     record = job.labelled(record_for(resolved)).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
         NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
     if resume is not None:  # the same run: its name, start, cost so far, nodes' folders and pinned keys
@@ -72,8 +79,6 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         record = resume.with_(status="provisioning", pid=None, pid_ident=None, watchdog_pid=None,
                               watchdog_ident=None, ended_at=None, end_reason=None, message=None,
                               limits=resolved.limits, nodes=kept)
-    # vast: the cluster with N machines is chosen before anything is recorded (none: one line, nothing made)
-    chosen = find_cluster(resolved, req, len(specs)) if target.cloud and resolved.provider == "vast" else None
     save(record)  # written before anything waits
     hosts: list[Host] = []
     port, peer_port = ports_for(resolved.name, resolved.provider)

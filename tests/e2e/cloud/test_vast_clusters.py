@@ -173,7 +173,11 @@ def test_own_code_on_two_vast_instances_on_one_overlay_and_down_ends_all(capsys,
     (overlay,) = emu.overlays.values()
     assert record.launch["overlay_id"] == str(overlay.overlay_id) and overlay.cluster_id == 501
     assert [record.instance_id, record.nodes[0].instance_id] == overlay.members  # rank 0 joined first
-    assert record.limits.price_per_hour_usd and record.nodes[0].ssh.port != record.ssh.port
+    # the price (caps, budget, cost) is what the two machines bill together
+    billed = {o["id"]: o["dph_total"] for o in CLUSTER_OFFERS}
+    assert record.limits.price_per_hour_usd == pytest.approx(emu.pods[record.instance_id].price_per_hour
+                                                             + emu.pods[record.nodes[0].instance_id].price_per_hour, rel=0.05)
+    assert record.limits.price_per_hour_usd > billed[3001] and record.nodes[0].ssh.port != record.ssh.port
     wait_for(lambda: step_of(capsys, "vc2") >= 3, 180, "steps on the overlay")
     env0 = (Path(record.workdir) / "env").read_text()
     env1 = (Path(record.nodes[0].workdir) / "env").read_text()
