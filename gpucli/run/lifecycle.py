@@ -437,11 +437,16 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
             on_notice(Notice("warn", f"{name}: cannot reach the pod ({exc})"))
         if gone or (target.cloud and record.instance_id):
             if (ended := own_end(record)) is not None:  # the run's own end decides before the pod's state
+                _end_cluster(record, on_notice)
                 info(f"{name}: finished ({ended.finished_reason}); stopped watching")
                 return "ended"
             ps = target.pod_state(record)
             if ps is not None and ps.over:
                 on_notice(Notice("warn", f"{name}: {ps.describe}"))
+                if record.nodes and target.cloud:  # rank 0's machine is lost: the other nodes end with it
+                    _end_cluster(record, on_notice)
+                    info(f"{name}: node 0 is gone; every node of the run ended; stopped watching")
+                    return "ended"
                 if not recover:
                     info("not resuming (no --recover): `gpucli resume` continues it on a new pod")
                     return "preempted"

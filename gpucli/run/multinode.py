@@ -138,7 +138,7 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
         if rented_of(record):
             on_info(f"{rented_of(record)} bills until it is deleted from here: `gpucli down "
                     f"{record.name}`, or `gpucli watch {record.name}` deletes it when the run is over "
-                    "(a pod's own key cannot delete its cluster)")
+                    "(a node's own key cannot end the others or what joins them)")
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"

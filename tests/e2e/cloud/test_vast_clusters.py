@@ -235,3 +235,32 @@ def test_watch_ends_every_instance_and_the_overlay_of_a_run_that_is_over(vast_cl
     assert lifecycle.watch("over", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
     assert not emu.billing() and not emu.overlays
     assert any(f"vast.ai overlay {overlay_id}" in n.text for n in notices)
+
+
+def test_a_lost_node_0_ends_every_instance_and_the_overlay(capsys, vast_cluster_emulator, tmp_path, monkeypatch):
+    """Node 0's machine goes away mid-run: `watch` ends the other node's instance and the overlay."""
+    import sys
+    from pathlib import Path
+
+    from gpucli.plan.catalog import load_catalog
+    from gpucli.run import lifecycle
+    from gpucli.run import records as runs
+    from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
+    from tests.support.cli import cli, wait_for
+
+    emu = vast_cluster_emulator
+    emu.overlay_ifname = "lo"
+    monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
+    monkeypatch.setenv("GPUCLI_WATCH_POLL_S", "0.2")
+    code, out, err = cli(capsys, "launch", "--provider", "vast", "--profile", "h100", "--nodes", "2",
+                         "--name", "vl2", "--code", str(own_script(tmp_path / "mine")), "--python", sys.executable,
+                         "--nccl-ifname", "lo", "--workdir", str(tmp_path / "pod" / "vl2"),
+                         "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
+    assert code == 0, err
+    record = runs.load("vl2")
+    wait_for(lambda: step_of(capsys, "vl2") >= 2, 180, "steps on the overlay")
+    emu.end_pod(record.instance_id, "terminated", "host lost")  # node 0's machine is gone
+    notices = []
+    assert lifecycle.watch("vl2", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
+    assert not emu.billing() and not emu.overlays, emu.billing()
+    wait_for(lambda: nothing_running(record), 60, "node 1's processes to end")
