@@ -70,6 +70,11 @@ def _id(value: Any) -> str | None:
     return str(value) if isinstance(value, int | str) and not isinstance(value, bool) and str(value) else None
 
 
+def _num_id(value: str) -> int | str:
+    """vast's ids are integers (vast-cli sends ``type=int``); anything else goes as it came."""
+    return int(value) if str(value).isdigit() else value
+
+
 class VastOverlays:
     """The overlay routes of vast's REST API v0, over a :class:`VastProvider`'s HTTP session."""
 
@@ -99,18 +104,18 @@ class VastOverlays:
         return next((o for o in self.list() if o.name == name), None)
 
     def create(self, cluster_id: str, name: str) -> None:
-        resp = self.http.request("POST", "/api/v0/overlay/", json_body={"cluster_id": int(cluster_id), "name": name},
+        resp = self.http.request("POST", "/api/v0/overlay/", json_body={"cluster_id": _num_id(cluster_id), "name": name},
                                  idempotent=False, what="create overlay")
         _ok(resp, "create overlay")
 
     def join(self, name: str, instance_id: str) -> None:
-        resp = self.http.request("PUT", "/api/v0/overlay/", json_body={"name": name, "instance_id": int(instance_id)},
+        resp = self.http.request("PUT", "/api/v0/overlay/", json_body={"name": name, "instance_id": _num_id(instance_id)},
                                  idempotent=True, what="join overlay")
         _ok(resp, "join overlay")
 
     def delete(self, overlay_id: str) -> None:
         """Delete it; done only when vast says so, or when its list no longer has it."""
-        resp = self.http.request("DELETE", "/api/v0/overlay/", json_body={"overlay_id": int(overlay_id)},
+        resp = self.http.request("DELETE", "/api/v0/overlay/", json_body={"overlay_id": _num_id(overlay_id)},
                                  idempotent=True, what="delete overlay")
         if resp.ok and isinstance(resp.body, Mapping) and resp.body.get("success") is not False:
             return
