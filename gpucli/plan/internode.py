@@ -115,7 +115,9 @@ def with_nodes(catalog, request, plan, max_nodes: int, link: Link = CATALOG_LINK
     front = pareto_front(runnable, lambda e: (e.hours, e.cost_usd))
     return dataclasses.replace(plan, estimates=plan.estimates + tuple(added), front=front.members,
                                dominated=front.dominated, picks=_picks(runnable, front.members, request),
-                               notes=plan.notes + (f"multi-node setups: {link.source}; {__doc__.split('So ')[0].strip()}",))
+                               notes=plan.notes + (f"multi-node setups: {link.source}; {__doc__.split('So ')[0].strip()}",
+                                                   f"vast.ai clusters: {link_for('vast').source}; "
+                                                   "their setups are not planned"))
 
 
 @dataclass(frozen=True)
