@@ -21,6 +21,7 @@ from gpucli.run import records as runs
 from gpucli.run.clusterrent import cluster_strays, clusters_client, end_cluster, gpu_type_id, rent_cluster
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.jobs import start_on
+from gpucli.run.linkprobe import measure_for_launch
 from gpucli.run.monitor import status_of, stop_trainer, trainer_alive
 from gpucli.run.nodes import (
     NodeSpec,
@@ -83,6 +84,10 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             check_nodes(hosts, specs, 0, None)
         else:
             check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
+            if req.link_gbps is None and all(s.ssh is not None for s in specs):  # your own machines
+                record = measure_for_launch(record, hosts, specs, prepared, on_step=on_step, on_warn=on_warn,
+                                            on_info=on_info)
+                save(record)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
         token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
         for spec, host in zip(specs, hosts, strict=True):
