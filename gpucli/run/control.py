@@ -208,6 +208,7 @@ def _live_status(record: RunRecord) -> RunStatus:
     if record.active and st.state in ("finished", "failed"):
         runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
+        end_rented(record, on_warn=_quiet)  # its cluster, if it has one: no pod can end it (gpucli/run/clusterend.py)
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
     return dataclasses.replace(with_prepare(st, prep), gpus=gpus)

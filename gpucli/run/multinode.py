@@ -18,6 +18,7 @@ from gpucli.errors import GpucliError
 from gpucli.plan.catalog import load_catalog
 from gpucli.run import procs
 from gpucli.run import records as runs
+from gpucli.run.clusterend import cluster_of, start_watcher, watcher_log
 from gpucli.run.clusterrent import cluster_strays, clusters_client, end_cluster, gpu_type_id, rent_cluster
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.jobs import start_on
@@ -121,9 +122,12 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
                      save=save_node, node_env=env, watch_args=watch)
         on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
         if cluster_of(record):
-            on_info(f"cluster {cluster_of(record)} bills until it is deleted from here: `gpucli down "
-                    f"{record.name}`, or `gpucli watch {record.name}` deletes it when the run is over "
-                    "(a pod's own key cannot delete its cluster)")
+            pid = start_watcher(record.name)
+            watcher = f"a watcher here (pid {pid}, log {watcher_log(record.name)}) deletes it when the run is " \
+                      "over, as does" if pid else "no watcher could start here; it is deleted by"
+            on_info(f"cluster {cluster_of(record)} bills until this machine deletes it (RunPod lets no pod end "
+                    f"its cluster): {watcher} any `gpucli ls` or `gpucli status` that sees the run over, or "
+                    f"`gpucli down {record.name}`; with this machine off it bills until one of them runs")
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
@@ -143,12 +147,6 @@ def set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:
     nodes = list(record.nodes)
     nodes[rank - 1] = nodes[rank - 1].with_(**changes)
     return record.with_(nodes=tuple(nodes))
-
-
-def cluster_of(record: RunRecord) -> str | None:
-    """The id of the cluster a run's nodes were rented as (None: not a rented cluster)."""
-    value = (record.launch or {}).get("cluster_id")
-    return str(value) if value else None
 
 
 def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
