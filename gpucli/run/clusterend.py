@@ -13,7 +13,8 @@ remember:
 - the launch starts a small watcher on this machine (``gpucli watch RUN`` in its own session, output in
   ``GPUCLI_HOME/runs/RUN.watch.log``) that deletes the cluster the moment the run is over, then exits;
 - any ``gpucli ls`` or ``gpucli status`` that sees the run ended deletes its cluster too (after a
-  reboot, or with the watcher killed);
+  reboot, or with the watcher killed), and ``gpucli ls`` deletes any cluster RunPod still has of a run
+  that is over here (a deletion that failed when it ended);
 - ``gpucli down RUN``.
 With this machine off, the cluster bills until one of them runs.
 """
@@ -26,7 +27,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError
-from gpucli.run.clusterrent import clusters_client
+from gpucli.run.clusterrent import clusters_client, end_cluster
 from gpucli.run.records import runs_dir
 
 if TYPE_CHECKING:
@@ -69,3 +70,25 @@ def cluster_gone(record: RunRecord) -> bool:
             client.close()
     except GpucliError:
         return False
+
+
+def end_clusters_of_ended(records: list[RunRecord]) -> list[str]:
+    """Delete every cluster RunPod still has whose run is over (a deletion that failed when the run
+    ended, or a run seen over by no one until now): one listing of the account's clusters, and only when
+    some run here had one. Returns the ids deleted; a key or API that cannot answer leaves it for later."""
+    ended = {c: r.name for r in records if not r.active and (c := cluster_of(r))}
+    if not ended:
+        return []
+    deleted = []
+    try:
+        client = clusters_client()
+        try:
+            for info in client.list():
+                if info.cluster_id in ended:
+                    end_cluster(client, info.cluster_id, lambda _m: None)
+                    deleted.append(info.cluster_id)
+        finally:
+            client.close()
+    except GpucliError:
+        pass  # the next `gpucli ls`, `down --strays` or the console
+    return deleted

@@ -73,3 +73,22 @@ def test_with_the_watcher_gone_ls_deletes_the_cluster_of_a_run_that_ended(capsys
     assert code == 0, err
     assert not cluster_emulator.billing_pods()
     assert runs.load("orphaned").status == "finished"
+
+
+def test_ls_deletes_a_cluster_still_billing_for_a_run_that_is_over(capsys, cluster_emulator):
+    from gpucli.cloud.clusters import RunPodClusters
+    from tests.e2e.cloud.test_clusters import rent
+
+    client = RunPodClusters(cluster_emulator.api_key)
+    cid, nodes = rent(client, "gpucli-left")
+    kept, _ = rent(client, "gpucli-live")
+    base = dict(provider="runpod", created_at=runs.now_iso(), profile="8xH100", phase="fast", model="124m",
+                n_gpus=8, gpu="h100-sxm", workdir="w")
+    # its deletion failed when it ended (the API was down): the record says finished, RunPod still bills
+    runs.save(runs.RunRecord(name="left", status="finished", launch={"cluster_id": cid}, **base))
+    runs.save(runs.RunRecord(name="live", status="running", launch={"cluster_id": kept}, **base,
+                             ssh=None, instance_id=None))
+    code, out, err = cli(capsys, "ls")
+    assert code == 0, err
+    assert not (cluster_emulator.billing_pods() & {n.pod_id for n in nodes})
+    assert len(cluster_emulator.billing_pods()) == 2  # the running run's cluster is left alone
