@@ -93,3 +93,14 @@ def test_a_port_rank_0_cannot_use_is_one_warning_or_with_probe_link_the_error(ca
         assert record.status == "failed" and record.pid is None and all(n.pid is None for n in record.nodes)
     finally:
         held.close()
+
+
+@pytest.mark.parametrize("args", [
+    ["--provider", "local", "--nodes", "2", "--probe-link"],
+    ["--provider", "ssh", "--host", "u@a", "--host", "u@b", "--link-gbps", "10", "--probe-link"],
+    ["--provider", "ssh", "--host", "u@a", "--probe-link"],
+])
+def test_probe_link_where_there_is_nothing_to_measure_is_one_line(capsys, args):
+    code, out, err = cli(capsys, "launch", "--profile", "cpu", *args)
+    assert code != 0 and "--probe-link" in err and "Traceback" not in err
+    assert not list(runs.runs_dir().glob("*.json"))  # nothing recorded, so nothing started
