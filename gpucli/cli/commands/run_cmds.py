@@ -275,14 +275,15 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
         from gpucli.run.multinode import node_statuses
 
         json_out({**render._status_dict(record, live_status(record)),
-                  "nodes": [dataclasses.asdict(n) for n in node_statuses(record)]})
+                  "nodes": [dataclasses.asdict(n) for n in node_statuses(record)],
+                  **({"link": dataclasses.asdict(record.link)} if record.link else {})})
         return
     render.run_status(record, live_status(record), json_=json_)
     if record.nodes:
         from gpucli.cli.render_nodes import node_table
         from gpucli.run.multinode import node_statuses
 
-        node_table(node_statuses(record), json_=False)
+        node_table(node_statuses(record), json_=False, link=record.link)
 
 
 def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="Check every run's host.")) -> None:

@@ -53,6 +53,10 @@ def test_the_link_is_measured_shown_and_recorded(capsys, tmp_path, client_key, t
         assert "measured at launch" in link.source
         shown = [line for line in (out + err).splitlines() if "link measured" in line]
         assert len(shown) == 1 and f"node 1 -> rank 0 {link.gbps:g} Gbps" in shown[0]
+        code, out, err = cli(capsys, "status", "probed", "--json")
+        assert code == 0 and json.loads(out)["link"]["gbps"] == link.gbps
+        code, out, err = cli(capsys, "status", "probed")
+        assert code == 0 and f"link {link.gbps:g} Gbps measured at launch" in " ".join(out.split())
     finally:
         ended(capsys, "probed")
 
