@@ -262,3 +262,14 @@ def volume_mount() -> str:
     """Where a RunPod network volume is mounted in the pod (RunPod's ``volumeMountPath`` default);
     ``GPUCLI_VOLUME_MOUNT`` names another place (the emulator's volume store in tests)."""
     return (os.environ.get("GPUCLI_VOLUME_MOUNT") or "/workspace").rstrip("/") or "/"
+
+
+def link_probe_port() -> int:
+    """The port rank 0 listens on while the nodes' link is measured at launch (``GPUCLI_LINK_PROBE_PORT``;
+    default 0: a free one), for machines whose firewall opens only some ports between them."""
+    raw = os.environ.get("GPUCLI_LINK_PROBE_PORT", "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise UsageError(f"GPUCLI_LINK_PROBE_PORT={raw!r} must be a port number (1-65535)")
+    return int(raw)

@@ -251,6 +251,8 @@ RUN_FLOORS = {
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
     "nodes": 4.5, "clusterrent": 4.5,  # a run over several machines: its layout, variables and rented cluster
     "overlayrent": 4.7,  # vast.ai instances of one cluster on an overlay network (it reads nodes.NodeSpec)
+    "clusterend": 4.6,  # a rented cluster ended from this machine: its watcher, and whether it is gone
+    "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,

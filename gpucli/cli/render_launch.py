@@ -28,13 +28,9 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
     volume = _planned_volume(r) if r.volume else None
     if volume is not None:
         data["volume"] = volume
-    nodes_line = None
-    if r.nodes > 1:
-        link = link_for(r.provider, r.link_gbps)
-        nodes_line = describe(r.nodes, r.n_gpus, r.gpu_name, link, r.price_per_hour_usd)
-        data["nodes"] = {"count": r.nodes, "gpus_per_node": r.n_gpus, "gpus": r.nodes * r.n_gpus,
-                         "link_gbps": link.gbps, "link_source": link.source,
-                         "price_per_hour_usd_all_nodes": r.price_per_hour_usd}
+    nodes_line, nodes = _nodes(r)
+    if nodes is not None:
+        data["nodes"] = nodes
     if json_:
         json_out(data)
         return
@@ -69,18 +65,32 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
 
 
+def _nodes(r: ResolvedLaunch) -> tuple[str | None, dict[str, Any] | None]:
+    """A run over several machines: its ``nodes:`` line and JSON object (the link, and whether it is
+    measured at launch); (None, None) for one machine."""
+    if r.nodes <= 1:
+        return None, None
+    link = link_for(r.provider, r.link_gbps)
+    return describe(r.nodes, r.n_gpus, r.gpu_name, link, r.price_per_hour_usd), {
+        "count": r.nodes, "gpus_per_node": r.n_gpus, "gpus": r.nodes * r.n_gpus, "link_gbps": link.gbps,
+        "link_source": link.source, "link_probed": link.probed, "price_per_hour_usd_all_nodes": r.price_per_hour_usd}
+
+
 def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
+    nodes_line, nodes = _nodes(r)
     if json_:
         json_out({"run": r.name, "provider": r.provider, "profile": r.profile, "gpu": r.gpu_name,
                   "n_gpus": r.n_gpus, "workdir": r.workdir, "price_per_hour_usd": r.price_per_hour_usd,
                   "limits": r.limits, "planned": r.planned, "disk": _disk_dict(r), "command": r.command,
-                  "task": task})
+                  "task": task, **({"nodes": nodes} if nodes is not None else {})})
         return
     o = out()
     o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
             f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), "
             + (f"your own code ({r.planned.source})" if r.planned.tokens_per_s is None else
                f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params"))
+    if nodes_line:
+        o.print(f"nodes: {nodes_line}", markup=False, highlight=False)
     limits = (f"limits: hours {r.limits.max_hours or '-'}, budget "
               f"{money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, stall {r.limits.stall_minutes:g} min")
     o.print((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits,

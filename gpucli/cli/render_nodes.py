@@ -10,13 +10,17 @@ from gpucli.cli.render import _table, json_out, out
 
 if TYPE_CHECKING:
     from gpucli.run.multinode import NodeStatus
+    from gpucli.run.records import LinkProbe
 
 
-def node_table(nodes: Sequence[NodeStatus], *, json_: bool) -> None:
+def node_table(nodes: Sequence[NodeStatus], *, json_: bool, link: LinkProbe | None = None) -> None:
+    """Each node's row; ``link``: the nodes' link as measured at launch (each pair's Gbit/s)."""
     if json_:
         json_out({"nodes": [dataclasses.asdict(n) for n in nodes]})
         return
-    t = _table(f"{len(nodes)} nodes")
+    measured = "" if link is None else f"; link {link.gbps:g} Gbps measured at launch (" + ", ".join(
+        f"node {p.rank} -> rank 0 {p.gbps:g}" for p in link.pairs) + ")"
+    t = _table(f"{len(nodes)} nodes{measured}")
     for col in ("rank", "where", "state", "GPUs", "step", "last heartbeat"):
         t.add_column(col)
     for n in nodes:

@@ -28,6 +28,7 @@ LINK_EFFICIENCY = 0.7  # the share of a link's line rate a collective gets (stat
 class Link:
     gbps: float | None  # Gbit/s between two nodes; None: not known
     source: str
+    probed: bool = False  # not known yet: measured when the run starts (your own machines)
 
 
 def link_for(provider: str, link_gbps: float | None = None) -> Link:
@@ -43,7 +44,9 @@ def link_for(provider: str, link_gbps: float | None = None) -> Link:
                           "(vast docs, multi-node-training-using-torch-nccl)")
     if provider == "local":
         return Link(None, "loopback on this machine")
-    return Link(None, "your machines' link: not known (pass --link-gbps)")
+    # Your own machines' link is measured when the run starts (gpucli/run/linkprobe.py), unless given.
+    return Link(None, "your machines' link: measured at launch, 64 MB from each node to rank 0 over the "
+                      "rendezvous address (--link-gbps gives it instead)", probed=True)
 
 
 def comm_seconds(params: float, nodes: int, link: Link, *, sharded: bool = False) -> float | None:
@@ -72,7 +75,7 @@ def node_efficiency(params: float, tokens_per_step: float, tokens_per_s_one_node
 
 def describe(nodes: int, gpus_per_node: int, gpu: str, link: Link, price_per_hour_usd: float | None) -> str:
     """``2 nodes x 8 H100 = 16 GPUs; link 1600 Gbps (source); $X/h for all nodes``."""
-    speed = f"{link.gbps:g} Gbps" if link.gbps else "unknown"
+    speed = f"{link.gbps:g} Gbps" if link.gbps else "to be measured" if link.probed else "unknown"
     unit = "processes" if gpu == "CPU" else "GPUs"
     price = f"; ${price_per_hour_usd:,.2f}/h for all nodes" if price_per_hour_usd else ""
     return (f"{nodes} nodes x {gpus_per_node} {gpu} = {nodes * gpus_per_node} {unit}; inter-node link {speed} "

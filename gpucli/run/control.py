@@ -22,6 +22,7 @@ from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
 from gpucli.run import procs
 from gpucli.run import records as runs
+from gpucli.run.clusterend import end_clusters_of_ended
 from gpucli.run.gpuwatch import read_report
 from gpucli.run.lifecycle import Notice, NoticeFn
 from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
@@ -209,6 +210,7 @@ def _live_status(record: RunRecord) -> RunStatus:
     if record.active and st.state in ("finished", "failed"):
         runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
+        end_rented(record, on_warn=_quiet)  # its cluster, if it has one: no pod can end it (gpucli/run/clusterend.py)
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
     return dataclasses.replace(with_prepare(st, prep), gpus=gpus)
@@ -230,8 +232,10 @@ def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None
                  ) -> list[tuple[RunRecord, RunStatus]]:
     """Every run with its status: live for active runs (every run with ``check_all``). A record that
     cannot be read is skipped and named to ``on_bad``."""
-    return [(r, live_status(r) if (r.active or check_all) else recorded_status(r))
+    rows = [(r, live_status(r) if (r.active or check_all) else recorded_status(r))
             for r in (retry_pending_terminate(r) for r in runs.list_runs(on_bad))]
+    end_clusters_of_ended(runs.list_runs())  # a rented cluster of a run that is over: no pod can end it
+    return rows
 
 
 def retry_pending_terminate(record: RunRecord) -> RunRecord:

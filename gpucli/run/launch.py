@@ -85,6 +85,7 @@ class LaunchRequest:
     hosts: tuple[str, ...] = ()  # ssh provider: every node's user@host[:port], rank 0 first (--host repeated)
     nccl_ifname: str | None = None  # the interface the nodes reach each other on (ssh; fixed per cloud)
     link_gbps: float | None = None  # the nodes' link, for the plan (ssh: --link-gbps)
+    probe_link: bool = False  # --probe-link: measure the nodes' link at launch, and refuse when that fails
     query: str | None = None  # --query: vast query words replacing the launch's offer filters field by field
 
     def checked(self) -> LaunchRequest:
@@ -124,14 +125,10 @@ class LaunchRequest:
         data = dataclasses.asdict(self)
         data.pop("force")  # a resume checks the balance again
         data["data"] = str(self.data) if self.data else None
-        if self.volume is None:
-            del data["volume"]  # records without a volume stay as they were
-        if self.volume_size_gb is None:
-            del data["volume_size_gb"]
-        for key, default in (("nodes", 1), ("hosts", ()), ("nccl_ifname", None), ("link_gbps", None),
-                             ("query", None)):
+        for key, default in (("volume", None), ("volume_size_gb", None), ("nodes", 1), ("hosts", ()),
+                             ("nccl_ifname", None), ("link_gbps", None), ("probe_link", False), ("query", None)):
             if getattr(self, key) == default:
-                del data[key]  # records of one-machine runs (no --query) stay as they were
+                del data[key]  # records of one-machine runs (no --volume, --query) stay as they were
         if self.hosts:
             data["hosts"] = list(self.hosts)
         data["extra"] = list(self.extra)
@@ -197,6 +194,7 @@ class ResolvedLaunch:
     own_code: bool = False  # the user's own code runs, not the bundled trainer
     nodes: int = 1  # machines, each with n_gpus (the price and limits are all of them together)
     link_gbps: float | None = None  # the nodes' link as given (--link-gbps)
+    planned_one: PlannedSpeed | None = None  # one machine's plan (a run over several: before the link's share)
 
     @property
     def pod_disk_gb(self) -> int:
@@ -392,7 +390,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     planned = _planned(catalog, model, gpu.id if gpu else None, n_gpus, steps, micro, accum, seq_len,
                        price / req.nodes if price else price,
                        run_stages(None, tuple(f"--training.{k}={v}" for k, v in cfg["training"].items())))
-    if req.nodes > 1:  # one machine's speed, times the nodes, at the inter-node link's efficiency
+    planned_one = planned  # one machine's speed, times the nodes, at the inter-node link's efficiency (again
+    if req.nodes > 1:  # once the link is measured: gpucli/run/linkprobe.py)
         planned = planned_across(planned, model, req.nodes, req.provider, req.link_gbps,
                                  float(micro * accum * n_gpus * seq_len), price)
     disk = _disk_need(checked, model, gpu.vram_gb if gpu else None, n_gpus, target, req, workdir, source,
@@ -404,7 +403,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names, nodes=req.nodes,
-        link_gbps=req.link_gbps)
+        link_gbps=req.link_gbps, planned_one=planned_one)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

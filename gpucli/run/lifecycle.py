@@ -18,6 +18,7 @@ from gpucli.errors import GpucliError, UsageError
 from gpucli.run import records as runs
 from gpucli.run import start
 from gpucli.run.checkpoints import checkpoint_step, list_checkpoints
+from gpucli.run.clusterend import cluster_gone, cluster_of
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.harvest import mirror_root
 from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
@@ -423,7 +424,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 if mirror:
                     job_of(record).mirror(host, record, on_event=info)
                 st = status_of(host, record)
-            if st.state in ("finished", "failed") and st.finished_reason:
+            if st.state in ("finished", "failed") and (st.finished_reason or cluster_of(record)):
                 # "failed": the user's own command exited non-zero; a new pod would fail the same way
                 runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                        cost_usd=st.cost_usd, step=st.step,
@@ -435,7 +436,12 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
         except GpucliError as exc:
             gone = True
             on_notice(Notice("warn", f"{name}: cannot reach the pod ({exc})"))
-        if gone or (target.cloud and record.instance_id):
+        if cluster_of(record):  # member pods are not the pod API's (gpucli/run/clusterend.py)
+            if gone and cluster_gone(record):
+                runs.save(record.with_(status="failed", ended_at=runs.now_iso(), end_reason="cluster gone"))
+                info(f"{name}: its cluster is gone; stopped watching")
+                return "ended"
+        elif gone or (target.cloud and record.instance_id):
             if (ended := own_end(record)) is not None:  # the run's own end decides before the pod's state
                 _end_cluster(record, on_notice)
                 info(f"{name}: finished ({ended.finished_reason}); stopped watching")

@@ -18,9 +18,11 @@ from gpucli.errors import GpucliError
 from gpucli.plan.catalog import load_catalog
 from gpucli.run import procs
 from gpucli.run import records as runs
+from gpucli.run.clusterend import cluster_of, start_watcher, watcher_log
 from gpucli.run.clusterrent import cluster_strays, clusters_client, end_cluster, gpu_type_id, rent_cluster
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.jobs import start_on
+from gpucli.run.linkprobe import measure_for_launch
 from gpucli.run.monitor import status_of, stop_trainer, trainer_alive
 from gpucli.run.nodes import (
     NodeSpec,
@@ -103,6 +105,10 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             check_nodes(hosts, specs, 0, None)
         else:
             check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
+            if req.link_gbps is None and all(s.ssh is not None for s in specs):  # your own machines
+                record = measure_for_launch(record, hosts, specs, prepared, on_step=on_step, on_warn=on_warn,
+                                            on_info=on_info)
+                save(record)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
         token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
         for spec, host in zip(specs, hosts, strict=True):
@@ -135,10 +141,15 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             start_on(host, job, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
                      save=save_node, node_env=env, watch_args=watch)
         on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
-        if rented_of(record):
-            on_info(f"{rented_of(record)} bills until it is deleted from here: `gpucli down "
-                    f"{record.name}`, or `gpucli watch {record.name}` deletes it when the run is over "
-                    "(a node's own key cannot end the others or what joins them)")
+        rented = rented_of(record)
+        if rented:
+            pid = start_watcher(record.name)
+            watcher = f"a watcher here (pid {pid}, log {watcher_log(record.name)}) deletes it when the run is " \
+                      "over, as does" if pid else "no watcher could start here; it is deleted by"
+            also = "any `gpucli ls` or `gpucli status` that sees the run over, or " if cluster_of(record) else ""
+            on_info(f"{rented} bills until this machine deletes it (a node's own key cannot end the others or "
+                    f"what joins them): {watcher} {also}`gpucli down {record.name}`; with this machine off it "
+                    "bills until one of them runs")
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
@@ -158,12 +169,6 @@ def set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:
     nodes = list(record.nodes)
     nodes[rank - 1] = nodes[rank - 1].with_(**changes)
     return record.with_(nodes=tuple(nodes))
-
-
-def cluster_of(record: RunRecord) -> str | None:
-    """The id of the cluster a run's nodes were rented as (None: not a rented cluster)."""
-    value = (record.launch or {}).get("cluster_id")
-    return str(value) if value else None
 
 
 def rented_of(record: RunRecord) -> str | None:

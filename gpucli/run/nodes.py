@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.estimate import count_params
-from gpucli.plan.internode import link_for, node_efficiency
+from gpucli.plan.internode import Link, link_for, node_efficiency
 from gpucli.run import procs
 from gpucli.run.records import NodeRecord, RunRecord
 from gpucli.run.targets import get_target, open_host
@@ -87,6 +87,8 @@ def check_request(req: Any) -> None:
     elif len(hosts) > 1:
         raise UsageError(f"several --host go with --provider ssh, not {req.provider}")
     if n == 1:
+        if req.probe_link:
+            raise UsageError("--probe-link goes with --nodes > 1 (it measures the link between the nodes)")
         return
     if req.provider == "local" and n > MAX_LOCAL_NODES:
         raise UsageError(f"--nodes {n}: --provider local runs at most {MAX_LOCAL_NODES} node agents")
@@ -96,6 +98,9 @@ def check_request(req: Any) -> None:
         raise UsageError("--spot and --nodes > 1 do not go together: a cluster is rented on demand")
     if req.volume:
         raise UsageError("--volume and --nodes > 1 do not go together yet")
+    if req.probe_link and (target.cloud or req.provider == "local" or req.link_gbps is not None):
+        raise UsageError("--probe-link measures the link between your own machines (--provider ssh) "
+                         "when no --link-gbps is given", hint="leave out --probe-link or --link-gbps")
 
 
 def read_hosts_file(path: str) -> tuple[str, ...]:
@@ -217,13 +222,13 @@ def stop_watchdogs(record: RunRecord, *, on_warn: WarnFn) -> None:
 
 
 def planned_across(one: Any, model: Any, nodes: int, provider: str, link_gbps: float | None,
-                   tokens_per_node_step: float, price_all_nodes: float | None) -> Any:
+                   tokens_per_node_step: float, price_all_nodes: float | None, *, link: Link | None = None) -> Any:
     """The plan of a run over ``nodes`` machines from one machine's (``PlannedSpeed``): N x its tokens/s
-    at the data-parallel efficiency of :mod:`gpucli.plan.internode` over the provider's link; one
-    machine's figure alone when the link is not known (and the source says so)."""
+    at the data-parallel efficiency of :mod:`gpucli.plan.internode` over the provider's link (``link``:
+    one measured at launch); one machine's figure alone when the link is not known (the source says so)."""
     if not one.tokens_per_s or not one.hours:
         return one
-    link = link_for(provider, link_gbps)
+    link = link or link_for(provider, link_gbps)
     eff = node_efficiency(count_params(model).total, tokens_per_node_step * nodes, one.tokens_per_s, nodes, link)
     tokens = one.tokens_per_s * one.hours * 3600  # the run's tokens: every node's share
     tokens *= nodes

@@ -23,7 +23,7 @@ from gpucli.run.limits import Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
 
-__all__ = ["Limits", "NodeRecord", "PlannedSpeed", "RunRecord", "check_name", "list_runs", "load", "now_iso", "parse_iso",
+__all__ = ["LinkPair", "LinkProbe", "Limits", "NodeRecord", "PlannedSpeed", "RunRecord", "check_name", "list_runs", "load", "now_iso", "parse_iso",
            "resolve", "runs_dir", "save", "unique_name"]
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -38,6 +38,30 @@ class PlannedSpeed:
     hours: float | None = None
     cost_usd: float | None = None
     source: str | None = None
+
+
+@dataclass(frozen=True)
+class LinkPair:
+    """One node's link to rank 0 as measured at launch (gpucli/run/linkprobe.py)."""
+
+    rank: int
+    gbps: float
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """The nodes' link measured at launch: every pair to rank 0; the slowest sets the plan's pace."""
+
+    gbps: float  # the slowest pair's
+    pairs: tuple[LinkPair, ...]
+    source: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LinkProbe:
+        return cls(gbps=float(data["gbps"]), source=str(data["source"]),
+                   pairs=tuple(LinkPair(**p) for p in data.get("pairs") or ()))
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,7 @@ class RunRecord:
     # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
     launcher: str | None = None
     nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.nodes)
+    link: LinkProbe | None = None  # the nodes' link as measured at launch (ssh hosts without --link-gbps)
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -152,6 +177,8 @@ def _to_json(record: RunRecord) -> dict[str, Any]:
     data = dataclasses.asdict(record)
     if not record.nodes:
         del data["nodes"]  # records of one-machine runs stay as they were
+    if record.link is None:
+        del data["link"]
     return data
 
 
@@ -197,7 +224,7 @@ def _problem(data: Any) -> str | None:
     for key in _OPT_NUMBER:
         if data.get(key) is not None and not _is_number(data[key]):
             return f"'{key}' is not a finite number"
-    for key in ("ssh", "limits", "planned", "launch"):
+    for key in ("ssh", "limits", "planned", "launch", "link"):
         if data.get(key) is not None and not isinstance(data[key], dict):
             return f"'{key}' is not an object"
     ssh = data.get("ssh") or {}
@@ -237,11 +264,12 @@ def _from_json(data: Any, path: Path) -> RunRecord:
             limits = limits.with_(price_per_hour_usd=data["price_per_hour_usd"])  # records before the move
         planned = PlannedSpeed(**(data.get("planned") or {}))
         known = {f.name for f in dataclasses.fields(RunRecord)}
-        rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned")}
+        rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned", "link")}
+        link = LinkProbe.from_json(data["link"]) if data.get("link") else None
         rest["nodes"] = tuple(NodeRecord.from_json(n) for n in rest.get("nodes") or ())
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())
-        return RunRecord(ssh=ssh, limits=limits, planned=planned, **rest)
+        return RunRecord(ssh=ssh, limits=limits, planned=planned, link=link, **rest)
     except (TypeError, KeyError, ValueError) as exc:
         raise BadRecord(f"{path}: not a gpucli run record ({exc})") from exc
 

@@ -46,7 +46,10 @@ def launch(
     nccl_ifname: str = typer.Option(None, "--nccl-ifname", help="ssh provider, --nodes > 1: the network interface "
                                     "the nodes reach each other on (checked on every node)."),
     link_gbps: float = typer.Option(None, "--link-gbps", help="ssh provider, --nodes > 1: the nodes' link in Gbit/s, "
-                                    "for the plan."),
+                                    "for the plan (without it the link is measured at launch: 64 MB from each node "
+                                    "to rank 0; a probe that fails is a warning)."),
+    probe_link: bool = typer.Option(False, "--probe-link", help="ssh provider, --nodes > 1: measure the link at launch "
+                                    "and refuse to start when that fails."),
     identity: Path = typer.Option(None, "--identity", "-i", help="ssh provider: private key file."),
     data: str | None = typer.Option(None, "--data", help="Training text: a folder (synced), pod:/path (already on the "
                              "pod), an https:// URL or a file listing URLs, or hf://datasets/ORG/NAME[/GLOB]; "
@@ -176,7 +179,7 @@ def launch(
     req = LaunchRequest(
         profile=profile, **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size,
         name=name, host=hosts[0] if hosts else None, hosts=hosts if len(hosts) > 1 else (), nodes=nodes,
-        nccl_ifname=nccl_ifname, link_gbps=link_gbps,
+        nccl_ifname=nccl_ifname, link_gbps=link_gbps, probe_link=probe_link,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query,
@@ -272,14 +275,15 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
         from gpucli.run.multinode import node_statuses
 
         json_out({**render._status_dict(record, live_status(record)),
-                  "nodes": [dataclasses.asdict(n) for n in node_statuses(record)]})
+                  "nodes": [dataclasses.asdict(n) for n in node_statuses(record)],
+                  **({"link": dataclasses.asdict(record.link)} if record.link else {})})
         return
     render.run_status(record, live_status(record), json_=json_)
     if record.nodes:
         from gpucli.cli.render_nodes import node_table
         from gpucli.run.multinode import node_statuses
 
-        node_table(node_statuses(record), json_=False)
+        node_table(node_statuses(record), json_=False, link=record.link)
 
 
 def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="Check every run's host.")) -> None:

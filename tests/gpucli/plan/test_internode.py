@@ -13,6 +13,8 @@ def test_links_say_where_they_come_from():
     assert link_for("runpod").gbps == 1600 and "instant-clusters" in link_for("runpod").source
     assert link_for("vast").gbps is None and "overlay" in link_for("vast").source
     assert link_for("ssh").gbps is None and "--link-gbps" in link_for("ssh").source
+    assert link_for("ssh").probed and "measured at launch" in link_for("ssh").source
+    assert not link_for("ssh", 100).probed and not link_for("local").probed
     assert link_for("ssh", 100).gbps == 100 and link_for("ssh", 100).source == "--link-gbps"
 
 
