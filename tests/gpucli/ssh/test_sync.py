@@ -104,8 +104,10 @@ def test_sync_cut_mid_big_file_resumes_to_identical_bytes(sshd, target, tmp_path
     with Remote(target) as r, pytest.raises(TransferError, match="run the same command again"):
         r.sync_up(src, str(dst), progress=cut)
     assert cut.fired.is_set()
-    parts = list(dst.glob(".big.bin.*.gpucli-part"))
-    assert len(parts) == 1 and 0 < parts[0].stat().st_size < BIG
+    # One part of the file (a slow link makes the sync send it over several channels, with a sidecar of
+    # the ranges done, which may leave the part its full length with holes: the resume below is the proof).
+    parts = [p for p in dst.glob(".big.bin.*.gpucli-part") if ".ranges." not in p.name]
+    assert len(parts) == 1 and parts[0].stat().st_size > 0
     assert not (dst / "big.bin").exists()
 
     with Remote(target) as r:
