@@ -121,9 +121,11 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
                      "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}",
                      "--peer-token-file", "../peer.token")
             on_step(f"node {spec.rank}: starting")
-            if target.cloud:
-                # A cluster's member pod cannot be stopped on its own (it is managed through its cluster),
-                # so its watchdog stops the run and gpucli deletes the cluster (down, watch).
+            if target.cloud and resolved.provider != "vast":
+                # A RunPod cluster's member pod cannot be stopped on its own (it is managed through its
+                # cluster), so its watchdog stops the run and gpucli deletes the cluster (down, watch). A
+                # vast.ai instance on an overlay is an instance like any other: its own watchdog ends it
+                # (--on-end) when the run is over or a peer is lost, with its CONTAINER_API_KEY.
                 resolved = dataclasses.replace(resolved, provider="ssh")
             if spec.rank == 0:
                 record = start_on(host, job, resolved, record, on_event=on_step, save=save,
@@ -147,9 +149,13 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             watcher = f"a watcher here (pid {pid}, log {watcher_log(record.name)}) deletes it when the run is " \
                       "over, as does" if pid else "no watcher could start here; it is deleted by"
             also = "any `gpucli ls` or `gpucli status` that sees the run over, or " if cluster_of(record) else ""
-            on_info(f"{rented} bills until this machine deletes it (a node's own key cannot end the others or "
-                    f"what joins them): {watcher} {also}`gpucli down {record.name}`; with this machine off it "
-                    "bills until one of them runs")
+            why = ("RunPod lets no pod end its cluster" if cluster_of(record) else
+                   "each instance's watchdog ends its own instance when the run is over; the overlay is "
+                   "deleted from here")
+            what = rented if cluster_of(record) else \
+                f"vast.ai overlay {overlay_of(record) or (record.launch or {}).get('overlay_name')}"
+            on_info(f"{what} bills until this machine deletes it ({why}): {watcher} {also}"
+                    f"`gpucli down {record.name}`; with this machine off it bills until one of them runs")
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"

@@ -264,3 +264,39 @@ def test_a_lost_node_0_ends_every_instance_and_the_overlay(capsys, vast_cluster_
     assert lifecycle.watch("vl2", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
     assert not emu.billing() and not emu.overlays, emu.billing()
     wait_for(lambda: nothing_running(record), 60, "node 1's processes to end")
+
+
+def test_each_instance_ends_itself_when_the_run_is_over_with_nothing_running_here(capsys, vast_cluster_emulator,
+                                                                                 tmp_path, monkeypatch):
+    """An instance on an overlay is a vast instance like any other: with this machine's side gone (the
+    launch's watcher killed, no gpucli command run), each node's watchdog ends its own instance when the
+    run is over; only the overlay is left for this machine to delete."""
+    import re
+    import signal
+    import sys
+    from pathlib import Path
+
+    from gpucli.run import records as runs
+    from tests.e2e.lifecycle.test_nodes import OWN_RUN, own_script
+    from tests.support.cli import cli, wait_for
+
+    emu = vast_cluster_emulator
+    emu.overlay_ifname = "lo"
+    monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
+    code, out, err = cli(capsys, "launch", "--provider", "vast", "--profile", "h100", "--nodes", "2",
+                         "--name", "vself", "--code", str(own_script(tmp_path / "mine")), "--python", sys.executable,
+                         "--nccl-ifname", "lo", "--workdir", str(tmp_path / "pod" / "vself"), "--on-end", "terminate",
+                         "--run", f"STEPS=8 PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
+    assert code == 0, err
+    said = out + err
+    m = re.search(r"a watcher here \(pid (\d+),", said)
+    assert m and "each instance's watchdog ends its own instance" in said, said
+    os.kill(int(m.group(1)), signal.SIGKILL)  # this machine's side is gone
+    record = runs.load("vself")
+    (overlay,) = emu.overlays.values()
+    overlay_left = {f"overlay-{overlay.overlay_id}"}
+    wait_for(lambda: emu.billing() == overlay_left, 240, "both instances to end themselves")
+    assert record.instance_id not in emu.billing() and record.nodes[0].instance_id not in emu.billing()
+    code, out, err = cli(capsys, "down", "vself")
+    assert code == 0, err
+    assert not emu.billing() and not emu.overlays, emu.billing()
