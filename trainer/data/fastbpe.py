@@ -32,8 +32,9 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 class TiktokenBPE:
-    """The BPE tokenizer's interface (encode, encode_batch, encode_with_ends, decode) on tiktoken.
-    ``encode_with_ends`` gives byte offsets (``offsets_in``), which the provenance index maps lines by."""
+    """The BPE tokenizer's interface (encode, encode_batch, encode_with_ends, decode) on tiktoken, and
+    :meth:`encode_documents`, the pipeline's block encoder. Token ends are byte offsets
+    (``offsets_in``), which the provenance index maps lines by."""
 
     kind = "bpe"
     offsets_in = "bytes"
@@ -43,17 +44,73 @@ class TiktokenBPE:
         self._len = token_bytes  # bytes per token id
 
     def encode(self, text: str) -> list[int]:
-        return list(self.enc.encode_ordinary(text))
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """One text as uint32 ids, in the calling thread. tiktoken's ``encode_to_numpy`` with no special
+        token allowed or refused is its ``encode_ordinary`` (special tokens' text is plain text) without
+        the list of Python ints; ``encode_ordinary_batch`` would add a thread pool per call."""
+        try:
+            return self.enc.encode_to_numpy(text, disallowed_special=())
+        except UnicodeEncodeError:  # lone surrogates: tiktoken's own fix-up in encode_ordinary
+            return np.asarray(self.enc.encode_ordinary(text), np.uint32)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [list(x) for x in self.enc.encode_ordinary_batch(texts, num_threads=1)]
+        return [self.encode_array(t).tolist() for t in texts]
 
     def encode_with_ends(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
-        for ids in self.enc.encode_ordinary_batch(texts, num_threads=1):
-            a = np.asarray(ids, np.int64)
+        for t in texts:
+            a = self.encode_array(t).astype(np.int64)
             out.append((a, np.cumsum(self._len[a])))
         return out
+
+    def encode_documents(self, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What ``tokenizer.encode_block`` returns for BPE, in numpy per batch of ~1 MB of documents
+        rather than per document: each document encoded whole, then end-of-text; a line starts at the
+        token holding its first byte, found in one running sum of token lengths over the batch."""
+        n = len(texts)
+        lpd = np.fromiter((len(o) for o in line_offsets), np.int64, n)
+        doc_len = np.empty(n, np.int64)
+        ids_parts: list[np.ndarray] = []
+        line_parts: list[np.ndarray] = []
+        lo = 0
+        while lo < n:
+            hi, size = lo, 0
+            while hi < n and (hi == lo or size < 1 << 20):
+                size += len(texts[hi])
+                hi += 1
+            strs = [t.decode("utf-8", errors="replace") for t in texts[lo:hi]]
+            arrays = [self.encode_array(s) for s in strs]
+            counts = np.fromiter((len(a) for a in arrays), np.int64, hi - lo)
+            ids = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
+            cum = np.zeros(len(ids) + 1, np.int64)  # byte end of each token, after a 0
+            np.cumsum(self._len[ids], out=cum[1:])
+            tok_start = np.concatenate([[0], np.cumsum(counts)])
+            base = cum[tok_start]  # byte offset of each document in the batch, as encoded
+            at = np.concatenate(line_offsets[lo:hi]).astype(np.int64)
+            owner = np.repeat(np.arange(hi - lo), lpd[lo:hi])
+            raw = np.fromiter((len(t) for t in texts[lo:hi]), np.int64, hi - lo)
+            for k in np.flatnonzero(base[1:] - base[:-1] != raw).tolist():
+                # invalid UTF-8 grew by its replacement characters: offsets in the decoded text's bytes
+                sel = owner == k
+                at[sel] = [len(texts[lo + k][:b].decode("utf-8", errors="replace").encode()) for b in at[sel].tolist()]
+            # tokens of the document that end at or before the line's first byte (cum[0] = 0 is not a token)
+            g = np.searchsorted(cum, at + base[owner], side="right") - 1
+            line_parts.append(np.minimum(g, tok_start[owner + 1]) - tok_start[owner])
+            ids_parts.append(ids)
+            doc_len[lo:hi] = counts + 1
+            lo = hi
+        doc_starts = np.concatenate([[0], np.cumsum(doc_len)]).astype(np.int64)
+        tokens = np.empty(int(doc_starts[-1]), dtype)
+        ends = doc_starts[1:] - 1
+        body = np.ones(len(tokens), bool)
+        body[ends] = False
+        tokens[body] = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype)
+        tokens[ends] = self.eot
+        lines = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
+        return tokens, doc_starts, lines + np.repeat(doc_starts[:-1], lpd)
 
     def decode(self, ids: list[int]) -> str:
         return str(self.enc.decode(ids))
@@ -85,7 +142,7 @@ def from_tokenizer_json(text: str, eot: int) -> TiktokenBPE | None:
     if any(bytes([b]) not in ranks for b in range(256)):
         return None
     n = max([*ranks.values(), *special.values()]) + 1
-    lengths = np.zeros(n, np.int64)
+    lengths = np.zeros(n, np.int32)  # bytes per token id (gathered per token: the smaller the faster)
     for b, i in ranks.items():
         lengths[i] = len(b)
     for s, i in special.items():

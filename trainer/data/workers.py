@@ -16,7 +16,7 @@ import numpy as np
 
 from trainer.data.fastbpe import from_tokenizer_json
 from trainer.data.sources import Piece, PieceStats, Source, piece_docs
-from trainer.data.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_file
+from trainer.data.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_text
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,26 @@ def init_worker(setup: WorkerSetup, counter) -> None:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _setup, _counter = setup, counter
-    _tok = load_tokenizer_file(Path(setup.tokenizer_file)) if setup.tokenizer_file else ByteTokenizer()
-    if setup.encoder == "tiktoken" and setup.tokenizer_file:
-        _tok = from_tokenizer_json(Path(setup.tokenizer_file).read_text(), _tok.eot) or _tok
+    _tok = load_encoder(setup.tokenizer_file, setup.encoder) if setup.tokenizer_file else ByteTokenizer()
+
+
+def load_encoder(path: str, encoder: str = "tokenizers") -> Tokenizer:
+    """The tokenizer file's tokenizer, on tiktoken when ``encoder`` says so and it can be. Kept per
+    process by the file's content: with one worker the pipeline's checks and the worker share one
+    load (a tokenizers file and the tiktoken tables cost ~0.1 s each to build)."""
+    text = Path(path).read_text(encoding="utf-8")
+    key = (hashlib.sha256(text.encode()).hexdigest(), encoder)
+    if key not in _loaded:
+        tok = load_encoder(path) if encoder == "tiktoken" else load_tokenizer_text(text, path)
+        if encoder == "tiktoken":
+            tok = from_tokenizer_json(text, tok.eot) or tok
+        if len(_loaded) >= 4:
+            _loaded.clear()
+        _loaded[key] = tok
+    return _loaded[key]
+
+
+_loaded: dict[tuple[str, str], Tokenizer] = {}
 
 
 def doc_hash(text: bytes) -> int:
