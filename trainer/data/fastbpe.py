@@ -67,13 +67,15 @@ class TiktokenBPE:
 
     def encode_documents(self, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What ``tokenizer.encode_block`` returns for BPE, in numpy per batch of ~1 MB of documents
-        rather than per document: each document encoded whole, then end-of-text; a line starts at the
-        token holding its first byte, found in one running sum of token lengths over the batch."""
+        """What ``tokenizer.encode_block`` returns for BPE, built per batch of ~1 MB of documents
+        rather than per document: each document encoded whole and copied into the batch's array
+        after the previous document's end-of-text; a line starts at the token holding its first
+        byte, found in one running sum of token lengths over the batch (end-of-text counted as 0
+        bytes, so the sum runs on across documents)."""
         n = len(texts)
         lpd = np.fromiter((len(o) for o in line_offsets), np.int64, n)
         doc_len = np.empty(n, np.int64)
-        ids_parts: list[np.ndarray] = []
+        parts: list[np.ndarray] = []
         line_parts: list[np.ndarray] = []
         lo = 0
         while lo < n:
@@ -81,14 +83,19 @@ class TiktokenBPE:
             while hi < n and (hi == lo or size < 1 << 20):
                 size += len(texts[hi])
                 hi += 1
-            strs = [t.decode("utf-8", errors="replace") for t in texts[lo:hi]]
-            arrays = [self.encode_array(s) for s in strs]
-            counts = np.fromiter((len(a) for a in arrays), np.int64, hi - lo)
-            ids = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
-            cum = np.zeros(len(ids) + 1, np.int64)  # byte end of each token, after a 0
-            np.cumsum(self._len[ids], out=cum[1:])
-            tok_start = np.concatenate([[0], np.cumsum(counts)])
-            base = cum[tok_start]  # byte offset of each document in the batch, as encoded
+            arrays = [self.encode_array(t.decode("utf-8", errors="replace")) for t in texts[lo:hi]]
+            counts = np.fromiter((len(a) + 1 for a in arrays), np.int64, hi - lo)
+            start = np.zeros(hi - lo + 1, np.int64)  # of each document in the batch
+            np.cumsum(counts, out=start[1:])
+            batch = np.empty(int(start[-1]), dtype)
+            for k, a in enumerate(arrays):
+                batch[start[k] : start[k + 1] - 1] = a
+            batch[start[1:] - 1] = self.eot
+            lens = self._len[batch]
+            lens[start[1:] - 1] = 0  # end-of-text stands for no text
+            cum = np.zeros(len(batch) + 1, np.int64)  # byte end of each token, after a 0
+            np.cumsum(lens, out=cum[1:])
+            base = cum[start]  # byte offset of each document in the batch, as encoded
             at = np.concatenate(line_offsets[lo:hi]).astype(np.int64)
             owner = np.repeat(np.arange(hi - lo), lpd[lo:hi])
             raw = np.fromiter((len(t) for t in texts[lo:hi]), np.int64, hi - lo)
@@ -96,19 +103,16 @@ class TiktokenBPE:
                 # invalid UTF-8 grew by its replacement characters: offsets in the decoded text's bytes
                 sel = owner == k
                 at[sel] = [len(texts[lo + k][:b].decode("utf-8", errors="replace").encode()) for b in at[sel].tolist()]
-            # tokens of the document that end at or before the line's first byte (cum[0] = 0 is not a token)
+            # Tokens that end at or before the line's first byte: every token of the documents before
+            # (their end-of-text included) and those of its own; never its own end-of-text.
             g = np.searchsorted(cum, at + base[owner], side="right") - 1
-            line_parts.append(np.minimum(g, tok_start[owner + 1]) - tok_start[owner])
-            ids_parts.append(ids)
-            doc_len[lo:hi] = counts + 1
+            line_parts.append(np.minimum(g, start[owner + 1] - 1) - start[owner])
+            parts.append(batch)
+            doc_len[lo:hi] = counts
             lo = hi
-        doc_starts = np.concatenate([[0], np.cumsum(doc_len)]).astype(np.int64)
-        tokens = np.empty(int(doc_starts[-1]), dtype)
-        ends = doc_starts[1:] - 1
-        body = np.ones(len(tokens), bool)
-        body[ends] = False
-        tokens[body] = np.concatenate(ids_parts) if ids_parts else np.zeros(0, dtype)
-        tokens[ends] = self.eot
+        doc_starts = np.zeros(n + 1, np.int64)
+        np.cumsum(doc_len, out=doc_starts[1:])
+        tokens = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros(0, dtype)
         lines = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
         return tokens, doc_starts, lines + np.repeat(doc_starts[:-1], lpd)
 

@@ -401,7 +401,10 @@ class _Run:
             if len(docs) == 0:
                 continue
             lens = ds[docs + 1] - ds[docs]
-            tokens = blk["tokens"][ds[a] : ds[b]][np.repeat(sel, np.diff(ds[a : b + 1]))]
+            # runs of consecutive documents of this split: one slice of tokens each, no mask per token
+            runs = np.flatnonzero(np.diff(np.concatenate([[0], sel, [0]]).astype(np.int8))).reshape(-1, 2) + a
+            parts = [blk["tokens"][ds[r0] : ds[r1]] for r0, r1 in runs.tolist()]
+            tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
             lines = np.flatnonzero(np.repeat(sel, lpd[a:b])) + line_first[a]
             line_doc = np.repeat(np.arange(len(docs)), lpd[docs])  # position of each line's doc in docs
             new_start = np.concatenate([[0], np.cumsum(lens)[:-1]])
