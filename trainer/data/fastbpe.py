@@ -134,21 +134,16 @@ def from_tokenizer_json(text: str, eot: int) -> TiktokenBPE | None:
             or not pre.get("use_regex", True) or pre.get("add_prefix_space") or model.get("dropout"):
         return None
     special = {t["content"]: int(t["id"]) for t in j.get("added_tokens", [])}
-    back = {c: b for b, c in bytes_to_unicode().items()}
-    ranks: dict[bytes, int] = {}
-    for tok, i in model.get("vocab", {}).items():
-        if tok in special:
-            continue
-        try:
-            ranks[bytes(back[c] for c in tok)] = int(i)
-        except KeyError:
-            return None
+    table = {ord(c): b for b, c in bytes_to_unicode().items()}  # for str.translate: byte-level char -> byte
+    vocab = {tok: int(i) for tok, i in model.get("vocab", {}).items() if tok not in special}
+    if not set("".join(vocab)) <= {chr(c) for c in table}:  # a character that stands for no byte
+        return None
+    ranks = {tok.translate(table).encode("latin-1"): i for tok, i in vocab.items()}
     if any(bytes([b]) not in ranks for b in range(256)):
         return None
     n = max([*ranks.values(), *special.values()]) + 1
     lengths = np.zeros(n, np.int32)  # bytes per token id (gathered per token: the smaller the faster)
-    for b, i in ranks.items():
-        lengths[i] = len(b)
+    lengths[np.fromiter(ranks.values(), np.int64, len(ranks))] = np.fromiter(map(len, ranks), np.int32, len(ranks))
     for s, i in special.items():
         lengths[i] = len(s.encode())
     try:
