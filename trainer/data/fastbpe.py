@@ -93,9 +93,10 @@ class TiktokenBPE:
             batch[start[1:] - 1] = self.eot
             lens = self._len[batch]
             lens[start[1:] - 1] = 0  # end-of-text stands for no text
-            cum = np.zeros(len(batch) + 1, np.int64)  # byte end of each token, after a 0
+            # byte end of each token, after a 0; int32 like lens (no cast: a batch is a few MB)
+            cum = np.zeros(len(batch) + 1, np.int32)
             np.cumsum(lens, out=cum[1:])
-            base = cum[start]  # byte offset of each document in the batch, as encoded
+            base = cum[start].astype(np.int64)  # byte offset of each document in the batch, as encoded
             at = np.concatenate(line_offsets[lo:hi]).astype(np.int64)
             owner = np.repeat(np.arange(hi - lo), lpd[lo:hi])
             raw = np.fromiter((len(t) for t in texts[lo:hi]), np.int64, hi - lo)
@@ -105,7 +106,7 @@ class TiktokenBPE:
                 at[sel] = [len(texts[lo + k][:b].decode("utf-8", errors="replace").encode()) for b in at[sel].tolist()]
             # Tokens that end at or before the line's first byte: every token of the documents before
             # (their end-of-text included) and those of its own; never its own end-of-text.
-            g = np.searchsorted(cum, at + base[owner], side="right") - 1
+            g = np.searchsorted(cum, (at + base[owner]).astype(np.int32), side="right") - 1
             line_parts.append(np.minimum(g, start[owner + 1] - 1) - start[owner])
             parts.append(batch)
             doc_len[lo:hi] = counts
