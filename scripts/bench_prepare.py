@@ -136,23 +136,24 @@ def _timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
     return wall, cpu, r.stdout
 
 
-def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int) -> list[dict]:
+def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int, before: Path | None = None) -> list[dict]:
     """Rounds of: the pipeline (``python -m trainer.prepare --workers 1``, whole command) and bare
     tiktoken (``_TIKTOKEN``, whole command and its encode loop alone) with encode_ordinary and with
-    encode_to_numpy, on the same text, one thread each, in an order that rotates every round."""
+    encode_to_numpy, on the same text, one thread each, in an order that rotates every round; with
+    ``before`` (another checkout of this repository) its pipeline too, on the same text."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     pipe = [sys.executable, "-m", "trainer.prepare", "--input", str(text_dir), "--out", str(out), "--workers", "1",
             "--tokenizer", str(tok_file)]
     corpus = text_dir / "corpus.txt"
-    kinds = ["pipeline", "ordinary", "numpy"]
+    kinds = ["pipeline", "ordinary", "numpy", *(["before"] if before else [])]
     rows = []
     for i in range(rounds):
         row: dict = {"load": os.getloadavg()[0]}
-        for kind in kinds[i % 3:] + kinds[: i % 3]:
-            if kind == "pipeline":
+        for kind in kinds[i % len(kinds):] + kinds[: i % len(kinds)]:
+            if kind in ("pipeline", "before"):
                 shutil.rmtree(out, ignore_errors=True)
-                row["pipeline"] = _timed(pipe, env)[:2]
+                row[kind] = _timed(pipe, env if kind == "pipeline" else {**env, "PYTHONPATH": str(before)})[:2]
                 row["tokens"] = sum(json.loads((out / "meta.json").read_text())[k] for k in ("train_tokens", "val_tokens"))
             else:
                 wall, cpu, stdout = _timed([sys.executable, "-c", _TIKTOKEN, str(tok_file), str(corpus), kind,
@@ -162,7 +163,8 @@ def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int) -> list[dict]:
                 row["bare tokens"] = int(n)
         rows.append(row)
         print(f"round {i + 1}: load {row['load']:.1f} " + " ".join(
-            f"{k} {row[k][0]:.2f}s/{row[k][1]:.2f}cpu" for k in ("pipeline", "ordinary", "numpy", "numpy loop")),
+            f"{k} {row[k][0]:.2f}s/{row[k][1]:.2f}cpu" for k in ("pipeline", "ordinary", "numpy", "numpy loop", "before")
+            if k in row),
               file=sys.stderr, flush=True)
     return rows
 
@@ -178,8 +180,9 @@ def pair_table(rows: list[dict], mb: float) -> list[str]:
              "ordinary": "bare tiktoken encode_ordinary, whole command (start, build, read, encode)",
              "numpy": "bare tiktoken encode_to_numpy, whole command",
              "ordinary loop": "bare tiktoken encode_ordinary, encode loop only (text in memory)",
-             "numpy loop": "bare tiktoken encode_to_numpy, encode loop only (text in memory)"}
-    for k, label in names.items():
+             "numpy loop": "bare tiktoken encode_to_numpy, encode loop only (text in memory)",
+             "before": "pipeline of the --before tree, whole command"}
+    for k, label in [(k, v) for k, v in names.items() if k in rows[0]]:
         best = [mb / min(r[k][j] for r in rows) for j in (0, 1)]
         ratio = [statistics.median(r[k][j] / r["pipeline"][j] for r in rows) for j in (0, 1)]
         out.append(f"| {label} | {best[0]:.2f} | {best[1]:.2f} | "
@@ -196,6 +199,7 @@ def main() -> int:
     ap.add_argument("--tokenizers", default="bytes,bpe", help="bytes, bpe (a 5 GB memory check: bytes, text)")
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed after)")
     ap.add_argument("--pairs", type=int, default=5, help="rounds of pipeline against bare tiktoken (BPE; 0: none)")
+    ap.add_argument("--before", help="another checkout of this repository whose pipeline joins the rounds")
     args = ap.parse_args()
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_prepare_"))
     workers = [int(w) for w in args.workers.split(",")]
@@ -233,7 +237,8 @@ def main() -> int:
                         dt, n = bare(tok_file, text_dir / "corpus.txt", threads, unit)
                         rows.append((name, f"{label}, in memory", threads, mb, dt, mb / dt, n / dt / 1e6, 0))
                 if args.pairs > 0 and "text" in formats:
-                    pair_lines = pair_table(pairs(text_dir, tok_file, root / "out", args.pairs), mb)
+                    pair_lines = pair_table(pairs(text_dir, tok_file, root / "out", args.pairs,
+                                                  Path(args.before) if args.before else None), mb)
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

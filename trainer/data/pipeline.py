@@ -34,6 +34,7 @@ from trainer.data.workers import (
     block_path,
     init_worker,
     load_encoder,
+    read_block,
     run_task,
     sample_piece,
 )
@@ -358,8 +359,7 @@ class _Run:
 
     def _consume(self, st: _State, writers: dict[str, SplitWriter], t: int, b: int, path: Path, d0: int) -> bool:
         """Append one block's documents from ``d0``; True when max_bytes is reached."""
-        with np.load(path) as z:
-            blk = {k: z[k] for k in z.files}
+        blk = read_block(path)
         n = len(blk["doc_hash"])
         doc_len = np.diff(blk["doc_starts"])
         bases = {p: self._line_base(st, p) for p in set(blk["doc_piece"].tolist())}  # np.unique imports numpy.ma

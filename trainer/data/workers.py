@@ -43,6 +43,8 @@ class TaskResult:
     binary: tuple[int, ...] = ()
 
 
+BLOCK_ARRAYS = ("tokens", "doc_starts", "line_starts", "lines_per_doc", "doc_file", "doc_piece", "doc_line",
+                "doc_hash", "doc_bytes", "disk")
 _setup: WorkerSetup | None = None
 _tok: Tokenizer | None = None
 _counter = None
@@ -88,7 +90,7 @@ def is_val_hash(h: int | np.ndarray, val_split: float):
 
 
 def block_path(out_dir: str | Path, task: int, block: int) -> Path:
-    return Path(out_dir) / "work" / f"t{task:07d}-b{block:05d}.npz"
+    return Path(out_dir) / "work" / f"t{task:07d}-b{block:05d}.npy"
 
 
 def run_task(task: int, piece_ids: list[int], skip_blocks: int) -> TaskResult:
@@ -153,13 +155,20 @@ def _write_block(s: WorkerSetup, tok: Tokenizer, task: int, block: int, texts: l
     path = block_path(s.out_dir, task, block)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, tokens=tokens, doc_starts=doc_starts, line_starts=line_starts,
-                 lines_per_doc=lines_per_doc, doc_file=m[:, 0], doc_piece=m[:, 1], doc_line=m[:, 2],
-                 doc_hash=np.fromiter((doc_hash(t) for t in texts), np.uint64, len(texts)),
-                 doc_bytes=np.fromiter((len(t) for t in texts), np.int64, len(texts)),
-                 disk=np.int64(disk))
+    arrays = {"tokens": tokens, "doc_starts": doc_starts, "line_starts": line_starts, "lines_per_doc": lines_per_doc,
+              "doc_file": m[:, 0], "doc_piece": m[:, 1], "doc_line": m[:, 2],
+              "doc_hash": np.fromiter((doc_hash(t) for t in texts), np.uint64, len(texts)),
+              "doc_bytes": np.fromiter((len(t) for t in texts), np.int64, len(texts)), "disk": np.int64(disk)}
+    with open(tmp, "wb") as f:  # .npy arrays one after another: no zip checksums on a file read once
+        for k in BLOCK_ARRAYS:
+            np.lib.format.write_array(f, np.asarray(arrays[k]), allow_pickle=False)
     os.replace(tmp, path)
+
+
+def read_block(path: Path) -> dict[str, np.ndarray]:
+    """The arrays :func:`_write_block` left in ``path``."""
+    with open(path, "rb") as f:
+        return {k: np.lib.format.read_array(f, allow_pickle=False) for k in BLOCK_ARRAYS}
 
 
 def sample_piece(pid: int, quota: int) -> list[str]:
