@@ -38,3 +38,6 @@ def test_rounds_compare_the_pipeline_with_bare_tiktoken_on_the_same_text(tmp_pat
     assert table[0].startswith("1 rounds, load average")
     assert any(line.startswith("| bare tiktoken encode_to_numpy, encode loop only") and line.endswith("x |")
                for line in table)
+    stages = bench.breakdown(text_dir, VOCAB, tmp_path / "out", 1.0)
+    assert stages[0].startswith("CPU seconds in one process, 1 MB: pipeline")
+    assert stages[4].startswith("| tiktoken encoding (the same calls as bare) |") and len(stages) == 12

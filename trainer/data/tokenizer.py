@@ -158,12 +158,14 @@ def load_tokenizer_file(path: Path) -> Tokenizer:
 
 def load_tokenizer_text(text: str, name: str) -> Tokenizer:
     """The tokenizer in a tokenizer file's ``text`` (``name`` for errors)."""
-    try:
-        head = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"cannot read tokenizer file {name}: {e}") from None
-    if isinstance(head, dict) and head.get("format") == CHAR_FORMAT:
-        return CharTokenizer(str(head["chars"]))
+    # CharTokenizer.save writes the format first; a big BPE file is parsed once, by the library, below
+    if CHAR_FORMAT in text[:64] or len(text) < 1 << 16:
+        try:
+            head = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"cannot read tokenizer file {name}: {e}") from None
+        if isinstance(head, dict) and head.get("format") == CHAR_FORMAT:
+            return CharTokenizer(str(head["chars"]))
     HFTokenizer = _hf()[0]
     try:
         return BPETokenizer(HFTokenizer.from_str(text))
