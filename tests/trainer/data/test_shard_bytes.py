@@ -55,15 +55,18 @@ def digest(out: Path) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("encoder", ["tiktoken", "tokenizers"])
-def test_bpe_shards_are_the_recorded_bytes(tmp_path, encoder):
+@pytest.mark.parametrize(("encoder", "workers", "block_bytes"),
+                         [("tiktoken", 1, 1 << 24), ("tokenizers", 1, 1 << 24), ("tiktoken", 2, 50_000)])
+def test_bpe_shards_are_the_recorded_bytes(tmp_path, encoder, workers, block_bytes):
+    """(Small blocks and two worker processes: many blocks and batches, the same bytes.)"""
     if encoder == "tiktoken":
         pytest.importorskip("tiktoken")
     src = make_corpus(tmp_path / "src")
     out = tmp_path / "out"
     meta = prepare([str(src)], out, "file", log=lambda m: None,
-                   options=PrepareOptions(tokenizer="file", tokenizer_file=str(VOCAB), encoder=encoder, workers=1,
-                                          shard_tokens=1 << 16, min_val_tokens=4000, segment_lines=50))
+                   options=PrepareOptions(tokenizer="file", tokenizer_file=str(VOCAB), encoder=encoder, workers=workers,
+                                          shard_tokens=1 << 16, min_val_tokens=4000, segment_lines=50,
+                                          block_bytes=block_bytes))
     assert meta["encoder"] == encoder
     assert len(meta["shards"]["train"]) > 1  # several shards, closed at document boundaries
     assert digest(out) == DIGEST
