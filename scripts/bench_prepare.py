@@ -9,6 +9,11 @@ format and worker count, and the ``tokenizers`` library's own ``encode_batch`` o
 held in memory, as whole documents (what the pipeline encodes) and as lines (what it encoded until
 it encoded whole documents), with as many threads as the pipeline has workers. Peak RSS is the largest of the main process and any worker.
 Prints a Markdown table.
+
+With BPE it then runs ``--pairs`` rounds of the pipeline (one worker) against bare tiktoken on the same
+vocabulary and the same text (see ``_TIKTOKEN``), one process each, one thread each, in rotating
+order, and prints the median ratio of each round's figures (wall and CPU seconds, which a loaded host
+disturbs less) with the load average: a fair per-core comparison on a busy machine.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import gzip
 import json
 import os
 import random
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,15 +45,9 @@ print("PEAK_RSS_KB", max(r(resource.RUSAGE_SELF).ru_maxrss, r(resource.RUSAGE_CH
 sys.exit(rc)
 """
 
-_BARE = """import os, sys, time, resource
+_BARE = """import sys, time, resource
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
-if sys.argv[3] == "tiktoken":  # the same vocabulary on tiktoken, as the pipeline builds it
-    sys.path.insert(0, os.environ["REPO"])
-    from trainer.data.fastbpe import from_tokenizer_json
-    fast = from_tokenizer_json(open(sys.argv[1]).read(), 0)
-    tok.encode_batch = lambda texts, add_special_tokens: [type("E", (), {"ids": x}) for x in
-                                                          fast.enc.encode_ordinary_batch(texts, num_threads=1)]
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines(keepends=True)
 if sys.argv[3] != "lines":  # the pipeline's documents of a plain text file: 200-line segments
     lines = ["".join(lines[i : i + 200]) for i in range(0, len(lines), 200)]
@@ -56,6 +57,24 @@ for i in range(0, len(lines), 4096 if sys.argv[3] == "lines" else 64):
     n += sum(len(e.ids) for e in tok.encode_batch(lines[i : i + (4096 if sys.argv[3] == "lines" else 64)],
                                                    add_special_tokens=False))
 print(time.perf_counter() - t, n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+# The bare encoder as a user of a trained BPE would run it: build tiktoken from the merges (as the
+# pipeline does), read the file, cut the pipeline's documents (200-line segments), encode each whole
+# in this one thread with ``encode_ordinary`` (a list of ints) or ``encode_to_numpy`` (an array, what
+# the pipeline calls), count the tokens. Prints the encode loop's wall and CPU seconds and the tokens.
+_TIKTOKEN = """import sys, time
+sys.path.insert(0, sys.argv[4])
+from trainer.data.fastbpe import from_tokenizer_json
+enc = from_tokenizer_json(open(sys.argv[1], encoding="utf-8").read(), 0).enc
+lines = open(sys.argv[2], encoding="utf-8").read().splitlines(keepends=True)
+docs = ["".join(lines[i : i + 200]) for i in range(0, len(lines), 200)]
+w, c = time.perf_counter(), time.process_time()
+if sys.argv[3] == "numpy":
+    n = sum(len(enc.encode_to_numpy(d, disallowed_special=())) for d in docs)
+else:
+    n = sum(len(enc.encode_ordinary(d)) for d in docs)
+print(time.perf_counter() - w, time.process_time() - c, n)
 """
 
 
@@ -95,13 +114,131 @@ def run(inp: Path, out: Path, workers: int, tok: list[str]) -> tuple[float, int,
 
 
 def bare(tok_file: Path, text: Path, threads: int, unit: str = "docs") -> tuple[float, int]:
-    """The encoder alone on the text in memory: tiktoken or the ``tokenizers`` library on whole
-    documents (what the pipeline encodes), or tokenizers on lines (what it encoded before)."""
+    """The ``tokenizers`` library alone on the text in memory: whole documents (what the pipeline
+    encodes) or lines (what it encoded before)."""
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "REPO": str(REPO)}
     r = subprocess.run([sys.executable, "-c", _BARE, str(tok_file), str(text), unit], env=env, capture_output=True,
                        text=True, check=True)
     dt, n, _ = r.stdout.split()
     return float(dt), int(n)
+
+
+def _timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the child, its stdout) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(r.stderr[-2000:])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, r.stdout
+
+
+def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int, before: Path | None = None) -> list[dict]:
+    """Rounds of: the pipeline (``python -m trainer.prepare --workers 1``, whole command) and bare
+    tiktoken (``_TIKTOKEN``, whole command and its encode loop alone) with encode_ordinary and with
+    encode_to_numpy, on the same text, one thread each, in an order that rotates every round; with
+    ``before`` (another checkout of this repository) its pipeline too, on the same text."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    pipe = [sys.executable, "-m", "trainer.prepare", "--input", str(text_dir), "--out", str(out), "--workers", "1",
+            "--tokenizer", str(tok_file)]
+    corpus = text_dir / "corpus.txt"
+    kinds = ["pipeline", "ordinary", "numpy", *(["before"] if before else [])]
+    rows = []
+    for i in range(rounds):
+        row: dict = {"load": os.getloadavg()[0]}
+        for kind in kinds[i % len(kinds):] + kinds[: i % len(kinds)]:
+            if kind in ("pipeline", "before"):
+                shutil.rmtree(out, ignore_errors=True)
+                row[kind] = _timed(pipe, env if kind == "pipeline" else {**env, "PYTHONPATH": str(before)})[:2]
+                row["tokens"] = sum(json.loads((out / "meta.json").read_text())[k] for k in ("train_tokens", "val_tokens"))
+            else:
+                wall, cpu, stdout = _timed([sys.executable, "-c", _TIKTOKEN, str(tok_file), str(corpus), kind,
+                                            str(REPO)], env)
+                loop_wall, loop_cpu, n = stdout.split()
+                row[kind], row[kind + " loop"] = (wall, cpu), (float(loop_wall), float(loop_cpu))
+                row["bare tokens"] = int(n)
+        rows.append(row)
+        print(f"round {i + 1}: load {row['load']:.1f} " + " ".join(
+            f"{k} {row[k][0]:.2f}s/{row[k][1]:.2f}cpu" for k in ("pipeline", "ordinary", "numpy", "numpy loop", "before")
+            if k in row),
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def pair_table(rows: list[dict], mb: float) -> list[str]:
+    """Markdown: best-of-N MB/s of each side and the median over rounds of pipeline ÷ bare."""
+    out = [f"{len(rows)} rounds, load average {min(r['load'] for r in rows):.1f}–{max(r['load'] for r in rows):.1f}; "
+           f"pipeline {rows[0]['tokens']:,} tokens (with one end-of-text per document), bare "
+           f"{rows[0]['bare tokens']:,}", "",
+           "| what (1 process, 1 thread) | best wall MB/s | best CPU MB/s | pipeline ÷ it, wall (median) "
+           "| pipeline ÷ it, CPU (median) |", "|---|---:|---:|---:|---:|"]
+    names = {"pipeline": "pipeline, whole command (read, encode, check, shards, provenance)",
+             "ordinary": "bare tiktoken encode_ordinary, whole command (start, build, read, encode)",
+             "numpy": "bare tiktoken encode_to_numpy, whole command",
+             "ordinary loop": "bare tiktoken encode_ordinary, encode loop only (text in memory)",
+             "numpy loop": "bare tiktoken encode_to_numpy, encode loop only (text in memory)",
+             "before": "pipeline of the --before tree, whole command"}
+    for k, label in [(k, v) for k, v in names.items() if k in rows[0]]:
+        best = [mb / min(r[k][j] for r in rows) for j in (0, 1)]
+        ratio = [statistics.median(r[k][j] / r["pipeline"][j] for r in rows) for j in (0, 1)]
+        out.append(f"| {label} | {best[0]:.2f} | {best[1]:.2f} | "
+                   + (" | ".join(f"{x:.2f}x" for x in ratio) if k != "pipeline" else "— | —") + " |")
+    return out
+
+
+# Where the pipeline's CPU goes, in one process: cProfile on CPU time around the pipeline (one worker,
+# in this process), then bare tiktoken on the same documents right after, in the same process.
+_BREAKDOWN = """import cProfile, pstats, shutil, sys, time
+from pathlib import Path
+from trainer.data.pipeline import PrepareOptions, prepare
+from trainer.data.workers import load_encoder
+text_dir, tok, out = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+shutil.rmtree(out, ignore_errors=True)
+prof = cProfile.Profile(time.process_time)
+t = time.process_time()
+prof.enable()
+prepare([str(text_dir)], out, "file", log=lambda m: None,
+        options=PrepareOptions(tokenizer="file", tokenizer_file=tok, workers=1))
+prof.disable()
+total = time.process_time() - t
+enc = load_encoder(tok, "tiktoken").enc
+lines = (text_dir / "corpus.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+docs = ["".join(lines[i : i + 200]) for i in range(0, len(lines), 200)]
+t = time.process_time()
+for d in docs:
+    enc.encode_to_numpy(d, disallowed_special=())
+bare = time.process_time() - t
+cum = {f[2]: v[3] for f, v in pstats.Stats(prof).stats.items()}
+print(total, bare, *(cum.get(k, 0.0) for k in STAGES))
+"""
+STAGES = ("encode_array", "encode_documents", "_write_block", "run_task", "_consume", "_encoder", "_tokenizer")
+
+
+def breakdown(text_dir: Path, tok_file: Path, out: Path, mb: float) -> list[str]:
+    """Markdown: the pipeline's CPU seconds by stage (cProfile, CPU clock; the profiler's own cost
+    included) and bare tiktoken's on the same documents in the same process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    code = _BREAKDOWN.replace("STAGES", repr(STAGES))
+    _, _, stdout = _timed([sys.executable, "-c", code, str(text_dir), str(tok_file), str(out)], env)
+    total, bare_s, *v = map(float, stdout.split())
+    c = dict(zip(STAGES, v, strict=True))
+    rows = [("tiktoken encoding (the same calls as bare)", c["encode_array"]),
+            ("decode, batch arrays, line offsets (encode_documents)", c["encode_documents"] - c["encode_array"]),
+            ("document hashes, block file (write)", c["_write_block"] - c["encode_documents"]),
+            ("reading and cutting documents", c["run_task"] - c["_write_block"]),
+            ("block file (read), split, shards, provenance index (consume)", c["_consume"]),
+            ("tiktoken from the merges + the encoder check on a sample", c["_encoder"]),
+            ("tokenizer file (load, copy)", c["_tokenizer"])]
+    rows.append(("the rest (progress, state, meta.json)", total - sum(x for _, x in rows)))
+    out_lines = [f"CPU seconds in one process, {mb:.0f} MB: pipeline {total:.2f} s, bare tiktoken encode_to_numpy on "
+                 f"the same documents {bare_s:.2f} s (ratio {bare_s / total:.2f}x; the pipeline's own encoder share "
+                 f"{c['encode_array'] / total:.2f})", "", "| stage | CPU s | share |", "|---|---:|---:|"]
+    out_lines += [f"| {k} | {x:.2f} | {x / total:.0%} |" for k, x in rows]
+    return out_lines
 
 
 def main() -> int:
@@ -112,10 +249,13 @@ def main() -> int:
     ap.add_argument("--formats", default="text,jsonl.gz", help="inputs to time: text, jsonl.gz")
     ap.add_argument("--tokenizers", default="bytes,bpe", help="bytes, bpe (a 5 GB memory check: bytes, text)")
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed after)")
+    ap.add_argument("--pairs", type=int, default=5, help="rounds of pipeline against bare tiktoken (BPE; 0: none)")
+    ap.add_argument("--before", help="another checkout of this repository whose pipeline joins the rounds")
     args = ap.parse_args()
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_prepare_"))
     workers = [int(w) for w in args.workers.split(",")]
     rows = []
+    pair_lines: list[str] = []
     try:
         formats = [f for f in args.formats.split(",") if f]
         tokenizers = [t for t in args.tokenizers.split(",") if t]
@@ -141,13 +281,16 @@ def main() -> int:
                     print(f"{name} {fmt} {w}w: {dt:.1f}s {mb / dt:.1f} MB/s peak {peak / 1e6:.0f} MB",
                           file=sys.stderr, flush=True)
             if tok:
-                units = {"tiktoken": "bare tiktoken (the trained merges) on whole documents",
-                         "docs": "bare tokenizers encode_batch of whole documents",
+                units = {"docs": "bare tokenizers encode_batch of whole documents",
                          "lines": "bare tokenizers encode_batch of lines"}
                 for unit, label in units.items():
-                    for threads in workers if unit != "tiktoken" else [1]:
+                    for threads in workers:
                         dt, n = bare(tok_file, text_dir / "corpus.txt", threads, unit)
                         rows.append((name, f"{label}, in memory", threads, mb, dt, mb / dt, n / dt / 1e6, 0))
+                if args.pairs > 0 and "text" in formats:
+                    pair_lines = pair_table(pairs(text_dir, tok_file, root / "out", args.pairs,
+                                                  Path(args.before) if args.before else None), mb)
+                    pair_lines += ["", *breakdown(text_dir, tok_file, root / "out", mb)]
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
@@ -155,6 +298,9 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name, fmt, w, mb, dt, rate, mtok, peak in rows:
         print(f"| {name} | {fmt} | {w} | {mb:.0f} | {dt:.1f} | {rate:.1f} | {mtok:.2f} | {peak:.0f} |")
+    if pair_lines:
+        print()
+        print("\n".join(pair_lines))
     return 0
 
 

@@ -23,22 +23,25 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.data.fastbpe import agrees, from_tokenizer_json
+from trainer.data.fastbpe import TiktokenBPE, agrees
 from trainer.data.progress import Progress
 from trainer.data.shards import SplitWriter
 from trainer.data.sources import Source, collect_sources, plan_pieces, stdlib_source_list
-from trainer.data.tokenizer import BPETokenizer, CharTokenizer, find_gpt2_tokenizer, load_tokenizer_file
+from trainer.data.tokenizer import BPETokenizer, CharTokenizer, find_gpt2_tokenizer
 from trainer.data.workers import (
     TaskResult,
     WorkerSetup,
     block_path,
     init_worker,
+    load_encoder,
+    read_block,
     run_task,
     sample_piece,
 )
 
 FORMAT = 2
 TOKENIZERS = ("byte", "char", "bpe", "gpt2", "file")
+CHECK_BYTES = 64_000  # text both BPE encoders must agree on before tiktoken encodes the corpus
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ class _Run:
                 src = find_gpt2_tokenizer(o.tokenizer_file) if o.tokenizer == "gpt2" else Path(o.tokenizer_file or "")
                 if not src.is_file():
                     raise FileNotFoundError(f"tokenizer file {src} does not exist")
-                load_tokenizer_file(src)  # refuse a bad file before any work
+                load_encoder(str(src))  # refuse a bad file before any work
                 shutil.copyfile(src, path)
             else:
                 texts = self._sample(setup, pool)
@@ -216,24 +219,26 @@ class _Run:
                 tok = (CharTokenizer("".join(set("".join(texts)))) if o.tokenizer == "char"
                        else BPETokenizer.train(texts, o.vocab_size))
                 tok.save(path)
-        tok = load_tokenizer_file(path)
+        tok = load_encoder(str(path))
         return str(path), tok.vocab_size, tok.eot
 
     def _encoder(self, setup: WorkerSetup, tok_file: str | None) -> str:
-        """tiktoken for a byte-level BPE when installed and it encodes ~256 kB of the corpus exactly as
-        the tokenizers library does (trainer.data.fastbpe), unless ``encoder`` says otherwise."""
+        """tiktoken for a byte-level BPE when installed and it encodes a sample of the corpus exactly as
+        the tokenizers library does (trainer.data.fastbpe), unless ``encoder`` says otherwise. The
+        sample is ``CHECK_BYTES``, spread over the starts of up to 64 pieces."""
         if tok_file is None or self.opts.encoder == "tokenizers" or self.opts.tokenizer == "char":
             return "tokenizers"
 
-        slow = load_tokenizer_file(Path(tok_file))
-        fast = from_tokenizer_json(Path(tok_file).read_text(), slow.eot) if isinstance(slow, BPETokenizer) else None
+        slow = load_encoder(tok_file)
+        fast = load_encoder(tok_file, "tiktoken")
+        fast = fast if isinstance(fast, TiktokenBPE) else None
         if fast is None:
             why = "not a plain byte-level BPE" if isinstance(slow, BPETokenizer) else "not a BPE"
             if self.opts.encoder == "tiktoken":
                 raise ValueError(f"--encoder tiktoken: {why}, or tiktoken is not installed (pip install tiktoken)")
             return "tokenizers"
         init_worker(setup, _Counter(0))
-        quota = max(1, 256_000 // max(1, len(self.pieces)))
+        quota = max(1, CHECK_BYTES // min(len(self.pieces), 64))
         texts = [t for pid in range(min(len(self.pieces), 64)) for t in sample_piece(pid, quota)]
         if not agrees(fast, slow, texts):
             if self.opts.encoder == "tiktoken":
@@ -354,11 +359,10 @@ class _Run:
 
     def _consume(self, st: _State, writers: dict[str, SplitWriter], t: int, b: int, path: Path, d0: int) -> bool:
         """Append one block's documents from ``d0``; True when max_bytes is reached."""
-        with np.load(path) as z:
-            blk = {k: z[k] for k in z.files}
+        blk = read_block(path)
         n = len(blk["doc_hash"])
         doc_len = np.diff(blk["doc_starts"])
-        bases = {int(p): self._line_base(st, int(p)) for p in np.unique(blk["doc_piece"])}
+        bases = {p: self._line_base(st, p) for p in set(blk["doc_piece"].tolist())}  # np.unique imports numpy.ma
         first_line = blk["doc_line"] + np.array([bases[int(p)] for p in blk["doc_piece"]], np.int64)
         is_val = blk["doc_hash"] < self.threshold
         # Until validation has its minimum, every second document joins it too (by its global index).
@@ -397,7 +401,10 @@ class _Run:
             if len(docs) == 0:
                 continue
             lens = ds[docs + 1] - ds[docs]
-            tokens = blk["tokens"][ds[a] : ds[b]][np.repeat(sel, np.diff(ds[a : b + 1]))]
+            # runs of consecutive documents of this split: one slice of tokens each, no mask per token
+            runs = np.flatnonzero(np.diff(np.concatenate([[0], sel, [0]]).astype(np.int8))).reshape(-1, 2) + a
+            parts = [blk["tokens"][ds[r0] : ds[r1]] for r0, r1 in runs.tolist()]
+            tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
             lines = np.flatnonzero(np.repeat(sel, lpd[a:b])) + line_first[a]
             line_doc = np.repeat(np.arange(len(docs)), lpd[docs])  # position of each line's doc in docs
             new_start = np.concatenate([[0], np.cumsum(lens)[:-1]])
@@ -405,9 +412,9 @@ class _Run:
             writers[name].append(tokens, rel, lpd[docs], blk["doc_file"][docs], first_line[docs])
             st.tokens[name] += int(lens.sum())
             st.docs[name] += len(docs)
-            files, inv = np.unique(blk["doc_file"][docs], return_inverse=True)
-            per_tok, per_doc = np.bincount(inv, weights=lens), np.bincount(inv)
-            for f, nt, nd in zip(files.tolist(), per_tok.tolist(), per_doc.tolist(), strict=True):
+            per_tok, per_doc = np.bincount(blk["doc_file"][docs], weights=lens), np.bincount(blk["doc_file"][docs])
+            files = np.flatnonzero(per_doc)
+            for f, nt, nd in zip(files.tolist(), per_tok[files].tolist(), per_doc[files].tolist(), strict=True):
                 st.source_tokens[str(f)] = st.source_tokens.get(str(f), 0) + int(nt)
                 st.source_docs[str(f)] = st.source_docs.get(str(f), 0) + int(nd)
         st.text_bytes += int(blk["doc_bytes"][a:b].sum())

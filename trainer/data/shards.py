@@ -54,7 +54,7 @@ class SplitWriter:
             self._f = open(self.out_dir / f"{self._name()}.bin.tmp", "wb")  # noqa: SIM115
             self._idx = {"line_starts": [], "seg_line_idx": [], "seg_file": [], "seg_first_line": []}
             self._lines = 0
-        self._f.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        self._f.write(np.ascontiguousarray(tokens, dtype=self.dtype).data)  # the array's own bytes, no copy
         self._idx["line_starts"].append((line_starts + self.tokens).astype(np.uint32))
         first = self._lines + np.concatenate([[0], np.cumsum(lines_per_doc)[:-1]])
         self._idx["seg_line_idx"].append(first.astype(np.int64))

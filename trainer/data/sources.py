@@ -177,13 +177,16 @@ def text_docs(stream, segment_lines: int, max_doc_bytes: int) -> Iterator[tuple[
         while pos < len(buf):
             need = k + segment_lines - 1
             end = int(nl[need]) + 1 if need < len(nl) else (len(buf) if eof else -1)
+            kk = need + 1  # newlines before end, when it follows the segment's last newline
             if end < 0 or end - pos > max_doc_bytes:
                 if len(buf) - pos < max_doc_bytes and end < 0:
                     break
                 end = pos + max_doc_bytes
                 while end > pos + 1 and (buf[end] & 0xC0) == 0x80:  # whole UTF-8 characters
                     end -= 1
-            kk = int(np.searchsorted(nl, end))  # newlines before end
+                kk = int(np.searchsorted(nl, end))
+            elif need >= len(nl):
+                kk = len(nl)  # the end of the file
             offs = np.concatenate([ZERO, nl[k:kk] + 1 - pos])
             if offs[-1] == end - pos:
                 offs = offs[:-1]

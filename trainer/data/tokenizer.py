@@ -150,13 +150,27 @@ def _hf():
 def load_tokenizer_file(path: Path) -> Tokenizer:
     path = Path(path)
     try:
-        head = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, ValueError) as e:
         raise ValueError(f"cannot read tokenizer file {path}: {e}") from None
-    if isinstance(head, dict) and head.get("format") == CHAR_FORMAT:
-        return CharTokenizer(str(head["chars"]))
+    return load_tokenizer_text(text, str(path))
+
+
+def load_tokenizer_text(text: str, name: str) -> Tokenizer:
+    """The tokenizer in a tokenizer file's ``text`` (``name`` for errors)."""
+    # CharTokenizer.save writes the format first; a big BPE file is parsed once, by the library, below
+    if CHAR_FORMAT in text[:64] or len(text) < 1 << 16:
+        try:
+            head = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"cannot read tokenizer file {name}: {e}") from None
+        if isinstance(head, dict) and head.get("format") == CHAR_FORMAT:
+            return CharTokenizer(str(head["chars"]))
     HFTokenizer = _hf()[0]
-    return BPETokenizer(HFTokenizer.from_file(str(path)))
+    try:
+        return BPETokenizer(HFTokenizer.from_str(text))
+    except Exception as e:  # the library raises its own exception type for a malformed file
+        raise ValueError(f"cannot read tokenizer file {name}: {e}") from None
 
 
 def load_tokenizer(data_dir: Path) -> Tokenizer:
@@ -226,7 +240,9 @@ def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarr
         tokens[keep] = body
         tokens[doc_starts[1:] - 1] = tok.eot
         return tokens, doc_starts, line_body + line_doc
-    if hasattr(tok, "encode_with_ends"):  # BPE, on the tokenizers library or tiktoken (trainer.data.fastbpe)
+    if hasattr(tok, "encode_documents"):  # BPE on tiktoken (trainer.data.fastbpe): per batch in numpy
+        return tok.encode_documents(texts, line_offsets, dtype)
+    if hasattr(tok, "encode_with_ends"):  # BPE on the tokenizers library
         return _encode_documents(tok, texts, line_offsets, dtype)
     return _encode_per_line(tok, texts, line_offsets, dtype)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from trainer.data.fastbpe import from_tokenizer_json
 from trainer.data.sources import Piece, PieceStats, Source, piece_docs
-from trainer.data.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_file
+from trainer.data.tokenizer import ByteTokenizer, Tokenizer, encode_block, load_tokenizer_text
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class TaskResult:
     binary: tuple[int, ...] = ()
 
 
+BLOCK_ARRAYS = ("tokens", "doc_starts", "line_starts", "lines_per_doc", "doc_file", "doc_piece", "doc_line",
+                "doc_hash", "doc_bytes", "disk")
 _setup: WorkerSetup | None = None
 _tok: Tokenizer | None = None
 _counter = None
@@ -56,9 +58,26 @@ def init_worker(setup: WorkerSetup, counter) -> None:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _setup, _counter = setup, counter
-    _tok = load_tokenizer_file(Path(setup.tokenizer_file)) if setup.tokenizer_file else ByteTokenizer()
-    if setup.encoder == "tiktoken" and setup.tokenizer_file:
-        _tok = from_tokenizer_json(Path(setup.tokenizer_file).read_text(), _tok.eot) or _tok
+    _tok = load_encoder(setup.tokenizer_file, setup.encoder) if setup.tokenizer_file else ByteTokenizer()
+
+
+def load_encoder(path: str, encoder: str = "tokenizers") -> Tokenizer:
+    """The tokenizer file's tokenizer, on tiktoken when ``encoder`` says so and it can be. Kept per
+    process by the file's content: with one worker the pipeline's checks and the worker share one
+    load (a tokenizers file and the tiktoken tables cost ~0.1 s each to build)."""
+    text = Path(path).read_text(encoding="utf-8")
+    key = (hashlib.sha256(text.encode()).hexdigest(), encoder)
+    if key not in _loaded:
+        tok = load_encoder(path) if encoder == "tiktoken" else load_tokenizer_text(text, path)
+        if encoder == "tiktoken":
+            tok = from_tokenizer_json(text, tok.eot) or tok
+        if len(_loaded) >= 4:
+            _loaded.clear()
+        _loaded[key] = tok
+    return _loaded[key]
+
+
+_loaded: dict[tuple[str, str], Tokenizer] = {}
 
 
 def doc_hash(text: bytes) -> int:
@@ -71,7 +90,7 @@ def is_val_hash(h: int | np.ndarray, val_split: float):
 
 
 def block_path(out_dir: str | Path, task: int, block: int) -> Path:
-    return Path(out_dir) / "work" / f"t{task:07d}-b{block:05d}.npz"
+    return Path(out_dir) / "work" / f"t{task:07d}-b{block:05d}.npy"
 
 
 def run_task(task: int, piece_ids: list[int], skip_blocks: int) -> TaskResult:
@@ -136,13 +155,20 @@ def _write_block(s: WorkerSetup, tok: Tokenizer, task: int, block: int, texts: l
     path = block_path(s.out_dir, task, block)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, tokens=tokens, doc_starts=doc_starts, line_starts=line_starts,
-                 lines_per_doc=lines_per_doc, doc_file=m[:, 0], doc_piece=m[:, 1], doc_line=m[:, 2],
-                 doc_hash=np.fromiter((doc_hash(t) for t in texts), np.uint64, len(texts)),
-                 doc_bytes=np.fromiter((len(t) for t in texts), np.int64, len(texts)),
-                 disk=np.int64(disk))
+    arrays = {"tokens": tokens, "doc_starts": doc_starts, "line_starts": line_starts, "lines_per_doc": lines_per_doc,
+              "doc_file": m[:, 0], "doc_piece": m[:, 1], "doc_line": m[:, 2],
+              "doc_hash": np.fromiter((doc_hash(t) for t in texts), np.uint64, len(texts)),
+              "doc_bytes": np.fromiter((len(t) for t in texts), np.int64, len(texts)), "disk": np.int64(disk)}
+    with open(tmp, "wb") as f:  # .npy arrays one after another: no zip checksums on a file read once
+        for k in BLOCK_ARRAYS:
+            np.lib.format.write_array(f, np.asarray(arrays[k]), allow_pickle=False)
     os.replace(tmp, path)
+
+
+def read_block(path: Path) -> dict[str, np.ndarray]:
+    """The arrays :func:`_write_block` left in ``path``."""
+    with open(path, "rb") as f:
+        return {k: np.lib.format.read_array(f, allow_pickle=False) for k in BLOCK_ARRAYS}
 
 
 def sample_piece(pid: int, quota: int) -> list[str]:

@@ -1,0 +1,43 @@
+"""scripts/bench_prepare.py's rounds of the pipeline against bare tiktoken run on one text and one
+vocabulary (its speeds are for BENCHMARKS.md, never asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VOCAB = REPO / "tests" / "trainer" / "data" / "bpe600.json"
+
+pytest.importorskip("tiktoken")
+pytest.importorskip("tokenizers")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_prepare", REPO / "scripts" / "bench_prepare.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rounds_compare_the_pipeline_with_bare_tiktoken_on_the_same_text(tmp_path):
+    bench = _bench()
+    text_dir, _ = bench.generate(tmp_path, 1, 0, jsonl=False)
+    rows = bench.pairs(text_dir, VOCAB, tmp_path / "out", 1)
+    (row,) = rows
+    ndocs = -(-len((text_dir / "corpus.txt").read_text().splitlines()) // 200)  # 200-line documents
+    # the same documents: the pipeline's tokens are bare tiktoken's plus one end-of-text per document
+    assert row["tokens"] == row["bare tokens"] + ndocs
+    for kind in ("pipeline", "ordinary", "numpy", "ordinary loop", "numpy loop"):
+        wall, cpu = row[kind]
+        assert wall > 0 and cpu >= 0
+    table = bench.pair_table(rows, 1.0)
+    assert table[0].startswith("1 rounds, load average")
+    assert any(line.startswith("| bare tiktoken encode_to_numpy, encode loop only") and line.endswith("x |")
+               for line in table)
+    stages = bench.breakdown(text_dir, VOCAB, tmp_path / "out", 1.0)
+    assert stages[0].startswith("CPU seconds in one process, 1 MB: pipeline")
+    assert stages[4].startswith("| tiktoken encoding (the same calls as bare) |") and len(stages) == 12
