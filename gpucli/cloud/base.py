@@ -33,7 +33,7 @@ import enum
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, ProviderError, UsageError
@@ -182,8 +182,22 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class SshRoute:
+    """One way to reach a pod's sshd: vast.ai gives an instance a direct route (its public IP and
+    mapped port) and a proxy route (``sshN.vast.ai``), tried in that order."""
+
+    host: str
+    port: int
+    via: str  # "direct" | "proxy": for messages
+
+    def __str__(self) -> str:
+        return f"{self.via} {self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class Instance:
-    """A pod as the provider reports it right now."""
+    """A pod as the provider reports it right now. ``ssh_host``/``ssh_port`` is the route in use:
+    the first of ``ssh_routes`` until a readiness wait found which one answers."""
 
     provider: str
     instance_id: str
@@ -199,6 +213,19 @@ class Instance:
     data_center_id: str | None = None
     cloud_type: str | None = None
     stopped_usd_per_month: float | None = None  # what it bills per month while stopped (its kept disk)
+    ssh_routes: tuple[SshRoute, ...] = ()  # every route the provider offers, best first (vast: direct, proxy)
+
+    def routes(self) -> tuple[SshRoute, ...]:
+        """The routes to try: the provider's list, else the one endpoint it gave."""
+        if self.ssh_routes:
+            return self.ssh_routes
+        if self.ssh_host and self.ssh_port:
+            return (SshRoute(self.ssh_host, self.ssh_port, "ssh"),)
+        return ()
+
+    def via(self, route: SshRoute) -> Instance:
+        """This pod reached through ``route``."""
+        return replace(self, ssh_host=route.host, ssh_port=route.port)
 
     @property
     def ssh_ready(self) -> bool:

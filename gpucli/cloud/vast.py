@@ -12,8 +12,8 @@ is a Docker map whose ``HostPort`` is a string.
 SSH (vast-ai/vast-cli:vastai/cli/commands/instances.py ``get_runtype``): the official CLI sends
 ``runtype: "ssh_direc ssh_proxy"`` for direct SSH, so the instance has both a direct route
 (``public_ipaddr`` + ``ports["22/tcp"]``) and the proxy route (``ssh_host``/``ssh_port``, e.g.
-``ssh5.vast.ai``, a different host and port); gpucli uses direct when mapped and falls back to the
-proxy. When direct SSH is wanted the search asks for ``direct_port_count >= 1`` (the docs'
+``ssh5.vast.ai``, a different host and port); gpucli keeps both (``Instance.ssh_routes``), tries direct
+first and falls back to the proxy when direct is unmapped or gives no SSH banner. When direct SSH is wanted the search asks for ``direct_port_count >= 1`` (the docs'
 hello-world.mdx example; dstack's vastai/compute.py does the same). The key: new instances take the
 account's SSH keys (``POST /api/v0/ssh/``, vastai/api/keys.py ``create_ssh_key``; guides ssh.mdx), so
 gpucli registers its key on the account first (only if absent) and also attaches it to the instance
@@ -44,6 +44,7 @@ from gpucli.cloud.base import (
     InstanceState,
     LaunchSpec,
     Offer,
+    SshRoute,
 )
 from gpucli.cloud.credentials import vast_base_url
 from gpucli.cloud.http import AuthError, HttpResponse, NetworkError, RequestMaybeSent
@@ -405,7 +406,7 @@ def _storage_per_hour(item: Mapping[str, Any]) -> float:
 
 
 def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
-    """One instance object -> Instance. Direct SSH (public IP + mapped 22/tcp) wins over the proxy."""
+    """One instance object -> Instance. Direct SSH (public IP + mapped 22/tcp) is tried before the proxy."""
     actual = inst.get("actual_status")
     status_msg = str(inst.get("status_msg") or "")
     if actual is None:
@@ -417,18 +418,7 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
     words = (inst.get("cur_state"), inst.get("intended_status"), inst.get("next_state"))
     if all(w == "stopped" for w in words):
         state = InstanceState.STOPPED  # outbid or interrupted (dstack's reading)
-    host: str | None = None
-    port: int | None = None
-    ports = inst.get("ports")
-    if isinstance(ports, Mapping) and inst.get("public_ipaddr"):
-        mapping = ports.get("22/tcp")
-        if isinstance(mapping, list) and mapping and isinstance(mapping[0], Mapping):
-            host_port = mapping[0].get("HostPort")
-            if host_port is not None and str(host_port).isdigit():
-                host, port = str(inst["public_ipaddr"]).strip(), int(str(host_port))
-    if host is None and inst.get("ssh_host") and isinstance(inst.get("ssh_port"), int | str) and \
-            str(inst.get("ssh_port")).isdigit():
-        host, port = str(inst["ssh_host"]), int(str(inst["ssh_port"]))
+    routes = _ssh_routes(inst)
     count = inst.get("num_gpus")
     raw = f"actual_status={actual}"
     if inst.get("intended_status") is not None:
@@ -437,10 +427,30 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
         raw += f" status_msg={status_msg[:120]!r}"
     return Instance(
         provider="vast", instance_id=str(inst.get("id")), label=_opt_str(inst.get("label")), state=state,
-        ssh_host=host, ssh_port=port, ssh_user=ssh_user, price_per_hour_usd=as_number(inst.get("dph_total")),
+        ssh_host=routes[0].host if routes else None, ssh_port=routes[0].port if routes else None, ssh_user=ssh_user,
+        price_per_hour_usd=as_number(inst.get("dph_total")),
         gpu_name=_opt_str(inst.get("gpu_name")), gpu_count=count if isinstance(count, int) else None,
-        raw_status=raw, stopped_usd_per_month=_stopped_storage(inst),
+        raw_status=raw, stopped_usd_per_month=_stopped_storage(inst), ssh_routes=routes,
     )
+
+
+def _ssh_routes(inst: Mapping[str, Any]) -> tuple[SshRoute, ...]:
+    """Both SSH routes, direct first: "If the machine supports open ports our system will try to setup
+    both a direct ssh connection and a backup proxy connection" (vast-ai/docs
+    guides/instances/connect/overview.mdx L45-46; ssh.mdx L140-145: proxy works on all machines, direct
+    is faster). A direct port can accept TCP and never answer (a host's firewall), so the readiness
+    wait (gpucli.cloud.provision) tries each in turn and keeps the one that speaks SSH."""
+    routes: list[SshRoute] = []
+    ports = inst.get("ports")
+    if isinstance(ports, Mapping) and inst.get("public_ipaddr"):
+        mapping = ports.get("22/tcp")
+        if isinstance(mapping, list) and mapping and isinstance(mapping[0], Mapping):
+            host_port = mapping[0].get("HostPort")
+            if host_port is not None and str(host_port).isdigit():
+                routes.append(SshRoute(str(inst["public_ipaddr"]).strip(), int(str(host_port)), "direct"))
+    if inst.get("ssh_host") and isinstance(inst.get("ssh_port"), int | str) and str(inst.get("ssh_port")).isdigit():
+        routes.append(SshRoute(str(inst["ssh_host"]), int(str(inst["ssh_port"])), "proxy"))
+    return tuple(routes)
 
 
 def _stopped_storage(inst: Mapping[str, Any]) -> float | None:

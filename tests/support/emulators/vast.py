@@ -37,7 +37,8 @@ import re
 import time
 from typing import Any
 
-from tests.support.emulators.common import EmulatorBase, EmuPod, Reply, TcpForwarder
+from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+from tests.support.emulators.vastnet import VastNet
 
 _CONTROL = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 
@@ -146,6 +147,9 @@ class VastEmulator(EmulatorBase):
         self.balance_usd: float | None = 42.5
         self.runtypes: dict[str, str] = {}  # pod id -> runtype it was created with
         self.direct_ports: dict[str, bool] = {}  # pod id -> its machine has direct ports
+        # Each route a metered forwarder (bandwidth billed; GET /api/v0/charges/), and the fault switch
+        # ``net.silent`` (a route that accepts TCP and never answers): tests/support/emulators/vastnet.py.
+        self.net = VastNet(self)
 
     def unauthorized(self) -> Reply:
         return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
@@ -292,6 +296,7 @@ class VastEmulator(EmulatorBase):
             self.runtypes[pod_id] = runtype
             self.direct_ports[pod_id] = (_num(offer.get("direct_port_count")) or 0) > 0
             self.add_pod(pod)
+            self.net.created(pod, offer)
             if not self.offers_rentable_again:
                 offer["rentable"] = False
         self.ledger.record(pod_id, "created", label=pod.label, spot=spot, bid=pod.bid)
@@ -330,13 +335,12 @@ class VastEmulator(EmulatorBase):
                 inst.update(actual_status="running", status_msg="running",
                             image_runtype=self.runtypes.get(pod.pod_id, "ssh"))
                 if words & {"ssh", "ssh_proxy", "jupyter", "jupyter_proxy"}:
-                    if pod.proxy is None:
-                        pod.proxy = TcpForwarder(sshd.port)
-                    inst.update(ssh_host="localhost", ssh_port=pod.proxy.port)
+                    inst.update(ssh_host="localhost", ssh_port=self.net.proxy_port(pod))
                 if words & {"ssh_direct", "ssh_direc", "jupyter_direct", "jupyter_direc"} and \
                         self.direct_ports.get(pod.pod_id, True):
-                    inst.update(ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(sshd.port)}]},
-                                direct_port_start=sshd.port, direct_port_end=sshd.port)
+                    port = self.net.direct_port(pod)
+                    inst.update(ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]},
+                                direct_port_start=port, direct_port_end=port)
             else:
                 inst["actual_status"] = "loading"
         return inst
@@ -348,6 +352,16 @@ class VastEmulator(EmulatorBase):
                 return Reply(200, {"instances": None})
             pod.polls += 1
             return Reply(200, {"instances": self._render(pod, advance=True)})
+
+    def end_pod(self, pod_id: str, event: str, by: str) -> EmuPod | None:
+        pod = super().end_pod(pod_id, event, by)
+        if pod is not None and event == "terminated":
+            self.net.terminated(pod_id)  # its direct port goes, its bill stops
+        return pod
+
+    def stop(self) -> None:
+        super().stop()
+        self.net.close()
 
     def _terminate(self, pod_id: str, body: Any, by: str) -> Reply:
         if self.end_pod(pod_id, "terminated", by) is None:
