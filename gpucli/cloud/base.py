@@ -237,6 +237,15 @@ class Instance:
         return bool(self.label) and str(self.label).startswith(LABEL_PREFIX)
 
 
+@dataclass(frozen=True)
+class Billed:
+    """What the provider says a pod has been billed so far (vast.ai's charges: compute, storage and
+    the bandwidth it bills per byte)."""
+
+    total_usd: float
+    bandwidth_usd: float = 0.0  # data moved in and out, inside total_usd
+
+
 class InstanceNotFound(ProviderError):
     """The provider does not know this instance id (never created, or already gone)."""
 
@@ -317,6 +326,11 @@ class Provider(ABC):
     def stop(self, instance_id: str) -> None:
         """Stop without deleting (storage may still bill). Not every provider supports it."""
         raise UnsupportedOperation(f"{self.name} cannot stop pods; use terminate")
+
+    def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
+        """What the pod created at ``since_epoch_s`` has been billed so far, where the provider reports
+        it per pod (None: it does not). Read-only."""
+        return None
 
     def balance_usd(self) -> float | None:
         """The account's credit in USD where the API reports it, else None. Read-only."""

@@ -38,6 +38,7 @@ from gpucli.cloud.api import ApiProvider
 from gpucli.cloud.base import (
     DEFAULT_LAUNCH_DISK_GB,
     LABEL_PREFIX,
+    Billed,
     CreateAnswerLost,
     Instance,
     InstanceNotFound,
@@ -49,6 +50,8 @@ from gpucli.cloud.base import (
 from gpucli.cloud.credentials import vast_base_url
 from gpucli.cloud.http import AuthError, HttpResponse, NetworkError, RequestMaybeSent
 from gpucli.cloud.query import Query, as_number, parse_query
+from gpucli.cloud.vastbill import MAX_PAGES as MAX_CHARGE_PAGES
+from gpucli.cloud.vastbill import billed_in, charges_params
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
 
 log = logging.getLogger(__name__)
@@ -86,6 +89,7 @@ class VastProvider(ApiProvider):
         ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
         ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
         ("balance", "REST v0 GET /api/v0/users/current"),
+        ("charges", "REST v0 GET /api/v0/charges/ (compute, storage, bandwidth per instance)"),
         ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
     )
 
@@ -139,6 +143,18 @@ class VastProvider(ApiProvider):
                                  idempotent=False, what="create ssh key")
         _raise_for_error(resp, what="create ssh key")
         return True
+
+    def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
+        """``GET /api/v0/charges/``: the instance's charges, bandwidth included (gpucli/cloud/vastbill.py)."""
+        token: str | None = None
+        for _ in range(MAX_CHARGE_PAGES):
+            resp = self.http.request("GET", "/api/v0/charges/", params=charges_params(since_epoch_s, after_token=token),
+                                     what="show charges")
+            _raise_for_error(resp, what="show charges")
+            found, token = billed_in(resp.body, _safe_id(instance_id))
+            if found is not None or not token:
+                return found
+        return None
 
     def balance_usd(self) -> float | None:
         resp = self.http.request("GET", "/api/v0/users/current", what="show user")

@@ -29,6 +29,7 @@ from gpucli.cloud.provision import provision_with_retries
 from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run import userconfig
+from gpucli.run.records import parse_iso
 from gpucli.run.targets.base import OfferAsk, PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.onstart import onstart_hook
@@ -37,7 +38,7 @@ from gpucli.settings import home, pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
-    from gpucli.cloud.base import Offer, Provider
+    from gpucli.cloud.base import Billed, Offer, Provider
     from gpucli.cloud.runpod import NetworkVolume
     from gpucli.plan.catalog import Catalog, Gpu
     from gpucli.run.records import RunRecord
@@ -387,6 +388,18 @@ class CloudTarget:
         except InstanceNotFound:
             return PodState("gone", f"{self.name} has no pod {record.instance_id}")
         return PodState(self._word(inst.state), inst.raw_status)
+
+    def billed(self, record: RunRecord) -> Billed | None:
+        """What the provider says the run's pod has been billed so far, where it reports it per pod
+        (vast.ai's charges, bandwidth included); None when it does not or cannot be asked now."""
+        created = parse_iso(record.created_at)
+        if not record.instance_id or created is None:
+            return None
+        try:
+            return self.client().billed(record.instance_id, created.timestamp())
+        except GpucliError as exc:  # a missing key, a provider fault: the status goes on without it
+            log.info("could not read what %s billed pod %s: %s", self.name, record.instance_id, exc)
+            return None
 
     def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
         """What the run's ended pod keeps billing per month, and what: a stopped pod's disk (RunPod:
