@@ -184,7 +184,9 @@ class VastProvider(ApiProvider):
             # A third path for images whose sshd starts from onstart: the key goes in at start.
             "onstart": "mkdir -p ~/.ssh && chmod 700 ~/.ssh && echo " + shlex.quote(pub)
                        + " >> ~/.ssh/authorized_keys && chmod 600 ~/.ssh/authorized_keys"
-                       # then the run's own start hook: a container vast starts again resumes the run
+                       # the boot guard (gpucli/cloud/bootguard.py), then the run's own start hook: a
+                       # container vast starts again resumes the run
+                       + (f"; {spec.boot_guard}" if spec.boot_guard else "")
                        + (f"; {spec.onstart}" if spec.onstart else ""),
         }
         if spec.spot:

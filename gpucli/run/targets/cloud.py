@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from gpucli.cloud import get_provider
 from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, LaunchSpec, TerminatePending
+from gpucli.cloud.bootguard import guard_command, window_s
+from gpucli.cloud.http import USER_AGENT
 from gpucli.cloud.provision import provision_with_retries
 from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
@@ -198,6 +200,10 @@ class CloudTarget:
         ``--query`` (vast query words)."""
         raise NotImplementedError
 
+    def pod_api_env(self) -> dict[str, str]:
+        """The API endpoint the pod-side watchdog and the boot guard call, as the watchdog's env file says it."""
+        raise NotImplementedError
+
     # -- the contract ----------------------------------------------------------------------------------
 
     def default_python(self) -> str:
@@ -299,7 +305,11 @@ class CloudTarget:
                           cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
                           min_cuda=getattr(self, "min_cuda", None) if not image else None,
                           onstart=onstart_hook(workdir) if workdir and getattr(self, "resumes_in_place", False)
-                          else None)
+                          else None,
+                          # the pod guards itself until the watchdog runs (gpucli/cloud/bootguard.py)
+                          boot_guard=guard_command(self.name, workdir, window_s(ready_timeout_s),
+                                                   next(iter(self.pod_api_env().values()), ""), USER_AGENT)
+                          if workdir else None)
         if volume is not None:
             on_event(f"with network volume {volume.name} ({volume.volume_id}, {volume.data_center_id}) at /workspace")
         if plan.bid_note:

@@ -38,7 +38,9 @@ import time
 from typing import Any
 
 from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+from tests.support.emulators.startcmd import boot_and_start
 from tests.support.emulators.vastnet import VastNet
+from tests.support.sshd import SshServer
 
 _CONTROL = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 
@@ -137,6 +139,8 @@ class VastEmulator(EmulatorBase):
         self.create_bodies: list[tuple[str, dict[str, Any]]] = []
         self.onstart: dict[str, str] = {}  # instance id -> its onstart script (run again at every resume)
         self.run_onstart = False  # run it on resume (off: the emulator's pods are this machine's user)
+        self.run_start_commands = False  # run a container's start command at its first start (startcmd.py)
+        self.started_containers: set[str] = set()
         self._next_id = 20_000_000
         self.offers_rentable_again = True  # keep offers rentable after a rent (fault loops rent many)
         self.attach_requires_running = True
@@ -157,6 +161,10 @@ class VastEmulator(EmulatorBase):
     def forbidden(self, endpoint: str) -> Reply:
         return Reply(403, {"success": False, "error": "forbidden",
                            "msg": "This key is scoped to one instance: it can only stop or destroy it."})
+
+    def boot(self, pod: EmuPod) -> SshServer:
+        """Start the container; its start command runs the first time with ``run_start_commands`` (startcmd.py)."""
+        return boot_and_start(self, pod, super().boot)
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
