@@ -107,6 +107,9 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
         ("$ per hour", money(st.usd_per_hour) if st.usd_per_hour is not None else "-"),
         ("projected total", money(st.projected_cost_usd) if st.projected_cost_usd is not None else "-"),
     ]
+    if st.billed_usd is not None:
+        rows.append(("billed by " + record.provider, money(st.billed_usd)
+                     + (f" (bandwidth {money(st.bandwidth_usd)})" if st.bandwidth_usd else "")))
     if st.restarts:
         rows.append(("preemptions", f"{st.restarts} (the instance was paused and started again; the run "
                                     "resumed from its newest checkpoint on the instance)"))

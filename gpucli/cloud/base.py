@@ -33,7 +33,7 @@ import enum
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import NotFoundError, ProviderError, UsageError
@@ -155,6 +155,7 @@ class LaunchSpec:
     mount_path: str = "/workspace"  # where the volume disk or network volume is mounted, always sent
     min_cuda: str | None = None  # the lowest host CUDA version the image needs ("12.4")
     onstart: str | None = None  # vast: the script the container runs at every start (resume after outbid)
+    boot_guard: str | None = None  # a sh line run first at container start: gpucli.cloud.bootguard
 
     def __post_init__(self) -> None:
         if not _RUN_NAME.match(self.name):
@@ -182,8 +183,22 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class SshRoute:
+    """One way to reach a pod's sshd: vast.ai gives an instance a direct route (its public IP and
+    mapped port) and a proxy route (``sshN.vast.ai``), tried in that order."""
+
+    host: str
+    port: int
+    via: str  # "direct" | "proxy": for messages
+
+    def __str__(self) -> str:
+        return f"{self.via} {self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class Instance:
-    """A pod as the provider reports it right now."""
+    """A pod as the provider reports it right now. ``ssh_host``/``ssh_port`` is the route in use:
+    the first of ``ssh_routes`` until a readiness wait found which one answers."""
 
     provider: str
     instance_id: str
@@ -199,6 +214,19 @@ class Instance:
     data_center_id: str | None = None
     cloud_type: str | None = None
     stopped_usd_per_month: float | None = None  # what it bills per month while stopped (its kept disk)
+    ssh_routes: tuple[SshRoute, ...] = ()  # every route the provider offers, best first (vast: direct, proxy)
+
+    def routes(self) -> tuple[SshRoute, ...]:
+        """The routes to try: the provider's list, else the one endpoint it gave."""
+        if self.ssh_routes:
+            return self.ssh_routes
+        if self.ssh_host and self.ssh_port:
+            return (SshRoute(self.ssh_host, self.ssh_port, "ssh"),)
+        return ()
+
+    def via(self, route: SshRoute) -> Instance:
+        """This pod reached through ``route``."""
+        return replace(self, ssh_host=route.host, ssh_port=route.port)
 
     @property
     def ssh_ready(self) -> bool:
@@ -208,6 +236,15 @@ class Instance:
     @property
     def is_ours(self) -> bool:
         return bool(self.label) and str(self.label).startswith(LABEL_PREFIX)
+
+
+@dataclass(frozen=True)
+class Billed:
+    """What the provider says a pod has been billed so far (vast.ai's charges: compute, storage and
+    the bandwidth it bills per byte)."""
+
+    total_usd: float
+    bandwidth_usd: float = 0.0  # data moved in and out, inside total_usd
 
 
 class InstanceNotFound(ProviderError):
@@ -290,6 +327,11 @@ class Provider(ABC):
     def stop(self, instance_id: str) -> None:
         """Stop without deleting (storage may still bill). Not every provider supports it."""
         raise UnsupportedOperation(f"{self.name} cannot stop pods; use terminate")
+
+    def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
+        """What the pod created at ``since_epoch_s`` has been billed so far, where the provider reports
+        it per pod (None: it does not). Read-only."""
+        return None
 
     def balance_usd(self) -> float | None:
         """The account's credit in USD where the API reports it, else None. Read-only."""

@@ -4,7 +4,9 @@ The loop the launcher drives, kept here so both clouds share one audited copy:
 
 1. create on the next offer (bounded number of offers);
 2. hand the id to ``on_created`` *before* waiting, so a crash during the wait still knows the pod;
-3. wait with a ``time.monotonic()`` deadline for RUNNING + an SSH endpoint + an SSH banner;
+3. wait with a ``time.monotonic()`` deadline for RUNNING + an SSH endpoint + an SSH banner, trying each
+   of the pod's SSH routes (vast: direct, then proxy) with a bounded banner wait and keeping the one
+   that answers;
 4. read back the billed $/h right after create: a pod billed more than ``PRICE_TOLERANCE`` above its
    quote is terminated before anything is set up on it and the next offer is tried (``keep_overpriced``:
    ``--force`` keeps it);
@@ -31,6 +33,7 @@ from gpucli.cloud.base import (
     Offer,
     Provider,
     SpotRefusedError,
+    SshRoute,
 )
 from gpucli.cloud.credentials import MissingKeyError
 from gpucli.cloud.http import AuthError, QuotaExceededError
@@ -186,7 +189,8 @@ def provision_with_retries(
         elif billed is not None:
             on_event(f"pod {inst.instance_id} bills ${billed:.4f}/h (quote ${quote or 0:.4f}/h)")
         on_event(f"created {provider.name} pod {inst.instance_id}; waiting up to {ready_timeout_s:.0f} s for SSH")
-        ready, reason = _wait_ready(provider, inst, ready_timeout_s, poll_interval_s, ssh_check, clock, sleep)
+        ready, reason = _wait_ready(provider, inst, ready_timeout_s, poll_interval_s, ssh_check, clock, sleep,
+                                    on_event)
         if ready is not None:
             attempts.append(Attempt(offer_id, inst.instance_id, True, "ready"))
             # A create whose answer was lost earlier may have made a pod after all; only one is kept.
@@ -221,9 +225,11 @@ def _sweep_label(provider: Provider, label: str, *, keep: str | None, on_event: 
 
 def _wait_ready(provider: Provider, inst: Instance, timeout_s: float, poll_s: float,
                 ssh_check: Callable[[Instance], bool] | None, clock: Callable[[], float],
-                sleep: Callable[[float], None]) -> tuple[Instance | None, str]:
+                sleep: Callable[[float], None], on_event: Callable[[str], None] = lambda msg: None,
+                ) -> tuple[Instance | None, str]:
     deadline = clock() + timeout_s
     last = inst
+    silent: list[SshRoute] = []  # routes that gave no banner yet: tried after the others
     while True:
         try:
             last = provider.get(inst.instance_id)
@@ -236,11 +242,39 @@ def _wait_ready(provider: Provider, inst: Instance, timeout_s: float, poll_s: fl
         else:
             if last.state.is_dead:
                 return None, f"pod went {last.state.value} ({last.raw_status})"
-            if last.ssh_ready and (ssh_check is None or ssh_check(last)):
-                return last, "ready"
+            if last.ssh_ready:
+                if ssh_check is None:
+                    return last, "ready"
+                found = _answering_route(last, ssh_check, silent, on_event)
+                if found is not None:
+                    return found, "ready"
         if clock() >= deadline:
+            if silent:
+                tried = ", ".join(str(r) for r in silent)
+                return None, f"no SSH banner within {timeout_s:.0f} s on any route ({tried})"
             return None, f"not reachable over SSH within {timeout_s:.0f} s (last: {last.raw_status})"
         sleep(min(poll_s, max(0.0, deadline - clock())))
+
+
+def _answering_route(inst: Instance, ssh_check: Callable[[Instance], bool], silent: list[SshRoute],
+                     on_event: Callable[[str], None]) -> Instance | None:
+    """``inst`` through the first of its SSH routes that speaks SSH, or None. Each try is bounded
+    (``ssh_banner_check``'s timeout); a route that gave no banner is tried after the others on later
+    polls, and named once. The returned Instance's ``ssh_host``/``ssh_port`` are the route that
+    answered: the launch records it, so every later SSH use (sync, status, fetch-best, watch, down)
+    goes the same way."""
+    routes = inst.routes()
+    ordered = [r for r in routes if r not in silent] + [r for r in routes if r in silent]
+    for route in ordered:
+        if ssh_check(inst.via(route)):
+            if route != routes[0]:
+                on_event(f"SSH answers on the {route} route ({routes[0]} gave no SSH banner); using it")
+            return inst.via(route)
+        if route not in silent:
+            silent.append(route)
+            if len(routes) > 1:
+                on_event(f"no SSH banner on the {route} route yet")
+    return None
 
 
 def _terminate(provider: Provider, instance_id: str, sleep: Callable[[float], None], tries: int = 3) -> bool:

@@ -34,6 +34,7 @@ from gpucli.cloud.base import (
     Offer,
     SpotRefusedError,
 )
+from gpucli.cloud.bootguard import RUNPOD_IMAGES, start_args
 from gpucli.cloud.credentials import runpod_base_url
 from gpucli.cloud.http import HttpResponse, RequestMaybeSent
 from gpucli.cloud.query import Query, as_number, sort_by_order
@@ -177,6 +178,8 @@ class RunPodProvider(ApiProvider):
             "name": spec.label, "image": spec.image, "gpu": gpu, "disk": CONTAINER_DISK_GB,
             "ports": [p.replace(" ", "") for p in spec.ports], "env": env, "startSsh": True,
         }
+        if spec.boot_guard and spec.image.startswith(RUNPOD_IMAGES):
+            body["args"] = start_args(spec.boot_guard)
         cloud, dc = _pinned(spec)
         if spec.network_volume_id:
             # Network volumes are Secure Cloud only (storage/network-volumes.mdx L98), in their data centre.

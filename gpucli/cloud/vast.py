@@ -12,8 +12,8 @@ is a Docker map whose ``HostPort`` is a string.
 SSH (vast-ai/vast-cli:vastai/cli/commands/instances.py ``get_runtype``): the official CLI sends
 ``runtype: "ssh_direc ssh_proxy"`` for direct SSH, so the instance has both a direct route
 (``public_ipaddr`` + ``ports["22/tcp"]``) and the proxy route (``ssh_host``/``ssh_port``, e.g.
-``ssh5.vast.ai``, a different host and port); gpucli uses direct when mapped and falls back to the
-proxy. When direct SSH is wanted the search asks for ``direct_port_count >= 1`` (the docs'
+``ssh5.vast.ai``, a different host and port); gpucli keeps both (``Instance.ssh_routes``), tries direct
+first and falls back to the proxy when direct is unmapped or gives no SSH banner. When direct SSH is wanted the search asks for ``direct_port_count >= 1`` (the docs'
 hello-world.mdx example; dstack's vastai/compute.py does the same). The key: new instances take the
 account's SSH keys (``POST /api/v0/ssh/``, vastai/api/keys.py ``create_ssh_key``; guides ssh.mdx), so
 gpucli registers its key on the account first (only if absent) and also attaches it to the instance
@@ -38,16 +38,20 @@ from gpucli.cloud.api import ApiProvider
 from gpucli.cloud.base import (
     DEFAULT_LAUNCH_DISK_GB,
     LABEL_PREFIX,
+    Billed,
     CreateAnswerLost,
     Instance,
     InstanceNotFound,
     InstanceState,
     LaunchSpec,
     Offer,
+    SshRoute,
 )
 from gpucli.cloud.credentials import vast_base_url
 from gpucli.cloud.http import AuthError, HttpResponse, NetworkError, RequestMaybeSent
 from gpucli.cloud.query import Query, as_number, parse_query
+from gpucli.cloud.vastbill import MAX_PAGES as MAX_CHARGE_PAGES
+from gpucli.cloud.vastbill import billed_in, charges_params
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
 
 log = logging.getLogger(__name__)
@@ -85,6 +89,7 @@ class VastProvider(ApiProvider):
         ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
         ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
         ("balance", "REST v0 GET /api/v0/users/current"),
+        ("charges", "REST v0 GET /api/v0/charges/ (compute, storage, bandwidth per instance)"),
         ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
     )
 
@@ -139,6 +144,18 @@ class VastProvider(ApiProvider):
         _raise_for_error(resp, what="create ssh key")
         return True
 
+    def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
+        """``GET /api/v0/charges/``: the instance's charges, bandwidth included (gpucli/cloud/vastbill.py)."""
+        token: str | None = None
+        for _ in range(MAX_CHARGE_PAGES):
+            resp = self.http.request("GET", "/api/v0/charges/", params=charges_params(since_epoch_s, after_token=token),
+                                     what="show charges")
+            _raise_for_error(resp, what="show charges")
+            found, token = billed_in(resp.body, _safe_id(instance_id))
+            if found is not None or not token:
+                return found
+        return None
+
     def balance_usd(self) -> float | None:
         resp = self.http.request("GET", "/api/v0/users/current", what="show user")
         _raise_for_error(resp, what="show user")
@@ -167,7 +184,9 @@ class VastProvider(ApiProvider):
             # A third path for images whose sshd starts from onstart: the key goes in at start.
             "onstart": "mkdir -p ~/.ssh && chmod 700 ~/.ssh && echo " + shlex.quote(pub)
                        + " >> ~/.ssh/authorized_keys && chmod 600 ~/.ssh/authorized_keys"
-                       # then the run's own start hook: a container vast starts again resumes the run
+                       # the boot guard (gpucli/cloud/bootguard.py), then the run's own start hook: a
+                       # container vast starts again resumes the run
+                       + (f"; {spec.boot_guard}" if spec.boot_guard else "")
                        + (f"; {spec.onstart}" if spec.onstart else ""),
         }
         if spec.spot:
@@ -405,7 +424,7 @@ def _storage_per_hour(item: Mapping[str, Any]) -> float:
 
 
 def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
-    """One instance object -> Instance. Direct SSH (public IP + mapped 22/tcp) wins over the proxy."""
+    """One instance object -> Instance. Direct SSH (public IP + mapped 22/tcp) is tried before the proxy."""
     actual = inst.get("actual_status")
     status_msg = str(inst.get("status_msg") or "")
     if actual is None:
@@ -417,18 +436,7 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
     words = (inst.get("cur_state"), inst.get("intended_status"), inst.get("next_state"))
     if all(w == "stopped" for w in words):
         state = InstanceState.STOPPED  # outbid or interrupted (dstack's reading)
-    host: str | None = None
-    port: int | None = None
-    ports = inst.get("ports")
-    if isinstance(ports, Mapping) and inst.get("public_ipaddr"):
-        mapping = ports.get("22/tcp")
-        if isinstance(mapping, list) and mapping and isinstance(mapping[0], Mapping):
-            host_port = mapping[0].get("HostPort")
-            if host_port is not None and str(host_port).isdigit():
-                host, port = str(inst["public_ipaddr"]).strip(), int(str(host_port))
-    if host is None and inst.get("ssh_host") and isinstance(inst.get("ssh_port"), int | str) and \
-            str(inst.get("ssh_port")).isdigit():
-        host, port = str(inst["ssh_host"]), int(str(inst["ssh_port"]))
+    routes = _ssh_routes(inst)
     count = inst.get("num_gpus")
     raw = f"actual_status={actual}"
     if inst.get("intended_status") is not None:
@@ -437,10 +445,30 @@ def parse_instance(inst: Mapping[str, Any], *, ssh_user: str = "root") -> Instan
         raw += f" status_msg={status_msg[:120]!r}"
     return Instance(
         provider="vast", instance_id=str(inst.get("id")), label=_opt_str(inst.get("label")), state=state,
-        ssh_host=host, ssh_port=port, ssh_user=ssh_user, price_per_hour_usd=as_number(inst.get("dph_total")),
+        ssh_host=routes[0].host if routes else None, ssh_port=routes[0].port if routes else None, ssh_user=ssh_user,
+        price_per_hour_usd=as_number(inst.get("dph_total")),
         gpu_name=_opt_str(inst.get("gpu_name")), gpu_count=count if isinstance(count, int) else None,
-        raw_status=raw, stopped_usd_per_month=_stopped_storage(inst),
+        raw_status=raw, stopped_usd_per_month=_stopped_storage(inst), ssh_routes=routes,
     )
+
+
+def _ssh_routes(inst: Mapping[str, Any]) -> tuple[SshRoute, ...]:
+    """Both SSH routes, direct first: "If the machine supports open ports our system will try to setup
+    both a direct ssh connection and a backup proxy connection" (vast-ai/docs
+    guides/instances/connect/overview.mdx L45-46; ssh.mdx L140-145: proxy works on all machines, direct
+    is faster). A direct port can accept TCP and never answer (a host's firewall), so the readiness
+    wait (gpucli.cloud.provision) tries each in turn and keeps the one that speaks SSH."""
+    routes: list[SshRoute] = []
+    ports = inst.get("ports")
+    if isinstance(ports, Mapping) and inst.get("public_ipaddr"):
+        mapping = ports.get("22/tcp")
+        if isinstance(mapping, list) and mapping and isinstance(mapping[0], Mapping):
+            host_port = mapping[0].get("HostPort")
+            if host_port is not None and str(host_port).isdigit():
+                routes.append(SshRoute(str(inst["public_ipaddr"]).strip(), int(str(host_port)), "direct"))
+    if inst.get("ssh_host") and isinstance(inst.get("ssh_port"), int | str) and str(inst.get("ssh_port")).isdigit():
+        routes.append(SshRoute(str(inst["ssh_host"]), int(str(inst["ssh_port"])), "proxy"))
+    return tuple(routes)
 
 
 def _stopped_storage(inst: Mapping[str, Any]) -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
+from gpucli.cloud.base import TERMINATE_PENDING, Billed, TerminatePending
 from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, ProviderError, TransferError, UsageError
 from gpucli.run import procs
@@ -170,12 +170,45 @@ def live_status(record: RunRecord) -> RunStatus:
     """The run's state as its host shows it now, with its data preparation. A run seen finished or
     failed is recorded so, with the cost metered on the pod (elapsed x price). A run no longer running
     also says what its stopped pod or kept volume bills per month."""
-    st = _live_status(record)
+    st = with_billed(_live_status(record), provider_billed(record))
     if st.kept_usd_per_month is None and st.state not in ("running", "starting", "provisioning"):
         kept = kept_storage(record, ended=True)
         if kept is not None:
             st = dataclasses.replace(st, kept_usd_per_month=kept[0], kept_note=kept[1])
     return st
+
+
+def provider_billed(record: RunRecord) -> Billed | None:
+    """What the run's provider says its pod has billed so far (vast: charges with bandwidth), or None."""
+    ask = getattr(get_target(record.provider), "billed", None)
+    return ask(record) if ask is not None and record.instance_id else None
+
+
+def billed_cost(cost: float | None, billed: Billed | None) -> float | None:
+    """The run's cost with what only the provider knows: the bandwidth it bills per byte is added to the
+    metered compute (elapsed x price), and the provider's own total wins when it is higher."""
+    if billed is None:
+        return cost
+    return max(billed.total_usd, (cost or 0.0) + billed.bandwidth_usd)
+
+
+def _final_bill(record: RunRecord, cost: float | None) -> tuple[float | None, dict[str, Any] | None]:
+    """The cost with the pod's bill as the provider reports it (vast: bandwidth), and the launch
+    facts with the bandwidth counted, so a second ``down`` never adds it twice."""
+    billed = provider_billed(record)
+    if billed is None:
+        return cost, record.launch
+    launch = dict(record.launch or {})
+    counted = _finite(launch.get("bandwidth_usd")) or 0.0
+    launch["bandwidth_usd"] = billed.bandwidth_usd
+    return billed_cost(None if cost is None else cost - counted, billed), launch
+
+
+def with_billed(st: RunStatus, billed: Billed | None) -> RunStatus:
+    if billed is None:
+        return st
+    return dataclasses.replace(st, cost_usd=billed_cost(st.cost_usd, billed), billed_usd=billed.total_usd,
+                               bandwidth_usd=billed.bandwidth_usd)
 
 
 def _live_status(record: RunRecord) -> RunStatus:
@@ -299,8 +332,11 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     if not keep_pod:
         remove_entry(record.name)  # `ssh gpucli-<run>` would reach the next pod on that address
     cost = record.cost_usd if record.cost_usd is not None else record.cost_until_now()
+    launch = record.launch
+    if not keep_pod:
+        cost, launch = _final_bill(record, cost)
     was_pending = record.status == TERMINATE_PENDING
-    saved = record.with_(status="stopped" if (record.active or was_pending) else record.status,
+    saved = record.with_(status="stopped" if (record.active or was_pending) else record.status, launch=launch,
                          ended_at=record.ended_at or runs.now_iso(),
                          end_reason=record.end_reason or ("down" if was_running else None), cost_usd=cost)
     runs.save(saved)

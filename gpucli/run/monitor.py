@@ -110,6 +110,8 @@ class RunStatus:
     kept_usd_per_month: float | None = None  # a stopped pod's disk or a kept volume, billing monthly
     kept_note: str | None = None  # what is kept and how to end it
     restarts: int | None = None  # container starts after the first (vast: outbid, then resumed in place)
+    billed_usd: float | None = None  # what the provider says the pod has billed so far (vast: its charges)
+    bandwidth_usd: float | None = None  # of which data moved in and out (vast bills it per byte)
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,

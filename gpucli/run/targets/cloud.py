@@ -25,10 +25,13 @@ from typing import TYPE_CHECKING
 
 from gpucli.cloud import get_provider
 from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, LaunchSpec, TerminatePending
+from gpucli.cloud.bootguard import guard_command, window_s
+from gpucli.cloud.http import USER_AGENT
 from gpucli.cloud.provision import provision_with_retries
 from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run import userconfig
+from gpucli.run.records import parse_iso
 from gpucli.run.targets.base import OfferAsk, PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.onstart import onstart_hook
@@ -37,7 +40,7 @@ from gpucli.settings import home, pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
-    from gpucli.cloud.base import Offer, Provider
+    from gpucli.cloud.base import Billed, Offer, Provider
     from gpucli.cloud.runpod import NetworkVolume
     from gpucli.plan.catalog import Catalog, Gpu
     from gpucli.run.records import RunRecord
@@ -197,6 +200,10 @@ class CloudTarget:
         ``--query`` (vast query words)."""
         raise NotImplementedError
 
+    def pod_api_env(self) -> dict[str, str]:
+        """The API endpoint the pod-side watchdog and the boot guard call, as the watchdog's env file says it."""
+        raise NotImplementedError
+
     # -- the contract ----------------------------------------------------------------------------------
 
     def default_python(self) -> str:
@@ -298,7 +305,11 @@ class CloudTarget:
                           cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
                           min_cuda=getattr(self, "min_cuda", None) if not image else None,
                           onstart=onstart_hook(workdir) if workdir and getattr(self, "resumes_in_place", False)
-                          else None)
+                          else None,
+                          # the pod guards itself until the watchdog runs (gpucli/cloud/bootguard.py)
+                          boot_guard=guard_command(self.name, workdir, window_s(ready_timeout_s),
+                                                   next(iter(self.pod_api_env().values()), ""), USER_AGENT)
+                          if workdir else None)
         if volume is not None:
             on_event(f"with network volume {volume.name} ({volume.volume_id}, {volume.data_center_id}) at /workspace")
         if plan.bid_note:
@@ -387,6 +398,18 @@ class CloudTarget:
         except InstanceNotFound:
             return PodState("gone", f"{self.name} has no pod {record.instance_id}")
         return PodState(self._word(inst.state), inst.raw_status)
+
+    def billed(self, record: RunRecord) -> Billed | None:
+        """What the provider says the run's pod has been billed so far, where it reports it per pod
+        (vast.ai's charges, bandwidth included); None when it does not or cannot be asked now."""
+        created = parse_iso(record.created_at)
+        if not record.instance_id or created is None:
+            return None
+        try:
+            return self.client().billed(record.instance_id, created.timestamp())
+        except GpucliError as exc:  # a missing key, a provider fault: the status goes on without it
+            log.info("could not read what %s billed pod %s: %s", self.name, record.instance_id, exc)
+            return None
 
     def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
         """What the run's ended pod keeps billing per month, and what: a stopped pod's disk (RunPod:

@@ -69,7 +69,9 @@ def test_cloud_lifecycle(provider, request, capsys, tmp_path):
     pod_id = created[0].pod_id
     record = runs.load(name)
     assert record.instance_id == pod_id and record.label == f"gpucli-{name}" and record.status == "running"
-    assert record.ssh is not None and record.ssh.host_key and record.ssh.port == emu.pods[pod_id].sshd.port
+    # vast: the direct route, a metered forwarder to the pod's sshd (its bandwidth is billed: vastnet.py)
+    route_port = emu.net.direct[pod_id].port if provider == "vast" else emu.pods[pod_id].sshd.port
+    assert record.ssh is not None and record.ssh.host_key and record.ssh.port == route_port
     assert record.price_per_hour_usd == pytest.approx(emu.pods[pod_id].price_per_hour)  # what the pod costs
     record_text = (runs.runs_dir() / f"{name}.json").read_text()
     assert emu.api_key not in record_text

@@ -48,6 +48,8 @@ from typing import Any
 
 from tests.support.emulators.common import EmulatorBase, EmuPod, Reply, RouteCall
 from tests.support.emulators.runpod_graphql import install_graphql
+from tests.support.emulators.startcmd import boot_and_start
+from tests.support.sshd import SshServer
 
 NO_CAPACITY_DETAIL = "There are no instances available with the request specifications. Please try again later."
 
@@ -102,6 +104,8 @@ class RunPodEmulator(EmulatorBase):
         self.gpu_types = [dict(g) for g in GPU_TYPES]
         self.data_centers = [{**dc, "stock": {c: dict(s) for c, s in dc["stock"].items()}} for dc in DATA_CENTERS]
         self.billed_markup: dict[str, float] = {}  # data centre -> factor on the GPU rate (a billed-price test)
+        self.run_start_commands = False  # run a container's start command at its first start (startcmd.py)
+        self.started_containers: set[str] = set()
         self.calls: list[tuple[str, dict[str, Any]]] = []  # (operation, body) of every v2 / GraphQL call
         self._rng = random.Random(5)
         self.graphql_enabled = True
@@ -149,6 +153,10 @@ class RunPodEmulator(EmulatorBase):
 
     def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
         return False
+
+    def boot(self, pod: EmuPod) -> SshServer:
+        """Start the container; its start command runs the first time with ``run_start_commands`` (startcmd.py)."""
+        return boot_and_start(self, pod, super().boot)
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -37,7 +37,10 @@ import re
 import time
 from typing import Any
 
-from tests.support.emulators.common import EmulatorBase, EmuPod, Reply, TcpForwarder
+from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+from tests.support.emulators.startcmd import boot_and_start
+from tests.support.emulators.vastnet import VastNet
+from tests.support.sshd import SshServer
 
 _CONTROL = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 
@@ -136,6 +139,8 @@ class VastEmulator(EmulatorBase):
         self.create_bodies: list[tuple[str, dict[str, Any]]] = []
         self.onstart: dict[str, str] = {}  # instance id -> its onstart script (run again at every resume)
         self.run_onstart = False  # run it on resume (off: the emulator's pods are this machine's user)
+        self.run_start_commands = False  # run a container's start command at its first start (startcmd.py)
+        self.started_containers: set[str] = set()
         self._next_id = 20_000_000
         self.offers_rentable_again = True  # keep offers rentable after a rent (fault loops rent many)
         self.attach_requires_running = True
@@ -146,6 +151,9 @@ class VastEmulator(EmulatorBase):
         self.balance_usd: float | None = 42.5
         self.runtypes: dict[str, str] = {}  # pod id -> runtype it was created with
         self.direct_ports: dict[str, bool] = {}  # pod id -> its machine has direct ports
+        # Each route a metered forwarder (bandwidth billed; GET /api/v0/charges/), and the fault switch
+        # ``net.silent`` (a route that accepts TCP and never answers): tests/support/emulators/vastnet.py.
+        self.net = VastNet(self)
 
     def unauthorized(self) -> Reply:
         return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
@@ -153,6 +161,10 @@ class VastEmulator(EmulatorBase):
     def forbidden(self, endpoint: str) -> Reply:
         return Reply(403, {"success": False, "error": "forbidden",
                            "msg": "This key is scoped to one instance: it can only stop or destroy it."})
+
+    def boot(self, pod: EmuPod) -> SshServer:
+        """Start the container; its start command runs the first time with ``run_start_commands`` (startcmd.py)."""
+        return boot_and_start(self, pod, super().boot)
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -292,6 +304,7 @@ class VastEmulator(EmulatorBase):
             self.runtypes[pod_id] = runtype
             self.direct_ports[pod_id] = (_num(offer.get("direct_port_count")) or 0) > 0
             self.add_pod(pod)
+            self.net.created(pod, offer)
             if not self.offers_rentable_again:
                 offer["rentable"] = False
         self.ledger.record(pod_id, "created", label=pod.label, spot=spot, bid=pod.bid)
@@ -330,13 +343,12 @@ class VastEmulator(EmulatorBase):
                 inst.update(actual_status="running", status_msg="running",
                             image_runtype=self.runtypes.get(pod.pod_id, "ssh"))
                 if words & {"ssh", "ssh_proxy", "jupyter", "jupyter_proxy"}:
-                    if pod.proxy is None:
-                        pod.proxy = TcpForwarder(sshd.port)
-                    inst.update(ssh_host="localhost", ssh_port=pod.proxy.port)
+                    inst.update(ssh_host="localhost", ssh_port=self.net.proxy_port(pod))
                 if words & {"ssh_direct", "ssh_direc", "jupyter_direct", "jupyter_direc"} and \
                         self.direct_ports.get(pod.pod_id, True):
-                    inst.update(ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(sshd.port)}]},
-                                direct_port_start=sshd.port, direct_port_end=sshd.port)
+                    port = self.net.direct_port(pod)
+                    inst.update(ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]},
+                                direct_port_start=port, direct_port_end=port)
             else:
                 inst["actual_status"] = "loading"
         return inst
@@ -348,6 +360,16 @@ class VastEmulator(EmulatorBase):
                 return Reply(200, {"instances": None})
             pod.polls += 1
             return Reply(200, {"instances": self._render(pod, advance=True)})
+
+    def end_pod(self, pod_id: str, event: str, by: str) -> EmuPod | None:
+        pod = super().end_pod(pod_id, event, by)
+        if pod is not None and event == "terminated":
+            self.net.terminated(pod_id)  # its direct port goes, its bill stops
+        return pod
+
+    def stop(self) -> None:
+        super().stop()
+        self.net.close()
 
     def _terminate(self, pod_id: str, body: Any, by: str) -> Reply:
         if self.end_pod(pod_id, "terminated", by) is None:

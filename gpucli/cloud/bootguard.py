@@ -1,0 +1,139 @@
+"""The pod guards itself from its first moment: a boot guard sent in the create call itself.
+
+Between the provider's create call and the launch's first SSH command only the laptop's process guards a
+new pod; a SIGKILLed launch would leave it billing until ``down --strays``. So the create call carries
+a start command (vast ``onstart``; RunPod v2 ``args``) that starts this guard in the container before
+anything else. It waits for gpucli's hand-over, the pod-side watchdog's ``watchdog.json`` written after
+the guard started (gpucli/pod/watchdog.py writes it the moment it runs), and exits. Until then the run
+folder's ``.launching`` marker is the launch's heartbeat (gpucli.run.start touches it at each step):
+each touch moves the deadline to the touch plus the window. With no hand-over by the deadline the
+guard terminates its own pod through the provider's API with the pod-scoped credential, as the
+watchdog does (RunPod: ``RUNPOD_POD_ID``/``RUNPOD_API_KEY``, ``POST /v2/pods/{id}/action``
+``{"action": "terminate"}`` then ``DELETE /v2/pods/{id}``; vast: ``CONTAINER_ID``/``CONTAINER_API_KEY``,
+``DELETE /api/v0/instances/{id}/``), retrying for up to 15 minutes. Terminate, not stop: nothing of
+the run is on the pod yet, and a stopped pod still bills its disk.
+
+The window: the launch's ``--ready-timeout`` (the create-to-SSH wait, image pull included, which starts
+before the container does) plus ``MARGIN_S`` for the SSH login and writing the watchdog's files;
+``GPUCLI_BOOT_GUARD_S`` sets it outright (tests). The key is read from the container's environment,
+never passed on a command line; the command line holds the code, the run folder, the window, the API
+endpoint and gpucli's User-Agent only. The guard needs ``python3`` in the image (both providers'
+default images have it); without it the guard does not run and the laptop's process and
+``down --strays`` remain the guards, as before.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import zlib
+
+MARGIN_S = 600.0  # SSH login, the first mkdir and the watchdog's files: seconds on any link
+LOG = ".gpucli-boot-guard.log"  # in the container user's home
+
+# The guard itself: standard library only, run as ``python3 -c`` with the arguments below.
+_GUARD = r'''
+import json, os, sys, time, urllib.error, urllib.request
+provider, wd, window, base, agent = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+wd = wd if wd.startswith("/") else os.path.join(os.path.expanduser("~"), wd[2:] if wd.startswith("~/") else wd)
+log_path = os.path.expanduser("~/@LOG@")
+def log(text):
+    with open(log_path, "a") as fh:
+        fh.write(time.strftime("%Y-%m-%d %H:%M:%S") + " boot guard: " + text + "\n")
+def mtime(name):
+    try:
+        return os.stat(os.path.join(wd, name)).st_mtime
+    except OSError:
+        return None
+started = time.time()
+deadline = started + window
+log("guarding %s until gpucli's watchdog runs (window %.0f s)" % (wd, window))
+while True:
+    seen = mtime("watchdog.json")
+    if seen is not None and seen >= started - 1:
+        log("handed over: gpucli's watchdog runs")
+        sys.exit(0)
+    beat = mtime(".launching")
+    if beat is not None and beat >= started - 1:
+        deadline = max(deadline, beat + window)
+    if time.time() >= deadline:
+        break
+    time.sleep(min(2.0, max(0.1, window / 10)))
+if provider == "runpod":
+    pod, key = os.environ.get("RUNPOD_POD_ID"), os.environ.get("RUNPOD_API_KEY")
+    calls = [("POST", "%s/v2/pods/%s/action" % (base, pod), {"action": "terminate"}), ("DELETE", "%s/v2/pods/%s" % (base, pod), None)]
+    gone_words = "does not exist"
+else:
+    pod, key = os.environ.get("CONTAINER_ID"), os.environ.get("CONTAINER_API_KEY")
+    calls = [("DELETE", "%s/api/v0/instances/%s/" % (base, pod), None)]
+    gone_words = "no_such_instance"
+if not pod or not key:
+    log("no hand-over, and no pod id or pod key in the environment: cannot end the pod")
+    sys.exit(1)
+log("no hand-over by the deadline: the launch is gone; terminating the pod")
+give_up, delay = time.time() + 900, 2.0
+while time.time() < give_up:
+    for method, url, body in calls:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method, headers={
+            "Authorization": "Bearer " + key, "Content-Type": "application/json", "User-Agent": agent})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                text = resp.read(65536).decode("utf-8", "replace")
+            if provider == "runpod" or json.loads(text or "{}").get("success") is True:
+                log("terminated (%s %s)" % (method, url))
+                sys.exit(0)
+        except urllib.error.HTTPError as exc:
+            text = exc.read(65536).decode("utf-8", "replace")
+            if exc.code == 404 and gone_words in text:
+                log("the pod is gone")
+                sys.exit(0)
+            log("%s %s: HTTP %d" % (method, url, exc.code))
+        except Exception as exc:
+            log("%s %s: %s" % (method, url, type(exc).__name__))
+    time.sleep(delay)
+    delay = min(delay * 2, 60.0)
+log("could not terminate the pod")
+sys.exit(1)
+'''.replace("@LOG@", LOG)
+
+
+def window_s(ready_timeout_s: float) -> float:
+    """How long the guard waits for the hand-over (or a heartbeat): see the module docstring."""
+    raw = os.environ.get("GPUCLI_BOOT_GUARD_S")
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = 0.0
+        if value > 0:
+            return value
+    return float(ready_timeout_s) + MARGIN_S
+
+
+def guard_code() -> str:
+    """The guard's Python source (for tests that run it outside a pod)."""
+    return _GUARD
+
+
+def guard_command(provider: str, workdir: str, window: float, api_base: str, user_agent: str) -> str:
+    """A ``sh`` line that starts the guard detached and returns at once (no key in it)."""
+    code = base64.b64encode(zlib.compress(_GUARD.encode(), 9)).decode()  # ~1.3 KB: onstart stays short
+    args = " ".join(shlex.quote(a) for a in (provider, workdir, f"{window:.0f}", api_base.rstrip("/"), user_agent))
+    return (f"(command -v python3 >/dev/null 2>&1 && $(command -v setsid) python3 -c "
+            f"\"import base64,zlib;exec(zlib.decompress(base64.b64decode('{code}')))\" {args} >/dev/null 2>&1 < /dev/null &)")
+
+
+#: RunPod's own images, whose start is known: ``CMD ["/start.sh"]`` (runpod/containers
+#: official-templates/base/Dockerfile; /start.sh starts their sshd with ``PUBLIC_KEY``).
+RUNPOD_IMAGES = ("runpod/",)
+
+
+def start_args(guard: str) -> str:
+    """RunPod v2 ``args`` ("Arguments passed to the container entrypoint", api-reference-v2/openapi.json
+    ``BaseContainerConfig``): the guard, then the image's own start, which args would otherwise replace
+    ("make sure you're not overriding existing commands that are critical for the image to run",
+    pods/templates/manage-templates.mdx L32). Sent only for :data:`RUNPOD_IMAGES`: for another image
+    gpucli does not know its start, so it sends no args and that pod has no boot guard."""
+    return "bash -c " + shlex.quote(f"{guard}; exec /start.sh")
