@@ -17,6 +17,9 @@ from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_f
 from tests.support.cli import cli, wait_for
 
 
+STEPS = 400
+
+
 def rows(workdir: Path) -> list[dict]:
     path = workdir / "metrics.jsonl"
     if not path.exists():
@@ -39,7 +42,9 @@ def test_outbid_twice_resumes_from_disk_and_ends_itself(request, capsys, tmp_pat
     emu = emulator_for(request, "vast")
     emu.run_onstart = True
     name = "outbid"
-    code, _, err = launch(capsys, tmp_path, "vast", name, "--spot", "--steps", "60", "--stall-minutes", "30")
+    # Enough steps that the trainer resumed after the first pause is still going when the test pauses it
+    # again (on an idle machine the tiny model does a step in ~20 ms: 60 steps were over before the poll)
+    code, _, err = launch(capsys, tmp_path, "vast", name, "--spot", "--steps", str(STEPS), "--stall-minutes", "30")
     assert code == 0, err
     record = runs.load(name)
     pod_id, workdir = record.instance_id, Path(record.workdir)
@@ -74,7 +79,7 @@ def test_outbid_twice_resumes_from_disk_and_ends_itself(request, capsys, tmp_pat
     assert finished and finished[-1]["reason"] == "max_steps"
     # One loss curve: after each resume the steps go on from the checkpoint it resumed from.
     train = [r["step"] for r in all_rows if r.get("kind") == "train"]
-    assert max(train) == 60
+    assert max(train) == STEPS
     for held in resumed_at:
         idx = next(i for i, r in enumerate(all_rows) if r.get("event") == "resumed" and r.get("step") == held)
         nxt = next(r["step"] for r in all_rows[idx:] if r.get("kind") == "train")
