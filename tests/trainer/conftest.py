@@ -57,7 +57,7 @@ def tiny_args(data_dir: Path, out_dir: Path, **over: object) -> list[str]:
     return [f"--{k}={v}" for k, v in base.items()]
 
 
-def run_trainer(args: list[str], *, nproc: int = 1, timeout: float = 120, env: dict[str, str] | None = None,
+def run_trainer(args: list[str], *, nproc: int = 1, timeout: float = 600, env: dict[str, str] | None = None,
                 ) -> subprocess.CompletedProcess:
     if nproc == 1:
         cmd = [sys.executable, "-m", "trainer.train", *args]
