@@ -156,24 +156,59 @@ def watch_from_now(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, s
     return record
 
 
-def touching(host: Host, workdir: str, on_event: EventFn) -> EventFn:
-    """``on_event`` that also touches the launch's marker on the host: the early watchdog's sign that
-    the launch is alive."""
+#: At most one touch of the launch's marker a minute: the watchdog's silence window is an hour, and each
+#: touch is a round trip the launch (and the pod's bill) waits for.
+BEAT_S = 60.0
+
+
+def heartbeat(host: Host, workdir: str) -> Callable[[], None]:
+    """Touch the launch's marker on the host, at most once every :data:`BEAT_S`: the early watchdog's
+    sign that the launch is alive (its errors are left to the step that follows)."""
     marker = shlex.quote(marker_path(workdir))
     last = [time.monotonic()]  # watch_from_now has just touched it
 
-    def event(text: str) -> None:
-        # At most one touch a minute: the watchdog's silence window is an hour, and each touch is a round
-        # trip the launch (and the pod's bill) waits for.
-        if time.monotonic() - last[0] >= 60:
+    def beat() -> None:
+        if time.monotonic() - last[0] >= BEAT_S:
             last[0] = time.monotonic()
             try:
                 host.run(f"touch -- {marker}", timeout_s=30, check=False)
             except GpucliError:
                 pass  # the step that follows says what is wrong with the host
+
+    return beat
+
+
+def touching(host: Host, workdir: str, on_event: EventFn, beat: Callable[[], None] | None = None) -> EventFn:
+    """``on_event`` that also touches the launch's marker on the host (:func:`heartbeat`)."""
+    beat = beat or heartbeat(host, workdir)
+
+    def event(text: str) -> None:
+        beat()
         on_event(text)
 
     return event
+
+
+class Beating:
+    """The host as a starting job sees it: each upload's progress is also a heartbeat, so an upload longer
+    than the watchdog's silence window (one big file adds no new entry to the folders it watches for an
+    hour) is never taken for a dead launch. Everything else is the host's own."""
+
+    def __init__(self, host: Host, beat: Callable[[], None]) -> None:
+        self._host, self._beat = host, beat
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._host, name)
+
+    def sync_up(self, local_dir: Any, remote_dir: str, **kw: Any) -> Any:
+        given = kw.pop("progress", None)
+
+        def progress(p: Any) -> None:
+            self._beat()
+            if given is not None:
+                given(p)
+
+        return self._host.sync_up(local_dir, remote_dir, progress=progress, **kw)
 
 
 def hand_over(host: Host, workdir: str, record: RunRecord) -> None:

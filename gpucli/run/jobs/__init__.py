@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpucli.run import start
 from gpucli.run.jobs.base import Job
@@ -57,7 +57,9 @@ def start_on(host: Host, job: Job, resolved: ResolvedLaunch, record: RunRecord, 
     ``watch_args``: one node's variables and peer watch in a run over several machines."""
     record = start.watch_from_now(host, resolved, record, save=save, on_event=on_event, watch_args=watch_args)
     try:
-        return job.start(host, resolved, record, on_event=start.touching(host, resolved.workdir, on_event),
+        beat = start.heartbeat(host, resolved.workdir)
+        return job.start(cast("Host", start.Beating(host, beat)), resolved, record,
+                         on_event=start.touching(host, resolved.workdir, on_event, beat),
                          save=save, restore=restore, metrics=metrics, node_env=node_env)
     except BaseException:
         start.abandon(host, resolved.workdir)
