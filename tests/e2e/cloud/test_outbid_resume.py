@@ -16,8 +16,7 @@ from gpucli.run import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
 from tests.support.cli import cli, wait_for
 
-
-STEPS = 400
+STEPS = 200
 
 
 def rows(workdir: Path) -> list[dict]:
@@ -71,7 +70,7 @@ def test_outbid_twice_resumes_from_disk_and_ends_itself(request, capsys, tmp_pat
         assert code == 0 and json.loads(out)["restarts"] == len(resumed_at), out
 
     # The run finishes; its watchdog (started by resume.sh) stops the instance with the instance key.
-    ended = wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event == "stopped"], 240,
+    ended = wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event == "stopped"], 600,
                      "the instance to stop itself")
     assert ended[0].by == "pod-key"
     all_rows = rows(workdir)

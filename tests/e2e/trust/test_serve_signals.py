@@ -60,7 +60,7 @@ def test_serve_ends_its_child_on_every_signal(sig, checkpoint, isolated_home):
         assert url.endswith(f":{port}/v1"), proc.stderr.read() if proc.poll() is not None else url
         (child,) = children(proc.pid)
         proc.send_signal(sig)
-        proc.wait(60)
+        proc.wait(120)  # a deadline: a loaded machine can take long to end a server
     finally:
         if proc.poll() is None:
             proc.kill()
