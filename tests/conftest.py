@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -11,6 +12,13 @@ import pytest
 # Set before torch is imported here, and inherited by the trainers the tests start.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+# A suite started where SIGINT is ignored (a background job of a shell without job control, `nohup`)
+# would hand that on to every process it starts, and the tests of what Ctrl-C does to gpucli would see it
+# do nothing (8 such failures in one run). A handler of its own here means each child starts with the
+# default, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.support.sshd import SshServer, make_keypair
 
