@@ -23,23 +23,39 @@ class TcpForwarder:
                 client, _ = self._sock.accept()
             except OSError:
                 return
+            if self._hold(client):
+                continue
+            port = self._upstream_port()
             try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+                if port is None:
+                    raise OSError("container down")
+                upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
             except OSError:
                 client.close()
                 continue
             upstream.settimeout(None)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, inbound in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, inbound), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _hold(self, client: socket.socket) -> bool:
+        """Whether this connection is kept open and never piped (a subclass's fault switch)."""
+        return False
+
+    def _upstream_port(self) -> int | None:
+        """Where a new connection goes now (None: nowhere, it is closed)."""
+        return self.target_port
+
+    def _carried(self, n: int, inbound: bool) -> None:
+        """``n`` bytes piped towards the sshd (``inbound``) or back (a subclass counts them)."""
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, inbound: bool) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
                 dst.sendall(data)
+                self._carried(len(data), inbound)
         except OSError:
             pass
         finally:

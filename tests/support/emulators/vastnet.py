@@ -56,47 +56,21 @@ class MeteredForwarder(TcpForwarder):
         self._count_lock = threading.Lock()
         super().__init__(0)
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._sock.accept()
-            except OSError:
-                return
-            if self._silent():
-                self._held.append(client)  # open, never a byte: no SSH banner ever comes
-                continue
-            port = self._target()
-            try:
-                if port is None:
-                    raise OSError("container down")
-                upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            for a, b, inbound in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._metered_pipe, args=(a, b, inbound), daemon=True).start()
+    def _hold(self, client: socket.socket) -> bool:
+        if self._silent():
+            self._held.append(client)  # open, never a byte: no SSH banner ever comes
+            return True
+        return False
 
-    def _metered_pipe(self, src: socket.socket, dst: socket.socket, inbound: bool) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-                with self._count_lock:
-                    if inbound:
-                        self.meter.to_pod += len(data)
-                    else:
-                        self.meter.from_pod += len(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def _upstream_port(self) -> int | None:
+        return self._target()
+
+    def _carried(self, n: int, inbound: bool) -> None:
+        with self._count_lock:
+            if inbound:
+                self.meter.to_pod += n
+            else:
+                self.meter.from_pod += n
 
     def close(self) -> None:
         super().close()
