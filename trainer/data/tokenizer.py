@@ -214,12 +214,12 @@ def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarr
     n = len(texts)
     if n == 0:
         return np.zeros(0, dtype), np.zeros(1, np.int64), np.zeros(0, np.int64)
-    lens = np.fromiter((len(t) for t in texts), np.int64, n)
-    byte_doc_starts = np.concatenate([[0], np.cumsum(lens)])
-    lines_per_doc = np.fromiter((len(o) for o in line_offsets), np.int64, n)
-    line_doc = np.repeat(np.arange(n), lines_per_doc)
-    line_bytes = np.concatenate(line_offsets).astype(np.int64) + byte_doc_starts[line_doc]
     if isinstance(tok, ByteTokenizer | CharTokenizer):
+        lens = np.fromiter((len(t) for t in texts), np.int64, n)
+        byte_doc_starts = np.concatenate([[0], np.cumsum(lens)])
+        lines_per_doc = np.fromiter((len(o) for o in line_offsets), np.int64, n)
+        line_doc = np.repeat(np.arange(n), lines_per_doc)
+        line_bytes = np.concatenate(line_offsets).astype(np.int64) + byte_doc_starts[line_doc]
         joined = b"".join(texts)
         if isinstance(tok, ByteTokenizer):
             body = np.frombuffer(joined, np.uint8)
