@@ -78,6 +78,18 @@ print(time.perf_counter() - w, time.process_time() - c, n)
 """
 
 
+def installed(env: dict, work: Path, *trees: Path) -> dict:
+    """``env`` as on a machine where the package is installed: Python reads cached bytecode (pip
+    compiles what it installs) instead of compiling every module on each start, as it would where
+    PYTHONDONTWRITEBYTECODE is set. The trees' bytecode goes to ``work``/pycache, compiled once here."""
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    for tree in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "trainer")], env=env, check=True,
+                       capture_output=True)
+    return env
+
+
 def generate(root: Path, mb: int, seed: int, jsonl: bool = True) -> tuple[Path, Path]:
     rng = random.Random(seed)
     vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10)))
@@ -141,8 +153,8 @@ def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int, before: Path |
     tiktoken (``_TIKTOKEN``, whole command and its encode loop alone) with encode_ordinary and with
     encode_to_numpy, on the same text, one thread each, in an order that rotates every round; with
     ``before`` (another checkout of this repository) its pipeline too, on the same text."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = installed({**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                     "TOKENIZERS_PARALLELISM": "false"}, out.parent, REPO, *([before] if before else []))
     pipe = [sys.executable, "-m", "trainer.prepare", "--input", str(text_dir), "--out", str(out), "--workers", "1",
             "--tokenizer", str(tok_file)]
     corpus = text_dir / "corpus.txt"
@@ -221,7 +233,8 @@ STAGES = ("encode_array", "encode_documents", "_write_block", "run_task", "_cons
 def breakdown(text_dir: Path, tok_file: Path, out: Path, mb: float) -> list[str]:
     """Markdown: the pipeline's CPU seconds by stage (cProfile, CPU clock; the profiler's own cost
     included) and bare tiktoken's on the same documents in the same process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = installed({**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+                    out.parent, REPO)
     code = _BREAKDOWN.replace("STAGES", repr(STAGES))
     _, _, stdout = _timed([sys.executable, "-c", code, str(text_dir), str(tok_file), str(out)], env)
     total, bare_s, *v = map(float, stdout.split())

@@ -65,9 +65,10 @@ def load_encoder(path: str, encoder: str = "tokenizers") -> Tokenizer:
     """The tokenizer file's tokenizer, on tiktoken when ``encoder`` says so and it can be. Kept per
     process by the file's content: with one worker the pipeline's checks and the worker share one
     load (a tokenizers file and the tiktoken tables cost ~0.1 s each to build)."""
-    text = Path(path).read_text(encoding="utf-8")
-    key = (hashlib.sha256(text.encode()).hexdigest(), encoder)
+    raw = Path(path).read_bytes()
+    key = (hashlib.sha256(raw).hexdigest(), encoder)
     if key not in _loaded:
+        text = raw.decode("utf-8")
         tok = load_encoder(path) if encoder == "tiktoken" else load_tokenizer_text(text, path)
         if encoder == "tiktoken":
             tok = from_tokenizer_json(text, tok.eot) or tok
