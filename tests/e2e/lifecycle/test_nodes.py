@@ -120,6 +120,7 @@ def own_script(folder: Path) -> Path:
             if step >= int(os.environ.get("STEPS", "100000")):
                 break
             time.sleep(0.2)
+        dist.barrier()  # every rank done before any tears gloo down
         dist.destroy_process_group()
         """))
     return folder

@@ -41,6 +41,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         torch.save({"params": [p.detach() for p in params],
                     "momentum": [opt.state[p]["momentum_buffer"] for p in params]}, sys.argv[1])
+    dist.barrier()  # every rank done before any tears gloo down (as trainer/train.py ends)
     dist.destroy_process_group()
 
 

@@ -144,6 +144,9 @@ def momenta(opt) -> list[torch.Tensor]:
 def main() -> None:
     dist.init_process_group("gloo")
     {"optimizer": check_optimizer, "model": check_model}[sys.argv[1]](sys.argv[2])
+    # Every rank done before any tears gloo down (as trainer/train.py ends): a rank that closed its
+    # pairs while the other still finished its last all-gather aborted it once under load.
+    dist.barrier()
     dist.destroy_process_group()
 
 
