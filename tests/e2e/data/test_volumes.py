@@ -202,7 +202,8 @@ def test_status_shows_a_download_under_way(capsys, tmp_path, runpod_emulator):
             return p if p and p["phase"] == "downloading" and (p["bytes_read"] or 0) > 0 else None
 
         p = wait_for(under_way, 120, "the download under way in status", interval=0.3)
-        assert 0 < p["bytes_read"] < len(body) and p["elapsed_s"] >= 0
+        # still in its download phase; under load the last row may already count every byte
+        assert 0 < p["bytes_read"] <= len(body) and p["elapsed_s"] >= 0
         price = runs.load("slowdata").price_per_hour_usd  # the billed price, read back after create
         assert price == pytest.approx(0.34 + (20 + 50) * 0.10 / 730, abs=1e-4)
         assert p["cost_usd"] == pytest.approx(p["elapsed_s"] / 3600 * price, rel=1e-6)
