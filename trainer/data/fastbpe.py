@@ -32,16 +32,13 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 class TiktokenBPE:
-    """The BPE tokenizer's interface (encode, encode_batch, encode_with_ends, decode) on tiktoken, and
-    :meth:`encode_documents`, the pipeline's block encoder. Token ends are byte offsets
-    (``offsets_in``), which the provenance index maps lines by."""
+    """The BPE tokenizer's interface (encode, encode_batch, decode) on tiktoken, and
+    :meth:`encode_documents`, the pipeline's block encoder."""
 
     kind = "bpe"
-    offsets_in = "bytes"
 
-    def __init__(self, enc: Any, vocab_size: int, eot: int, token_bytes: np.ndarray) -> None:
+    def __init__(self, enc: Any, vocab_size: int, eot: int) -> None:
         self.enc, self.vocab_size, self.eot = enc, vocab_size, eot
-        self._len = token_bytes  # bytes per token id
 
     def encode(self, text: str) -> list[int]:
         return self.encode_array(text).tolist()
@@ -58,77 +55,28 @@ class TiktokenBPE:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode_array(t).tolist() for t in texts]
 
-    def encode_with_ends(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        out = []
-        for t in texts:
-            a = self.encode_array(t).astype(np.int64)
-            out.append((a, np.cumsum(self._len[a])))
-        return out
-
-    def encode_documents(self, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What ``tokenizer.encode_block`` returns for BPE, built per batch of ~1 MB of documents
-        rather than per document: each document encoded whole and copied into the batch's array
-        after the previous document's end-of-text; a line starts at the token holding its first
-        byte, found in one running sum of token lengths over the batch (end-of-text counted as 0
-        bytes, so the sum runs on across documents)."""
+    def encode_documents(self, texts: list[bytes], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens of ``dtype``, document starts [D+1]): each document encoded whole and copied into
+        one array after the previous document's end-of-text. No line table: this encoder serves
+        byte-level vocabularies only, whose shard index finds lines from the tokens' newlines."""
         n = len(texts)
-        lpd = np.fromiter((len(o) for o in line_offsets), np.int64, n)
-        doc_len = np.empty(n, np.int64)
-        parts: list[np.ndarray] = []
-        line_parts: list[np.ndarray] = []
-        lo = 0
-        while lo < n:
-            hi, size = lo, 0
-            while hi < n and (hi == lo or size < 1 << 20):
-                size += len(texts[hi])
-                hi += 1
-            arrays = [self.encode_array(t.decode("utf-8", errors="replace")) for t in texts[lo:hi]]
-            counts = np.fromiter((len(a) + 1 for a in arrays), np.int64, hi - lo)
-            start = np.zeros(hi - lo + 1, np.int64)  # of each document in the batch
-            np.cumsum(counts, out=start[1:])
-            batch = np.empty(int(start[-1]), dtype)
-            for k, a in enumerate(arrays):
-                batch[start[k] : start[k + 1] - 1] = a
-            batch[start[1:] - 1] = self.eot
-            lens = self._len[batch]
-            lens[start[1:] - 1] = 0  # end-of-text stands for no text
-            # byte end of each token, after a 0; int32 like lens (no cast: a batch is a few MB)
-            cum = np.zeros(len(batch) + 1, np.int32)
-            np.cumsum(lens, out=cum[1:])
-            base = cum[start].astype(np.int64)  # byte offset of each document in the batch, as encoded
-            at = np.concatenate(line_offsets[lo:hi]).astype(np.int64)
-            owner = np.repeat(np.arange(hi - lo), lpd[lo:hi])
-            raw = np.fromiter((len(t) for t in texts[lo:hi]), np.int64, hi - lo)
-            for k in np.flatnonzero(base[1:] - base[:-1] != raw).tolist():
-                # invalid UTF-8 grew by its replacement characters: offsets in the decoded text's bytes
-                sel = owner == k
-                at[sel] = [len(texts[lo + k][:b].decode("utf-8", errors="replace").encode()) for b in at[sel].tolist()]
-            # Tokens that end at or before the line's first byte: every token of the documents before
-            # (their end-of-text included) and those of its own; never its own end-of-text.
-            g = np.searchsorted(cum, (at + base[owner]).astype(np.int32), side="right") - 1
-            line_parts.append(np.minimum(g, start[owner + 1] - 1) - start[owner])
-            parts.append(batch)
-            doc_len[lo:hi] = counts
-            lo = hi
+        arrays = [self.encode_array(t.decode("utf-8", errors="replace")) for t in texts]
         doc_starts = np.zeros(n + 1, np.int64)
-        np.cumsum(doc_len, out=doc_starts[1:])
-        tokens = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros(0, dtype)
-        lines = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
-        return tokens, doc_starts, lines + np.repeat(doc_starts[:-1], lpd)
+        np.cumsum(np.fromiter((len(a) + 1 for a in arrays), np.int64, n), out=doc_starts[1:])
+        tokens = np.empty(int(doc_starts[-1]), dtype)
+        for k, a in enumerate(arrays):
+            tokens[doc_starts[k] : doc_starts[k + 1] - 1] = a
+        tokens[doc_starts[1:] - 1] = self.eot
+        return tokens, doc_starts
 
     def decode(self, ids: list[int]) -> str:
         return str(self.enc.decode(ids))
 
 
-def from_tokenizer_json(text: str, eot: int) -> TiktokenBPE | None:
-    """The tiktoken encoder of a ``tokenizers`` file, or None when it is not a plain byte-level BPE
-    (another model, a normalizer, a pre-tokenizer other than ByteLevel with the GPT-2 split) or
-    tiktoken is not installed."""
-    try:
-        import tiktoken  # optional (the data extra): the pure-Python BPE is the fallback
-    except ImportError:
-        return None
+def _byte_level(text: str) -> tuple[dict[bytes, int], dict[str, int]] | None:
+    """(the bytes of every vocabulary token, the added tokens' text) of a ``tokenizers`` file that is a
+    plain byte-level BPE (no normalizer, the ByteLevel pre-tokenizer with the GPT-2 split and no
+    prefix space, no dropout), whose tokens' bytes joined are the text encoded; else None."""
     j = json.loads(text)
     model, pre = j.get("model") or {}, j.get("pre_tokenizer") or {}
     if model.get("type") != "BPE" or j.get("normalizer") or pre.get("type") != "ByteLevel" \
@@ -139,19 +87,45 @@ def from_tokenizer_json(text: str, eot: int) -> TiktokenBPE | None:
     vocab = {tok: int(i) for tok, i in model.get("vocab", {}).items() if tok not in special}
     if not set("".join(vocab)) <= {chr(c) for c in table}:  # a character that stands for no byte
         return None
-    ranks = {tok.translate(table).encode("latin-1"): i for tok, i in vocab.items()}
+    return {tok.translate(table).encode("latin-1"): i for tok, i in vocab.items()}, special
+
+
+def newline_table(text: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a byte-level BPE file (see :func:`_byte_level`), per token id: how many newline bytes the
+    token holds, and whether its last byte is one; None for any other tokenizer. The shard index
+    finds every source line from these (trainer.data.shards), so preparation keeps no per-line table."""
+    parsed = _byte_level(text)
+    if parsed is None:
+        return None
+    ranks, special = parsed
+    items = [*ranks.items(), *((s.encode(), i) for s, i in special.items())]
+    n = max(i for _, i in items) + 1
+    count, ends = np.zeros(n, np.int32), np.zeros(n, bool)
+    for b, i in items:
+        if b"\n" in b:
+            count[i], ends[i] = b.count(b"\n"), b.endswith(b"\n")
+    return count, ends
+
+
+def from_tokenizer_json(text: str, eot: int) -> TiktokenBPE | None:
+    """The tiktoken encoder of a ``tokenizers`` file, or None when it is not a plain byte-level BPE
+    (:func:`_byte_level`), lacks a single byte, or tiktoken is not installed."""
+    try:
+        import tiktoken  # optional (the data extra): the pure-Python BPE is the fallback
+    except ImportError:
+        return None
+    parsed = _byte_level(text)
+    if parsed is None:
+        return None
+    ranks, special = parsed
     if any(bytes([b]) not in ranks for b in range(256)):
         return None
     n = max([*ranks.values(), *special.values()]) + 1
-    lengths = np.zeros(n, np.int32)  # bytes per token id (gathered per token: the smaller the faster)
-    lengths[np.fromiter(ranks.values(), np.int64, len(ranks))] = np.fromiter(map(len, ranks), np.int32, len(ranks))
-    for s, i in special.items():
-        lengths[i] = len(s.encode())
     try:
         enc = tiktoken.Encoding("gpucli-bpe", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=special)
     except ValueError:
         return None
-    return TiktokenBPE(enc, n, eot, lengths)
+    return TiktokenBPE(enc, n, eot)
 
 
 def agrees(fast: TiktokenBPE, slow: Any, texts: list[str]) -> bool:

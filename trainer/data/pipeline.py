@@ -19,11 +19,12 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from trainer.data.fastbpe import TiktokenBPE, agrees
+from trainer.data.fastbpe import TiktokenBPE, agrees, newline_table
 from trainer.data.progress import Progress
 from trainer.data.shards import SplitWriter
 from trainer.data.sources import Source, collect_sources, plan_pieces, stdlib_source_list
@@ -39,7 +40,7 @@ from trainer.data.workers import (
     sample_piece,
 )
 
-FORMAT = 2
+FORMAT = 3  # 3: no line table for a byte-level BPE (trainer.data.shards)
 TOKENIZERS = ("byte", "char", "bpe", "gpt2", "file")
 CHECK_BYTES = 64_000  # text both BPE encoders must agree on before tiktoken encodes the corpus
 
@@ -281,8 +282,10 @@ class _Run:
                 pool.join()
                 pool = None
             dtype = np.dtype(np.uint16 if vocab <= 1 << 16 else np.uint32)
-            setup = replace(setup, tokenizer_file=tok_file, dtype=dtype.name,
-                            encoder=self._encoder(setup, tok_file))
+            encoder = self._encoder(setup, tok_file)  # tiktoken only for a byte-level BPE: no line table
+            setup = replace(setup, tokenizer_file=tok_file, dtype=dtype.name, encoder=encoder,
+                            line_table=tok_file is None or (encoder != "tiktoken"
+                                                            and newline_table(Path(tok_file).read_text()) is None))
             self.encoder = setup.encoder
             if self.workers > 1:
                 pool = ctx.Pool(self.workers, init_worker, (setup, counter))
@@ -310,38 +313,58 @@ class _Run:
                 pending[nxt] = pool.apply_async(run_task, (nxt, self.tasks[nxt], b0 if nxt == t0 else 0))
                 nxt += 1
 
+        def lines(done: dict[int, int]) -> None:  # of each piece read whole: later pieces' line numbers
+            for pid, n in done.items():
+                st.piece_lines[str(pid)] = n
+
+        def sink(t: int, b: int, blk: dict[str, np.ndarray], done: dict[int, int]) -> bool:
+            """One worker, in this process: each block straight into the shards, no block file."""
+            lines(done)
+            stop = self._consume(st, writers, t, b, blk, d0 if (t, b) == (t0, b0) else 0)
+            progress.tick(st.tokens["train"] + st.tokens["val"])
+            return stop
+
         try:
             for t in range(t0, len(self.tasks)):
                 if pool is None:
-                    res: TaskResult = run_task(t, self.tasks[t], b0 if t == t0 else 0)
-                else:
-                    submit()
-                    fut = pending.pop(t)
-                    while not fut.ready():  # type: ignore[attr-defined]
-                        fut.wait(0.5)  # type: ignore[attr-defined]
-                        progress.tick(st.tokens["train"] + st.tokens["val"])
-                    res = fut.get()  # type: ignore[attr-defined]
-                    submit()
-                for pid, n in res.piece_lines.items():
-                    st.piece_lines[str(pid)] = n
-                for src, n in res.bad_records.items():
-                    st.bad_records[str(src)] = st.bad_records.get(str(src), 0) + n
-                st.binary.extend(res.binary)
+                    res: TaskResult = run_task(t, self.tasks[t], b0 if t == t0 else 0, partial(sink, t))
+                    lines(res.piece_lines)
+                    self._task_counts(st, res)
+                    if res.stopped:
+                        break
+                    continue
+                submit()
+                fut = pending.pop(t)
+                while not fut.ready():  # type: ignore[attr-defined]
+                    fut.wait(0.5)  # type: ignore[attr-defined]
+                    progress.tick(st.tokens["train"] + st.tokens["val"])
+                res = fut.get()  # type: ignore[attr-defined]
+                submit()
+                lines(res.piece_lines)
+                stop = False
                 for b in range(b0 if t == t0 else 0, res.blocks):
                     path = block_path(self.out, t, b)
-                    stop = self._consume(st, writers, t, b, path, d0 if (t, b) == (t0, b0) else 0)
+                    stop = self._consume(st, writers, t, b, read_block(path), d0 if (t, b) == (t0, b0) else 0)
                     path.unlink()
                     progress.tick(st.tokens["train"] + st.tokens["val"])
                     if stop:
                         break
-                else:
-                    continue
-                break
+                self._task_counts(st, res)
+                if stop:
+                    break
         except BaseException:
             for w in writers.values():
                 w.abandon()  # not committed: a resumed run writes these documents again
             raise
         self._close_pair(st, writers, [len(self.tasks), 0, 0])
+
+    @staticmethod
+    def _task_counts(st: _State, res: TaskResult) -> None:
+        """Counted once a task's blocks are in the shards: a shard committed halfway through a task
+        must not hold them, or the resumed run, which reads the whole task again, counts them twice."""
+        for src, n in res.bad_records.items():
+            st.bad_records[str(src)] = st.bad_records.get(str(src), 0) + n
+        st.binary.extend(res.binary)
 
     def _line_base(self, st: _State, pid: int) -> int:
         src, base, q = self.pieces[pid].source, 0, pid - 1
@@ -357,9 +380,9 @@ class _Run:
         st.position = position
         self._commit(st)
 
-    def _consume(self, st: _State, writers: dict[str, SplitWriter], t: int, b: int, path: Path, d0: int) -> bool:
+    def _consume(self, st: _State, writers: dict[str, SplitWriter], t: int, b: int, blk: dict[str, np.ndarray],
+                 d0: int) -> bool:
         """Append one block's documents from ``d0``; True when max_bytes is reached."""
-        blk = read_block(path)
         n = len(blk["doc_hash"])
         doc_len = np.diff(blk["doc_starts"])
         bases = {p: self._line_base(st, p) for p in set(blk["doc_piece"].tolist())}  # np.unique imports numpy.ma
@@ -394,7 +417,7 @@ class _Run:
     def _append(self, st: _State, writers: dict[str, SplitWriter], blk: dict, is_val: np.ndarray,
                 first_line: np.ndarray, a: int, b: int) -> None:
         ds, lpd = blk["doc_starts"], blk["lines_per_doc"]
-        line_first = np.concatenate([[0], np.cumsum(lpd)])
+        line_first = np.concatenate([[0], np.cumsum(lpd)]) if blk["has_line_table"] else None
         for name, want in (("train", False), ("val", True)):
             sel = is_val[a:b] == want
             docs = np.flatnonzero(sel) + a
@@ -405,11 +428,13 @@ class _Run:
             runs = np.flatnonzero(np.diff(np.concatenate([[0], sel, [0]]).astype(np.int8))).reshape(-1, 2) + a
             parts = [blk["tokens"][ds[r0] : ds[r1]] for r0, r1 in runs.tolist()]
             tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            lines = np.flatnonzero(np.repeat(sel, lpd[a:b])) + line_first[a]
-            line_doc = np.repeat(np.arange(len(docs)), lpd[docs])  # position of each line's doc in docs
             new_start = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            rel = blk["line_starts"][lines] - ds[docs][line_doc] + new_start[line_doc]
-            writers[name].append(tokens, rel, lpd[docs], blk["doc_file"][docs], first_line[docs])
+            rel = None
+            if line_first is not None:
+                lines = np.flatnonzero(np.repeat(sel, lpd[a:b])) + line_first[a]
+                line_doc = np.repeat(np.arange(len(docs)), lpd[docs])  # position of each line's doc in docs
+                rel = blk["line_starts"][lines] - ds[docs][line_doc] + new_start[line_doc]
+            writers[name].append(tokens, new_start, lpd[docs], blk["doc_file"][docs], first_line[docs], rel)
             st.tokens[name] += int(lens.sum())
             st.docs[name] += len(docs)
             per_tok, per_doc = np.bincount(blk["doc_file"][docs], weights=lens), np.bincount(blk["doc_file"][docs])

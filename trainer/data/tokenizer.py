@@ -202,18 +202,23 @@ def find_gpt2_tokenizer(explicit: str | None = None) -> Path:
 # ------------------------------------------------------------------------------------------ blocks
 
 
-def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str = "int64"
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str = "int64",
+                 lines: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Encode documents (UTF-8 bytes) into one stream, each document ended by ``tok.eot``.
 
     ``line_offsets[d]`` holds the byte offset of every source line in document d (at least [0]).
-    Returns (tokens of ``dtype``, doc_starts int64 [D+1], line_starts int64: token offset of every line).
+    Returns (tokens of ``dtype``, doc_starts int64 [D+1], line_starts int64: token offset of every line,
+    or None without ``lines``: a byte-level BPE's shard index finds lines from the tokens' newlines).
     Bytes and characters are encoded a whole block at a time in numpy; BPE a whole document at a
     time (:func:`_encode_documents`: the tokens the model meets when it reads a document, newline
     and indent merges included), each line's first token found from the encoder's offsets."""
     n = len(texts)
     if n == 0:
-        return np.zeros(0, dtype), np.zeros(1, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, dtype), np.zeros(1, np.int64), np.zeros(0, np.int64) if lines else None
+    if not lines and hasattr(tok, "encode_documents"):  # BPE on tiktoken (trainer.data.fastbpe)
+        return (*tok.encode_documents(texts, dtype), None)
+    if not lines and hasattr(tok, "encode_with_ends"):  # BPE on the tokenizers library
+        return _encode_documents(tok, texts, None, dtype)
     if isinstance(tok, ByteTokenizer | CharTokenizer):
         lens = np.fromiter((len(t) for t in texts), np.int64, n)
         byte_doc_starts = np.concatenate([[0], np.cumsum(lens)])
@@ -240,8 +245,6 @@ def encode_block(tok: Tokenizer, texts: list[bytes], line_offsets: list[np.ndarr
         tokens[keep] = body
         tokens[doc_starts[1:] - 1] = tok.eot
         return tokens, doc_starts, line_body + line_doc
-    if hasattr(tok, "encode_documents"):  # BPE on tiktoken (trainer.data.fastbpe): per batch in numpy
-        return tok.encode_documents(texts, line_offsets, dtype)
     if hasattr(tok, "encode_with_ends"):  # BPE on the tokenizers library
         return _encode_documents(tok, texts, line_offsets, dtype)
     return _encode_per_line(tok, texts, line_offsets, dtype)
@@ -258,10 +261,11 @@ def _char_offsets(text: bytes, decoded: str, byte_offsets: np.ndarray) -> np.nda
                        np.int64, len(byte_offsets))
 
 
-def _encode_documents(tok: Any, texts: list[bytes], line_offsets: list[np.ndarray], dtype: str
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _encode_documents(tok: Any, texts: list[bytes], line_offsets: list[np.ndarray] | None, dtype: str
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Each document encoded whole (then end-of-text); a line starts at the token holding its first
-    character (a token that joins a newline and the next line's indent counts for the next line)."""
+    character (a token that joins a newline and the next line's indent counts for the next line).
+    Without ``line_offsets``, no line table (None)."""
     strs = [t.decode("utf-8", errors="replace") for t in texts]
     tokens: list[np.ndarray] = []
     lines: list[np.ndarray] = []
@@ -276,12 +280,15 @@ def _encode_documents(tok: Any, texts: list[bytes], line_offsets: list[np.ndarra
             d = lo + k
             tokens.append(np.append(ids.astype(dtype), np.asarray([tok.eot], dtype)))
             doc_len[d] = len(ids) + 1
+            if line_offsets is None:
+                continue
             at = np.asarray(line_offsets[d], np.int64)
-            if getattr(tok, "offsets_in", "chars") == "chars":
-                at = _char_offsets(texts[d], strs[d], at)
+            at = _char_offsets(texts[d], strs[d], at)
             lines.append(np.searchsorted(ends, at, side="right"))
         lo = hi
     doc_starts = np.concatenate([[0], np.cumsum(doc_len)]).astype(np.int64)
+    if line_offsets is None:
+        return (np.concatenate(tokens) if tokens else np.zeros(0, dtype)), doc_starts, None
     lines_per_doc = np.fromiter((len(o) for o in line_offsets), np.int64, len(line_offsets))
     line_starts = (np.concatenate(lines).astype(np.int64) + np.repeat(doc_starts[:-1], lines_per_doc)
                    if lines else np.zeros(0, np.int64))

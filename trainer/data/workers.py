@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class WorkerSetup:
     block_bytes: int
     val_split: float
     encoder: str = "tokenizers"  # or "tiktoken" (trainer.data.fastbpe), chosen by the pipeline
+    line_table: bool = True  # False for a byte-level BPE: the shard index finds lines from newlines
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,10 @@ class TaskResult:
     piece_lines: dict[int, int] = field(default_factory=dict)
     bad_records: dict[int, int] = field(default_factory=dict)
     binary: tuple[int, ...] = ()
+    stopped: bool = False  # the sink asked for no more blocks
 
 
-BLOCK_ARRAYS = ("tokens", "doc_starts", "line_starts", "lines_per_doc", "doc_file", "doc_piece", "doc_line",
+BLOCK_ARRAYS = ("tokens", "doc_starts", "line_starts", "has_line_table", "lines_per_doc", "doc_file", "doc_piece", "doc_line",
                 "doc_hash", "doc_bytes", "disk")
 _setup: WorkerSetup | None = None
 _tok: Tokenizer | None = None
@@ -94,9 +97,14 @@ def block_path(out_dir: str | Path, task: int, block: int) -> Path:
     return Path(out_dir) / "work" / f"t{task:07d}-b{block:05d}.npy"
 
 
-def run_task(task: int, piece_ids: list[int], skip_blocks: int) -> TaskResult:
+Sink = Callable[[int, dict[str, np.ndarray], dict[int, int]], bool]
+
+
+def run_task(task: int, piece_ids: list[int], skip_blocks: int, sink: Sink | None = None) -> TaskResult:
     """Encode the pieces of one task into blocks ``skip_blocks`` onwards (earlier blocks are read
-    but not encoded: a resumed preparation already holds them in finished shards)."""
+    but not encoded: a resumed preparation already holds them in finished shards). Each block goes
+    to a file in the work folder, or, in the main process, straight to ``sink(block, arrays, lines
+    of the pieces read so far)``, which returns True to stop."""
     s, tok = _setup, _tok
     assert s is not None and tok is not None
     texts: list[bytes] = []
@@ -109,15 +117,21 @@ def run_task(task: int, piece_ids: list[int], skip_blocks: int) -> TaskResult:
     bad: dict[int, int] = {}
     binary: list[int] = []
 
-    def flush() -> None:
+    def flush() -> bool:
         nonlocal texts, offs, meta, size, blocks, disk
+        stop = False
         if blocks >= skip_blocks:
-            _write_block(s, tok, task, blocks, texts, offs, meta, disk)
+            arrays = _block_arrays(s, tok, texts, offs, meta, disk)
+            if sink is None:
+                _write_block(block_path(s.out_dir, task, blocks), arrays)
+            else:
+                stop = sink(blocks, arrays, dict(result_lines))
         if _counter is not None:
             with _counter.get_lock():
                 _counter.value += disk
         blocks += 1
         texts, offs, meta, size, disk = [], [], [], 0, 0
+        return stop
 
     for pid in piece_ids:
         piece = s.pieces[pid]
@@ -132,8 +146,8 @@ def run_task(task: int, piece_ids: list[int], skip_blocks: int) -> TaskResult:
             size += len(doc)
             disk += pos[0] - seen
             seen = pos[0]
-            if size >= s.block_bytes:
-                flush()
+            if size >= s.block_bytes and flush():
+                return TaskResult(task, blocks, result_lines, bad, tuple(binary), stopped=True)
         disk += max(0, (s.sources[piece.source].size if piece.end < 0 else piece.end - piece.start) - seen)
         result_lines[pid] = stats.lines
         if stats.bad_records:
@@ -141,25 +155,30 @@ def run_task(task: int, piece_ids: list[int], skip_blocks: int) -> TaskResult:
         if stats.binary:
             binary.append(piece.source)
     if texts:
-        flush()
-    elif _counter is not None and disk:
+        stopped = flush()
+        return TaskResult(task, blocks, result_lines, bad, tuple(binary), stopped)
+    if _counter is not None and disk:
         with _counter.get_lock():
             _counter.value += disk
     return TaskResult(task, blocks, result_lines, bad, tuple(binary))
 
 
-def _write_block(s: WorkerSetup, tok: Tokenizer, task: int, block: int, texts: list[bytes],
-                 offs: list[np.ndarray], meta: list[tuple[int, int, int]], disk: int) -> None:
-    tokens, doc_starts, line_starts = encode_block(tok, texts, offs, s.dtype)
+def _block_arrays(s: WorkerSetup, tok: Tokenizer, texts: list[bytes], offs: list[np.ndarray],
+                  meta: list[tuple[int, int, int]], disk: int) -> dict[str, np.ndarray]:
+    tokens, doc_starts, line_starts = encode_block(tok, texts, offs, s.dtype, s.line_table)
     m = np.asarray(meta, np.int64).reshape(-1, 3)
-    lines_per_doc = np.fromiter((len(o) for o in offs), np.int64, len(offs))
-    path = block_path(s.out_dir, task, block)
+    return {"tokens": tokens, "doc_starts": doc_starts,
+            "lines_per_doc": np.fromiter((len(o) for o in offs), np.int64, len(offs)),
+            "line_starts": np.zeros(0, np.int64) if line_starts is None else line_starts,
+            "has_line_table": np.bool_(line_starts is not None),
+            "doc_file": m[:, 0], "doc_piece": m[:, 1], "doc_line": m[:, 2],
+            "doc_hash": np.fromiter((doc_hash(t) for t in texts), np.uint64, len(texts)),
+            "doc_bytes": np.fromiter((len(t) for t in texts), np.int64, len(texts)), "disk": np.int64(disk)}
+
+
+def _write_block(path: Path, arrays: dict[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    arrays = {"tokens": tokens, "doc_starts": doc_starts, "line_starts": line_starts, "lines_per_doc": lines_per_doc,
-              "doc_file": m[:, 0], "doc_piece": m[:, 1], "doc_line": m[:, 2],
-              "doc_hash": np.fromiter((doc_hash(t) for t in texts), np.uint64, len(texts)),
-              "doc_bytes": np.fromiter((len(t) for t in texts), np.int64, len(texts)), "disk": np.int64(disk)}
     with open(tmp, "wb") as f:  # .npy arrays one after another: no zip checksums on a file read once
         for k in BLOCK_ARRAYS:
             np.lib.format.write_array(f, np.asarray(arrays[k]), allow_pickle=False)

@@ -180,14 +180,18 @@ def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, **kw)
 
 
-def test_killed_prepare_resumes_to_identical_bytes(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_killed_prepare_resumes_to_identical_bytes(tmp_path, workers):
+    """Killed halfway through a task (each .gz file is one): the resumed run reads the task again
+    and writes the same bytes, and counts its bad records once. One worker hands blocks to the
+    shards in this process, two through block files."""
     src = tmp_path / "in"
     src.mkdir()
     for i in range(3):
         with gzip.open(src / f"part{i}.jsonl.gz", "wt") as f:
             for j, line in enumerate(words_corpus(60_000, 10 + i)):
-                f.write(json.dumps({"text": line, "j": j}) + "\n")
-    args = ["--input", str(src), "--shard-tokens", "200000", "--workers", "2", "--min-val-tokens", "5000"]
+                f.write(json.dumps({"text": line, "j": j}) + "\n" + ("{not json\n" if j % 20_000 == 7 else ""))
+    args = ["--input", str(src), "--shard-tokens", "200000", "--workers", workers, "--min-val-tokens", "5000"]
     assert _cli(*args, "--out", str(tmp_path / "whole")).returncode == 0
     out = tmp_path / "killed"
     p = subprocess.Popen([sys.executable, "-m", "trainer.prepare", *args, "--out", str(out)], cwd=REPO,
@@ -211,7 +215,7 @@ def test_killed_prepare_resumes_to_identical_bytes(tmp_path):
         if rel.name != "meta.json":
             assert (tmp_path / "whole" / rel).read_bytes() == (out / rel).read_bytes(), rel
     a, b = (json.loads((d / "meta.json").read_text()) for d in (tmp_path / "whole", out))
-    assert a == b
+    assert a == b and [x["bad_records"] for x in a["sources"]] == [3, 3, 3]
     rows = [json.loads(x) for x in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert rows[-1]["done"] and rows[-1]["tokens"] == a["train_tokens"] + a["val_tokens"]
     assert {"bytes_read", "bytes_total", "mb_s", "eta_s"} <= set(rows[0])
