@@ -14,6 +14,20 @@ With BPE it then runs ``--pairs`` rounds of the pipeline (one worker) against ba
 vocabulary and the same text (see ``_TIKTOKEN``), one process each, one thread each, in rotating
 order, and prints the median ratio of each round's figures (wall and CPU seconds, which a loaded host
 disturbs less) with the load average: a fair per-core comparison on a busy machine.
+
+A host whose speed drifts (a shared VM: tens of percent within seconds) still moves those ratios, as
+each compares two processes run a minute apart. So each process also reports its *encoder share*: the
+CPU seconds inside its tiktoken encode calls (I) over its whole CPU seconds (T, getrusage at its end:
+start, imports, reading, everything). Both processes make the same encode calls on the same documents
+(the token counts are checked), so I is the same work in each, a yardstick measured in the same
+process as T, the two alternating every few milliseconds: drift scales both alike and cancels in
+I/T. Not quite all of T alternates: the start (imports, building the encoder, the pipeline's encoder
+check), a few tenths of a second, runs before the first call, and drift between it and the rest
+still moves the share a little. The pipeline's I_p/T_p estimates pipeline ÷ bare encode loop, the
+bare command's I_b/T_b bare whole command ÷ its loop, and (I_p/T_p)/(I_b/T_b) = (T_b/I_b)/(T_p/I_p)
+pipeline ÷ bare whole command. It assumes an encode call costs the same in both; where the
+pipeline's other work slowed its calls (caches), that would count as encoder time and flatter the
+pipeline: the median of I_b/I_p across processes (noisy, unbiased) is printed as a check.
 """
 
 from __future__ import annotations
@@ -62,19 +76,64 @@ print(time.perf_counter() - t, n, resource.getrusage(resource.RUSAGE_SELF).ru_ma
 # The bare encoder as a user of a trained BPE would run it: build tiktoken from the merges (as the
 # pipeline does), read the file, cut the pipeline's documents (200-line segments), encode each whole
 # in this one thread with ``encode_ordinary`` (a list of ints) or ``encode_to_numpy`` (an array, what
-# the pipeline calls), count the tokens. Prints the encode loop's wall and CPU seconds and the tokens.
-_TIKTOKEN = """import sys, time
+# the pipeline calls), count the tokens. Prints the encode loop's wall and CPU seconds, the tokens, the
+# CPU seconds inside the encode calls alone and the process's whole CPU seconds so far (see _SHARE).
+_TIKTOKEN = """import resource, sys, time
 sys.path.insert(0, sys.argv[4])
 from trainer.data.fastbpe import from_tokenizer_json
 enc = from_tokenizer_json(open(sys.argv[1], encoding="utf-8").read(), 0).enc
 lines = open(sys.argv[2], encoding="utf-8").read().splitlines(keepends=True)
 docs = ["".join(lines[i : i + 200]) for i in range(0, len(lines), 200)]
+numpy = sys.argv[3] == "numpy"
 w, c = time.perf_counter(), time.process_time()
-if sys.argv[3] == "numpy":
-    n = sum(len(enc.encode_to_numpy(d, disallowed_special=())) for d in docs)
-else:
-    n = sum(len(enc.encode_ordinary(d)) for d in docs)
-print(time.perf_counter() - w, time.process_time() - c, n)
+n, inside = 0, 0.0
+for d in docs:
+    t = time.process_time()
+    n += len(enc.encode_to_numpy(d, disallowed_special=()) if numpy else enc.encode_ordinary(d))
+    inside += time.process_time() - t
+w, c = time.perf_counter() - w, time.process_time() - c
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(w, c, n, inside, u.ru_utime + u.ru_stime)
+"""
+
+# The pipeline's command (``python -m trainer.prepare``) with its block encoder's tiktoken calls timed:
+# CPU seconds inside ``TiktokenBPE.encode_array`` when ``encode_documents`` calls it (the corpus; not
+# the agreement check on a sample, which bare tiktoken does not make), their tokens, and the process's
+# whole CPU seconds at the end (getrusage: start and imports included), on stderr. A tree without
+# ``encode_documents`` runs unchanged and reports 0 tokens.
+_SHARE = """import resource, runpy, sys, time
+inside, tokens, depth = 0.0, 0, 0
+try:
+    from trainer.data.fastbpe import TiktokenBPE as cls
+except ImportError:  # a tree from before tiktoken
+    cls = None
+if hasattr(cls, "encode_documents"):
+    encode_array, encode_documents = cls.encode_array, cls.encode_documents
+    def timed_array(self, text):
+        global inside, tokens
+        if not depth:
+            return encode_array(self, text)
+        t = time.process_time()
+        a = encode_array(self, text)
+        inside += time.process_time() - t
+        tokens += len(a)
+        return a
+    def in_documents(self, *args, **kwargs):
+        global depth
+        depth += 1
+        try:
+            return encode_documents(self, *args, **kwargs)
+        finally:
+            depth -= 1
+    cls.encode_array, cls.encode_documents = timed_array, in_documents
+rc = 0
+try:
+    runpy.run_module("trainer.prepare", run_name="__main__")
+except SystemExit as e:
+    rc = e.code
+u = resource.getrusage(resource.RUSAGE_SELF)
+print("ENCODER_CPU", inside, "TOTAL_CPU", u.ru_utime + u.ru_stime, "ENCODER_TOKENS", tokens, file=sys.stderr)
+sys.exit(rc)
 """
 
 
@@ -135,8 +194,8 @@ def bare(tok_file: Path, text: Path, threads: int, unit: str = "docs") -> tuple[
     return float(dt), int(n)
 
 
-def _timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds of the child, its stdout) of one command."""
+def _timed(cmd: list[str], env: dict) -> tuple[float, float, str, str]:
+    """(wall seconds, CPU seconds of the child, its stdout, its stderr) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
@@ -145,17 +204,19 @@ def _timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
         raise SystemExit(r.stderr[-2000:])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return wall, cpu, r.stdout
+    return wall, cpu, r.stdout, r.stderr
 
 
 def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int, before: Path | None = None) -> list[dict]:
-    """Rounds of: the pipeline (``python -m trainer.prepare --workers 1``, whole command) and bare
-    tiktoken (``_TIKTOKEN``, whole command and its encode loop alone) with encode_ordinary and with
-    encode_to_numpy, on the same text, one thread each, in an order that rotates every round; with
-    ``before`` (another checkout of this repository) its pipeline too, on the same text."""
+    """Rounds of: the pipeline (``python -m trainer.prepare --workers 1`` under ``_SHARE``, whole
+    command) and bare tiktoken (``_TIKTOKEN``, whole command and its encode loop alone) with
+    encode_ordinary and with encode_to_numpy, on the same text, one thread each, in an order that
+    rotates every round; with ``before`` (another checkout of this repository) its pipeline too, on
+    the same text. Each process also reports the CPU inside its encode calls, their tokens and its
+    whole CPU (``"<kind> encoder"``)."""
     env = installed({**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                      "TOKENIZERS_PARALLELISM": "false"}, out.parent, REPO, *([before] if before else []))
-    pipe = [sys.executable, "-m", "trainer.prepare", "--input", str(text_dir), "--out", str(out), "--workers", "1",
+    pipe = [sys.executable, "-c", _SHARE, "--input", str(text_dir), "--out", str(out), "--workers", "1",
             "--tokenizer", str(tok_file)]
     corpus = text_dir / "corpus.txt"
     kinds = ["pipeline", "ordinary", "numpy", *(["before"] if before else [])]
@@ -165,19 +226,23 @@ def pairs(text_dir: Path, tok_file: Path, out: Path, rounds: int, before: Path |
         for kind in kinds[i % len(kinds):] + kinds[: i % len(kinds)]:
             if kind in ("pipeline", "before"):
                 shutil.rmtree(out, ignore_errors=True)
-                row[kind] = _timed(pipe, env if kind == "pipeline" else {**env, "PYTHONPATH": str(before)})[:2]
+                wall, cpu, _, err = _timed(pipe, env if kind == "pipeline" else {**env, "PYTHONPATH": str(before)})
+                row[kind] = wall, cpu
                 row["tokens"] = sum(json.loads((out / "meta.json").read_text())[k] for k in ("train_tokens", "val_tokens"))
+                v = err.rsplit("ENCODER_CPU", 1)[1].split()
+                row[kind + " encoder"] = float(v[0]), float(v[2]), int(v[4])  # inside, total, tokens
             else:
-                wall, cpu, stdout = _timed([sys.executable, "-c", _TIKTOKEN, str(tok_file), str(corpus), kind,
-                                            str(REPO)], env)
-                loop_wall, loop_cpu, n = stdout.split()
+                wall, cpu, stdout, _ = _timed([sys.executable, "-c", _TIKTOKEN, str(tok_file), str(corpus), kind,
+                                               str(REPO)], env)
+                loop_wall, loop_cpu, n, inside, total = stdout.split()
                 row[kind], row[kind + " loop"] = (wall, cpu), (float(loop_wall), float(loop_cpu))
+                row[kind + " encoder"] = float(inside), float(total), int(n)
                 row["bare tokens"] = int(n)
         rows.append(row)
+        (ip, tp, _), (ib, tb, _) = row["pipeline encoder"], row["numpy encoder"]
         print(f"round {i + 1}: load {row['load']:.1f} " + " ".join(
             f"{k} {row[k][0]:.2f}s/{row[k][1]:.2f}cpu" for k in ("pipeline", "ordinary", "numpy", "numpy loop", "before")
-            if k in row),
-              file=sys.stderr, flush=True)
+            if k in row) + f" encoder-share estimate {ip / tp / (ib / tb):.3f}x", file=sys.stderr, flush=True)
     return rows
 
 
@@ -199,6 +264,37 @@ def pair_table(rows: list[dict], mb: float) -> list[str]:
         ratio = [statistics.median(r[k][j] / r["pipeline"][j] for r in rows) for j in (0, 1)]
         out.append(f"| {label} | {best[0]:.2f} | {best[1]:.2f} | "
                    + (" | ".join(f"{x:.2f}x" for x in ratio) if k != "pipeline" else "— | —") + " |")
+    return out + ["", *share_table(rows)]
+
+
+def share_table(rows: list[dict]) -> list[str]:
+    """Markdown: per round and the median, each process's CPU inside its encode calls over its whole
+    CPU (I/T, measured within the process, so host drift cancels) for the pipeline and bare tiktoken's
+    encode_to_numpy command, and their quotient, the drift-immune pipeline ÷ bare whole command."""
+    p, b = [r["pipeline encoder"] for r in rows], [r["numpy encoder"] for r in rows]
+    sp, sb = [i / t for i, t, _ in p], [i / t for i, t, _ in b]
+    est = [x / y for x, y in zip(sp, sb, strict=True)]
+    cpu = [r["numpy"][1] / r["pipeline"][1] for r in rows]
+    agree = all(abs(x[2] - y[2]) <= 0.001 * y[2] for x, y in zip(p, b, strict=True))
+    calls = statistics.median(y[0] / x[0] for x, y in zip(p, b, strict=True))  # bare ÷ pipeline, encode calls
+    out = [f"Encoder share: CPU seconds inside the tiktoken encode calls (I) ÷ the process's whole CPU "
+           f"seconds (T, getrusage at its end), both within one process. Encoder tokens: pipeline "
+           f"{p[0][2]:,}, bare {b[0][2]:,} " + ("(the same calls: agree within 0.1% every round)" if agree else
+                                                "(DIFFER by more than 0.1%: the estimate does not hold)"), "",
+           "| round | load | pipeline I_p / T_p, CPU s | = pipeline ÷ bare encode loop | bare encode_to_numpy "
+           "command I_b / T_b, CPU s | its share | pipeline ÷ bare whole command, (I_p/T_p)/(I_b/T_b) |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    out += [f"| {k + 1} | {r['load']:.1f} | {x[0]:.2f} / {x[1]:.2f} | {u:.3f} | {y[0]:.2f} / {y[1]:.2f} | {v:.3f} "
+            f"| {e:.3f}x |" for k, (r, x, y, u, v, e) in enumerate(zip(rows, p, b, sp, sb, est, strict=True))]
+    med = statistics.median
+    out += [f"| median | | | {med(sp):.3f} | | {med(sb):.3f} | {med(est):.3f}x |", "",
+            f"Range over rounds of pipeline ÷ bare whole command: {min(est):.3f}–{max(est):.3f}x from the encoder "
+            f"shares, {min(cpu):.2f}–{max(cpu):.2f}x from the CPU seconds of the separate processes (table above). "
+            "The shares are the steadier figure: the same encoder work is the yardstick in both processes, "
+            "timed at the same moments as the rest of its own process, so a host that speeds up or slows down "
+            "scales I and T alike (all but the start, a few tenths of a second before the first call). Check that an encode call costs the same in both (the estimate counts a "
+            f"slower one in the pipeline as encoder time): bare I_b ÷ pipeline I_p, median {calls:.3f} "
+            "(across processes: as noisy as the ratios above, but unbiased)."]
     return out
 
 
@@ -236,7 +332,7 @@ def breakdown(text_dir: Path, tok_file: Path, out: Path, mb: float) -> list[str]
     env = installed({**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
                     out.parent, REPO)
     code = _BREAKDOWN.replace("STAGES", repr(STAGES))
-    _, _, stdout = _timed([sys.executable, "-c", code, str(text_dir), str(tok_file), str(out)], env)
+    _, _, stdout, _ = _timed([sys.executable, "-c", code, str(text_dir), str(tok_file), str(out)], env)
     total, bare_s, *v = map(float, stdout.split())
     c = dict(zip(STAGES, v, strict=True))
     rows = [("tiktoken encoding (the same calls as bare)", c["encode_array"]),
