@@ -6,7 +6,8 @@ A prepared data directory holds::
     meta.json            tokenizer, vocab size, dtype, token counts, shards, sources
     tokenizer.json       (all but the byte tokenizer) the tokenizer
     train/NNNNNN.bin     token shards (uint16 when the vocabulary fits, else uint32)
-    train/NNNNNN.idx.npz provenance: token offset of every line, file and line of every document
+    train/NNNNNN.idx.npz provenance: file, first line and token offset of every document (and a line
+                         table, except for a byte-level BPE, whose lines are found from the tokens)
     val/...
 
 It is written by ``python -m trainer.prepare`` (trainer/data/pipeline.py). Every token position maps
