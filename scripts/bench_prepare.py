@@ -323,7 +323,7 @@ bare = time.process_time() - t
 cum = {f[2]: v[3] for f, v in pstats.Stats(prof).stats.items()}
 print(total, bare, *(cum.get(k, 0.0) for k in STAGES))
 """
-STAGES = ("encode_array", "encode_documents", "_write_block", "run_task", "_consume", "_encoder", "_tokenizer")
+STAGES = ("encode_array", "encode_documents", "_block_arrays", "run_task", "_consume", "_encoder", "_tokenizer")
 
 
 def breakdown(text_dir: Path, tok_file: Path, out: Path, mb: float) -> list[str]:
@@ -336,10 +336,10 @@ def breakdown(text_dir: Path, tok_file: Path, out: Path, mb: float) -> list[str]
     total, bare_s, *v = map(float, stdout.split())
     c = dict(zip(STAGES, v, strict=True))
     rows = [("tiktoken encoding (the same calls as bare)", c["encode_array"]),
-            ("decode, batch arrays, line offsets (encode_documents)", c["encode_documents"] - c["encode_array"]),
-            ("document hashes, block file (write)", c["_write_block"] - c["encode_documents"]),
-            ("reading and cutting documents", c["run_task"] - c["_write_block"]),
-            ("block file (read), split, shards, provenance index (consume)", c["_consume"]),
+            ("decode, the block's token array (encode_documents)", c["encode_documents"] - c["encode_array"]),
+            ("document hashes, the block's other arrays", c["_block_arrays"] - c["encode_documents"]),
+            ("reading and cutting documents", c["run_task"] - c["_block_arrays"] - c["_consume"]),
+            ("train/val split, shards, provenance index (consume, in the worker's call)", c["_consume"]),
             ("tiktoken from the merges + the encoder check on a sample", c["_encoder"]),
             ("tokenizer file (load, copy)", c["_tokenizer"])]
     rows.append(("the rest (progress, state, meta.json)", total - sum(x for _, x in rows)))

@@ -120,8 +120,9 @@ class BPETokenizer:
         return list(self._tok.encode(text, add_special_tokens=False).ids)  # type: ignore[attr-defined]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        encs = self._tok.encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
-        return [e.ids for e in encs]
+        # encode_batch_fast (tokenizers >= 0.21) computes no offsets: the same ids for ~40 % less CPU
+        fast = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch  # type: ignore[attr-defined]
+        return [e.ids for e in fast(texts, add_special_tokens=False)]
 
     def encode_with_ends(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each text encoded whole: (token ids, the character offset where each token ends)."""
