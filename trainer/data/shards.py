@@ -16,8 +16,9 @@ and, unless the tokenizer is a byte-level BPE, a line table instead of ``seg_sta
 A byte-level BPE's tokens hold the document's bytes, so a line starts where the bytes after a newline
 do: the line of a token is found by counting the newlines of the tokens before it in its document
 (:func:`line_starts`, from the tokenizer's newline table), which preparation need not write down. A
-line starts at the token holding its first byte either way. Directories written before shards existed
-(``train.bin`` + ``train.idx.npz``, int64 line starts) read as a split of one shard.
+line starts at the token holding its first byte either way. A directory whose tokenizer.json is gone
+still reads; its byte-level shards then name each document's first line. Directories written before
+shards existed (``train.bin`` + ``train.idx.npz``, int64 line starts) read as a split of one shard.
 """
 
 from __future__ import annotations
