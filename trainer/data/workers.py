@@ -2,7 +2,8 @@
 leave each block in the work folder for the main process, which owns the shards.
 
 Blocks go through files rather than pipes so that memory stays bounded however far the workers
-run ahead of the writer (a 20 GB .gz file is one task, read by one worker, in many blocks).
+run ahead of the writer (a 20 GB .gz file is one task, read by one worker, in many blocks). With one
+worker, which runs in the main process, each block goes straight to the shards instead (a sink).
 """
 
 from __future__ import annotations
