@@ -86,6 +86,63 @@ def fallback(reason: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Key re-exchange
+
+
+def defer_own_sends(transport: Any) -> None:
+    """Keep a key re-exchange from stalling the connection (paramiko/paramiko#822, open since 2016).
+
+    Once paramiko has sent KEXINIT (every 512 MiB, or whatever ``REKEY_BYTES`` says) it holds every
+    ``_send_user_message`` until the exchange ends, as RFC 4253 7.1 asks. But a message the server
+    sent before it saw our KEXINIT (a channel's close, most often) is handled on the transport's own
+    thread, whose reply then waits for an exchange only that thread can finish: the connection stalls
+    for ``clear_to_send_timeout`` (30 s) and dies with "Key-exchange timed out waiting for key
+    negotiation". Here what the transport thread sends while an exchange is under way (or while
+    earlier such messages still wait) goes to a queue that one helper thread sends, in order, once
+    the exchange is over; every other thread keeps paramiko's own wait."""
+    if not all(hasattr(transport, a) for a in ("_send_user_message", "clear_to_send")):
+        fallback("Transport lacks _send_user_message/clear_to_send: a key exchange may stall a channel close")
+        return
+    original = transport._send_user_message
+    queue: list[Any] = []
+    lock = threading.Lock()
+    busy = [False]
+
+    def drain() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    busy[0] = False
+                    return
+                data = queue[0]
+            try:
+                original(data)  # waits for the exchange to end, as paramiko does
+            except Exception as exc:  # the exchange never ended: the transport is failing anyway
+                log.debug("a reply held over a key exchange was not sent: %s", exc)
+                with lock:
+                    queue.clear()
+                    busy[0] = False
+                return
+            with lock:
+                queue.pop(0)
+
+    def send(data: Any) -> None:
+        own = threading.current_thread() is transport  # (a bool: mypy would narrow transport to Thread)
+        if own:
+            with lock:
+                if queue or not transport.clear_to_send.is_set():
+                    queue.append(data)
+                    transport.gpucli_held_over_kex = getattr(transport, "gpucli_held_over_kex", 0) + 1
+                    if not busy[0]:
+                        busy[0] = True
+                        threading.Thread(target=drain, name="gpucli-kex-held", daemon=True).start()
+                    return
+        original(data)
+
+    transport._send_user_message = send
+
+
+# ---------------------------------------------------------------------------------------------------
 # SFTP
 
 

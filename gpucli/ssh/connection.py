@@ -140,6 +140,7 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport = pm.Transport(sock, default_window_size=WINDOW_BYTES,
                                  default_max_packet_size=PACKET_BYTES)
+        _paramiko.defer_own_sends(transport)
         try:
             transport.banner_timeout = self.connect_timeout_s
             transport.handshake_timeout = self.connect_timeout_s

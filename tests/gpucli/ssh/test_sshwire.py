@@ -79,3 +79,31 @@ def test_a_stalled_window_times_out_and_a_closed_channel_refuses(remote):
     chan.close()
     with pytest.raises(OSError):
         sshwire.send_all(chan, b"more")
+
+
+def test_a_close_that_crosses_a_key_exchange_does_not_stall_the_connection(remote):
+    """paramiko/paramiko#822: a channel's close that arrives after our KEXINIT is handled on the
+    transport's thread, whose reply would wait for an exchange only that thread can finish (30 s,
+    then "Key-exchange timed out"). Here an exchange is held open by hand (clear_to_send cleared, as
+    paramiko's _send_kex_init does) while one channel closes and another still has output coming:
+    the close is handled, the other channel's output still arrives, the held reply goes out once the
+    exchange is over, and the connection keeps working."""
+    t = remote._transport()
+    closing, talking = t.open_session(), t.open_session()
+    closing.exec_command("sleep 2")
+    talking.exec_command("sleep 4; echo still-reading")
+    talking.settimeout(60)
+    with t.clear_to_send_lock:
+        t.clear_to_send.clear()  # from here on, as during a key exchange
+    try:
+        got = b""
+        while b"still-reading" not in got:  # the transport thread must still read: not stuck on the close
+            chunk = talking.recv(100)
+            assert chunk, "the channel closed without its output"
+            got += chunk
+        assert closing.closed and getattr(t, "gpucli_held_over_kex", 0) >= 1
+    finally:
+        with t.clear_to_send_lock:
+            t.clear_to_send.set()  # the exchange is over: the held reply goes out
+    assert closing.recv_exit_status() == 0 and talking.recv_exit_status() == 0
+    assert remote.run("echo still-here", timeout_s=30).stdout.strip() == "still-here"
