@@ -134,7 +134,10 @@ def test_the_trainer_posts_its_events(receiver, data_dir, tmp_path):
     texts = [json.loads(req["body"])["text"] for req in receiver.requests]
     assert any(t.startswith("*Validation Complete*") for t in texts)
     assert any(t.startswith("*Checkpoint Saved*") for t in texts)
-    assert texts[-1].startswith("*Training Complete*") and "Total Steps: `10`" in texts[-1]
+    # Once: not necessarily last, since a run that closes with a backlog sends its final alert first
+    # (trainer.watch.notify); under load the last checkpoint's message was still queued.
+    done = [t for t in texts if t.startswith("*Training Complete*")]
+    assert len(done) == 1 and "Total Steps: `10`" in done[0]
     assert "secret-part" not in r.stderr + r.stdout
     assert [row for row in read_rows(out) if row.get("event") == "finished"]
 

@@ -426,8 +426,12 @@ class EmulatorBase:
             else:
                 pod.stopped = True
             pod.stop_sshd()
+        self.on_end(pod_id, event)  # before the ledger says so: a test that waits on the ledger sees it done
         self.ledger.record(pod_id, event, label=pod.label if event == "terminated" else None, by=by)
         return pod
+
+    def on_end(self, pod_id: str, event: str) -> None:
+        """What a provider does to a pod's disks when it stops or ends (nothing here)."""
 
     def pod_key_of(self, pod_id: str) -> str:
         """The pod's own scoped key (what its environment carries)."""

@@ -318,13 +318,16 @@ class RunPodEmulator(EmulatorBase):
         with self.lock:
             return Reply(200, self._render(pod, advance=False))
 
+    def on_end(self, pod_id: str, event: str) -> None:
+        if event in ("stopped", "preempted") and pod_id in self.pod_info:
+            # "Container disk ... erased when Pod stops" (pricing.mdx L46)
+            shutil.rmtree(self.container_dir(pod_id), ignore_errors=True)
+            self.container_dir(pod_id).mkdir(parents=True, exist_ok=True)
+
     def end_pod(self, pod_id: str, event: str, by: str) -> EmuPod | None:
         pod = super().end_pod(pod_id, event, by)
         info = self.pod_info.get(pod_id)
         if pod is not None and info is not None:
-            if event in ("stopped", "preempted"):  # "Container disk ... erased when Pod stops" (pricing.mdx L46)
-                shutil.rmtree(self.container_dir(pod_id), ignore_errors=True)
-                self.container_dir(pod_id).mkdir(parents=True, exist_ok=True)
             if event in ("stopped", "preempted", "terminated") and not info.get("released"):
                 info["released"] = True  # a stopped pod's GPUs go back to the pool (it may not start again)
                 with self.lock:
