@@ -32,7 +32,7 @@ to ``--curves`` (JSON) and ``--markdown`` (a table for BENCHMARKS.md; ``--plot``
 is installed), with the tokens the modern run needed to reach the GPT-2 run's final validation loss.
 Research models (``--memory``, ``--refine``): the shape's own preset without memory or refinement
 (``plain``), then the same shape with an Atlas memory in every block (d_key = d_value = d_model, the
-seed's 1B plan) at each ``--memory-chunk`` (default seed 000's two TNT stages, 2048 and 256), and with
+seed's 1B plan) at each ``--memory-chunk`` (default the Atlas 1B build plan's two TNT stages, 2048 and 256), and with
 ``--refine-steps`` refinement steps of one shared block; each row's step time against ``plain``'s,
 all in one run (issue 21's target: memory <= 1.5x plain).
 MFU = tokens/s x (6N + 12 L d T) / peak, with N excluding position embeddings and the tied head

@@ -1,4 +1,4 @@
-"""Geometric snapshot of a checkpoint (seed 000 section 2.4):
+"""Geometric snapshot of a checkpoint (the Atlas 1B build plan section 2.4):
 ``python -m trainer.snapshot --checkpoint DIR --out DIR [--text TEXT]``.
 
 Writes, for each layer, the residual-stream hidden state on the sample text and the singular values
@@ -6,7 +6,7 @@ of every weight matrix (``layer_XX/hidden.pt``, ``layer_XX/svd.pt``), plus ``met
 D_eff, collapse beta and norms per layer and matrix and the layer-path curvature. The full
 ``U, S, V`` of a matrix is large; ``--full-svd`` adds it.
 
-A model with memory also gets, per layer, the memory's state after the sample text (seed 000 §2.4):
+A model with memory also gets, per layer, the memory's state after the sample text (the Atlas 1B build plan §2.4):
 ``layer_XX/M.pt``, ``S.pt`` (first sequence, [d_value, d_key]), ``M_svd.pt`` / ``S_svd.pt`` (singular
 values; U and V too with ``--full-svd``) and, in ``metrics.json`` under the layer's ``memory``, its
 gate share, M_norm, M_std, S_norm and D_eff / beta of M and S. Layer XX's memory is block XX-1's

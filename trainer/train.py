@@ -101,7 +101,7 @@ class Trainer:
             if v > self.shape.max_seq_len:
                 raise ConfigError(f"{name}={v} exceeds model max_seq_len {self.shape.max_seq_len}")
         # With memory, TNT's two stages are two chunk sizes (the memory's update granularity) at the
-        # same sequence length (seed 000 §6.2); seed 000's stage-1 chunk is the default.
+        # same sequence length (the Atlas 1B build plan §6.2); the Atlas 1B build plan's stage-1 chunk is the default.
         if not self.shape.memory and (t.stage1_chunk_size or t.stage2_chunk_size):
             raise ConfigError("training.stage1_chunk_size/stage2_chunk_size set the memory's chunk size: "
                               "they need a model with memory (model.memory: true, or model.d_key ...)")

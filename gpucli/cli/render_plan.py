@@ -267,7 +267,7 @@ def _axis(values: Sequence[float], size: int) -> tuple[Any, float, float, bool]:
 
 
 def plan_chart(plan: Plan, width: int = 64, height: int = 16) -> None:
-    """Cost (up) against time (right), in the shape of seed 003's chart; front members are numbered."""
+    """Cost (up) against time (right), in the shape of the Pareto cost analysis's chart; front members are numbered."""
     points = [e for e in plan.estimates if e.runs]
     if not points:
         return

@@ -95,7 +95,7 @@ _MEM_PER_DV = 22.63
 _MEM_STATE_PER_CHUNK = 16.21
 _MEM_PER_WINDOW = 16.67
 _MEM_CONST = -68.23
-DEFAULT_MEMORY_CHUNK = 2048  # the trainer's stage-1 chunk when none is set (seed 000's)
+DEFAULT_MEMORY_CHUNK = 2048  # the trainer's stage-1 chunk when none is set (the Atlas 1B build plan's)
 
 
 def memory_activation_bytes_per_token(d: int, dk: int, dv: int, chunk: int, window: int, poly: int) -> float:
@@ -268,7 +268,7 @@ def parse_duration_hours(text: str | float | int) -> float:
 # Data preparation on the pod (trainer.prepare), per core, from scripts/bench_prepare.py (BENCHMARKS.md,
 # "Data preparation", 2026-11-23, one worker on a loaded 2-core VM): the bytes tokenizer read 12.6 MB/s
 # of .jsonl.gz (37.4 of plain text; one token per byte, so MB/s = Mtokens/s), a trained BPE 0.55 Mtokens/s.
-# The slower format is the default: seed 000's corpus is .jsonl.gz.
+# The slower format is the default: the Atlas 1B build plan's corpus is .jsonl.gz.
 PREPARE_TOKENS_PER_S_PER_CORE = {"byte": 12.6e6, "char": 12.6e6, "bpe": 0.55e6, "gpt2": 0.55e6, "file": 0.55e6}
 POD_CPU_CORES = 16  # a GPU pod's vCPUs when nothing better is known (RunPod and vast.ai give 8-32 per GPU)
 

@@ -117,7 +117,7 @@ class ClusterProfile:
 
 @dataclass(frozen=True)
 class Stages:
-    """Two training stages (seed 000's TNT): steps and the memory's chunk size in each. A model without
+    """Two training stages (the Atlas 1B build plan's TNT): steps and the memory's chunk size in each. A model without
     memory runs both stages at the same settings (the chunk sizes are the memory's)."""
 
     stage1_steps: int
@@ -143,10 +143,10 @@ class Phase:
     matrix_lr: float
     embedding_lr: float
     batch_scale: float
-    # seed 002's refinement knobs (trainer/model/refine.py); a launch writes them for a model with refine_steps
+    # the cloud training guide's refinement knobs (trainer/model/refine.py); a launch writes them for a model with refine_steps
     supervision_weight_base: float | None = None
     improvement_reward_scale: float | None = None
-    stages: Stages | None = None  # two stages with their own steps and memory chunk sizes (seed 000)
+    stages: Stages | None = None  # two stages with their own steps and memory chunk sizes (the Atlas 1B build plan)
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class Catalog:
                                + ["NxGPU (e.g. 8xH100-PCIe, 4xRTX3090)"])
 
     def cluster_for(self, gpu: Gpu, count: int, name: str | None = None) -> ClusterProfile:
-        """``count`` x ``gpu`` as the named cluster profiles are made (seed 002): every GPU count keeps the
+        """``count`` x ``gpu`` as the named cluster profiles are made (the cloud training guide): every GPU count keeps the
         same sequences per optimizer step for a phase (its 8x and 4x profiles of one GPU agree: 8xH100 and
         4xH100 512 fast, 256 extreme; A100 448 and 224), split over the GPUs, with the micro-batch of the
         named profile of this GPU (else 8xH100's), never more than a GPU's share; grad accumulation makes

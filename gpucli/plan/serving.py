@@ -135,7 +135,7 @@ def generate_run(models: Sequence[ModelShape], gpu: Gpu, n_gpus: int, tokens: fl
                  measured_tps: Sequence[float | None] = ()) -> GenerateRun:
     """``tokens`` in all, shared equally between ``models``, on ``n_gpus`` x ``gpu``. ``measured_tps``:
     a measured tokens/s of one copy, per model (None: the roofline's). On several GPUs each copy runs
-    at ``decode_parallel_efficiency`` of its own speed (seed 003's "~95 %": the host's CPU, PCIe and
+    at ``decode_parallel_efficiency`` of its own speed (the Pareto cost analysis's "~95 %": the host's CPU, PCIe and
     disk are shared)."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")

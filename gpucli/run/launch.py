@@ -306,7 +306,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     steps = limits.max_steps or (asked_steps if isinstance(asked_steps, int) else None) or (
         stages.steps if stages else phase.iterations)
     val_interval = req.val_interval or max(10, steps // 20)
-    # --checkpoint-every 1h replaces the default step interval (seed 004 saves hourly, nothing else)
+    # --checkpoint-every 1h replaces the default step interval (the $1000 8x H100 setup guide saves hourly, nothing else)
     ckpt_interval = req.checkpoint_interval or (steps if req.checkpoint_every_s else max(val_interval, steps // 10))
     price = limits.price_per_hour_usd
     if price is None and gpu is not None:
@@ -352,7 +352,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
             cfg["training"].update({k: v for k, v in (("stage1_chunk_size", stages.stage1_chunk_size),
                                                       ("stage2_chunk_size", stages.stage2_chunk_size)) if v})
     if getattr(model, "refine_steps", 0) and knobs:
-        cfg["training"]["refinement"] = knobs  # the phase's (seed 002's) refinement loss weights
+        cfg["training"]["refinement"] = knobs  # the phase's (the cloud training guide's) refinement loss weights
     if gpu is None and not req.data:
         cfg["data"]["max_bytes"] = 8_000_000
     cfg, checked = _with_overrides(cfg, overrides)

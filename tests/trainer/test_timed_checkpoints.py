@@ -1,5 +1,5 @@
 """training.checkpoint_every_s: a checkpoint once that much time has passed since the last one, besides
-the step interval (seed 004 saves every hour)."""
+the step interval (the $1000 8x H100 setup guide saves every hour)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ A prepared data directory holds::
 
 It is written by ``python -m trainer.prepare`` (trainer/data/pipeline.py). Every token position maps
 back to (source file, line), so a batch with a strange loss can be traced to the text that caused
-it (seed 000 section 4.1).
+it (the Atlas 1B build plan section 4.1).
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def stdlib_source_list() -> list[Source]:
 
 def plan_pieces(sources: list[Source], chunk_bytes: int) -> list[Piece]:
     """Big plain (uncompressed text or JSON Lines) files are cut into byte ranges so that several
-    workers share one file (seed 004's one big file); the cut depends only on sizes, never on the
+    workers share one file (the $1000 8x H100 setup guide's one big file); the cut depends only on sizes, never on the
     number of workers, so the output does not either."""
     pieces: list[Piece] = []
     for i, s in enumerate(sources):

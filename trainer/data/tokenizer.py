@@ -44,7 +44,7 @@ class ByteTokenizer:
 
 
 class CharTokenizer:
-    """One token per Unicode character of a fixed alphabet (seed 004's vocabulary of 32), plus
+    """One token per Unicode character of a fixed alphabet (the $1000 8x H100 setup guide's vocabulary of 32), plus
     end-of-text and unknown. The alphabet comes from a sample of the corpus; a character the sample
     never showed becomes the unknown token rather than an error halfway through a 20 GB corpus."""
 

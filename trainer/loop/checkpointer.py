@@ -2,7 +2,7 @@
 whole on every rank (one process, DDP) or sharded (FSDP2). The files themselves (atomic writes,
 sha256, pruning, choosing one to resume) are :mod:`trainer.loop.checkpoint`'s.
 
-A model with memory also has per-rank memory states (seed 000 §2.3): each layer's ``M`` and ``S``
+A model with memory also has per-rank memory states (the Atlas 1B build plan §2.3): each layer's ``M`` and ``S``
 [B, d_value, d_key] at the end of the rank's last micro-batch. They differ across ranks (each rank
 reads its own sequences), so they go in the rank's own ``optim_rank*.pt`` next to its RNG state,
 in fp32, and come back bit for bit."""

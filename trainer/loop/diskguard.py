@@ -1,6 +1,6 @@
 """Room on disk for the next checkpoint, made before it is written.
 
-Seed 004's runbook planned 31 checkpoints of ~17 GB by hand and, for a disk running low, said to
+The $1000 8x H100 setup guide's runbook planned 31 checkpoints of ~17 GB by hand and, for a disk running low, said to
 delete the optimizer files of old checkpoints. Here that happens before each checkpoint: rank 0
 compares the free space of the checkpoint folder with what the next checkpoint will take (the size
 of the newest complete one on disk, or, before the first, the model and optimizer state's bytes, the

@@ -282,7 +282,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(shape.dropout)
         self.blocks = nn.ModuleList(Block(shape, memory=shape.memory) for _ in range(shape.n_layers))
         self.refine = nn.ModuleList(Block(shape) for _ in range(shape.refine_layers)) if shape.refine_steps else None
-        self.refine_weight_base, self.refine_reward_scale = 5.0, 1.0  # seed 002's fast phase; set by the trainer
+        self.refine_weight_base, self.refine_reward_scale = 5.0, 1.0  # the cloud training guide's fast phase; set by the trainer
         # What the last forward left, detached: memory states and gate shares, refinement step losses.
         self.memory_out: list[MemoryState] = []
         self.gate_shares: list[torch.Tensor] = []

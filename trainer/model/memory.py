@@ -1,4 +1,4 @@
-"""An Atlas-style associative memory for a transformer block (seed 000 §1.2): per layer a matrix memory
+"""An Atlas-style associative memory for a transformer block (the Atlas 1B build plan §1.2): per layer a matrix memory
 ``M`` [B, d_value, d_key] and a surprise/momentum state ``S`` of the same shape, written chunk by chunk
 from the layer's keys and values and read by its queries. The block mixes the read with attention
 through a learned gate (trainer/model/gpt.py).
@@ -18,7 +18,7 @@ What it follows:
   was at the chunk's start, so a chunk is a few matmuls instead of a sequential scan; the chunk size
   is therefore the memory's update granularity. TNT trains with large chunks first (throughput),
   then fine-tunes with small ones at the same sequence length: ``training.stage1_chunk_size`` /
-  ``stage2_chunk_size`` (seed 000 §1.4: 2048 / 256).
+  ``stage2_chunk_size`` (the Atlas 1B build plan §1.4: 2048 / 256).
 
 Where this simplifies:
 
@@ -26,7 +26,7 @@ Where this simplifies:
   not learned; TNT's hierarchy (a global memory plus periodically reset local ones) is not built,
   only its two-stage chunk schedule on the one memory;
 - ``phi`` is an element-wise polynomial ``sum_{i<=p} a_i x^i`` with learned ``a_i``, not Atlas' full
-  monomial expansion: it keeps the key width (so M stays d_value x d_key, as seed 000 sizes it) but
+  monomial expansion: it keeps the key width (so M stays d_value x d_key, as the Atlas 1B build plan sizes it) but
   does not raise the memory's capacity the way the full expansion does;
 - the Omega weights ``gamma_j`` are learned per offset, not per token, and the window does not reach
   back across sequences (a carried state is ``(M, S)`` only);
@@ -36,7 +36,7 @@ Where this simplifies:
   chunks are longer, so a partial chunk's step is partial and the memory stays causal), so a chunk is one step of mean-gradient
   descent on its tokens (TTT's mini-batch view, Sun et al. 2024, arXiv:2407.04620), with the Omega
   weights summing to at most 1. Summed stale gradients (Titans' form) make a chunk's step grow with
-  its length and diverge at seed 000's 2048-token chunks; the 300M run's norm ceiling of 50.0 was
+  its length and diverge at the Atlas 1B build plan's 2048-token chunks; the 300M run's norm ceiling of 50.0 was
   likely holding exactly that down. The cost: stage 2's smaller chunks take more, smaller steps;
 - ``max_norm`` (off by default; the 300M run's ceiling was 50.0) rescales M at chunk ends only.
 
@@ -353,7 +353,7 @@ def memory_reference(p: Projected, state: MemoryState | None, chunk: int, max_no
 
 
 # ---------------------------------------------------------------------------------------------
-# Watching the memory across validations (seed 000 Appendix A: gates collapsed 50 % -> 0.7 %, M_std
+# Watching the memory across validations (the Atlas 1B build plan Appendix A: gates collapsed 50 % -> 0.7 %, M_std
 # constant at 0.0282, M_norm pinned at its 50.0 ceiling; nothing raised a flag).
 
 

@@ -1,4 +1,4 @@
-"""TRM-style recursive refinement (seed 002): the loss, the per-validation summary and its alert.
+"""TRM-style recursive refinement (the cloud training guide): the loss, the per-validation summary and its alert.
 
 The model (trainer/model/gpt.py, via :func:`refined_output`) runs its backbone once to a hidden state ``h``,
 then K = ``model.refine_steps`` times a small shared block stack: ``z_0 = h``, ``z_k = stack(z_{k-1})``,
@@ -20,10 +20,10 @@ The loss, exactly. With ``L_k`` the mean next-token cross-entropy of step k (k =
 
 The second term is the improvement term: it is large when a step fails to improve on the one before,
 and its gradient reaches only the later step (``sg`` = stop-gradient), so the model cannot earn it by
-making an earlier step worse. Seed 002: b = 5, s = 1 in the fast phase, b = 10, s = 2 in the extreme
+making an earlier step worse. The cloud training guide: b = 5, s = 1 in the fast phase, b = 10, s = 2 in the extreme
 phase (gpucli/profiles/phases.yaml).
 
-Judged per validation as seed 002 does: the order ``L_0 > L_1 > ... > L_K`` must hold, and
+Judged per validation as the cloud training guide does: the order ``L_0 > L_1 > ... > L_K`` must hold, and
 refinement = ``1 - L_K / L_0`` (fast phase 15-25 %, extreme 50-97 %).
 """
 
@@ -94,7 +94,7 @@ class RefineSummary:
                 "refinement_pct": round(100.0 * self.refinement, 3)}
 
     def line(self) -> str:
-        """Seed 002's own line: ``step_0: 10.5 > step_1: 9.2 > ... refinement 19 %``."""
+        """The cloud training guide's own line: ``step_0: 10.5 > step_1: 9.2 > ... refinement 19 %``."""
         parts = []
         for i, v in enumerate(self.losses):
             if i:

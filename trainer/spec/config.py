@@ -1,6 +1,6 @@
 """Run configuration: a typed dataclass tree read from YAML plus ``--section.key=value`` overrides.
 
-The YAML has the shape of the user's own run files (seed 000's ``atlas_1b_omega.yaml``): sections
+The YAML has the shape of the user's own run files (the Atlas 1B build plan's ``atlas_1b_omega.yaml``): sections
 ``model``, ``training``, ``limits``, ``hardware``, ``data``, ``notifications`` and ``faults`` (test hooks). Every key is
 checked: an unknown key or a value of the wrong type raises :class:`ConfigError` with a one-line
 message that names the key, so a typo never silently trains the wrong model.
@@ -51,7 +51,7 @@ class ModelConfig:
     qk_norm: bool | None = None
     logit_softcap: float | None = None
     """Logits pass through cap * tanh(logits / cap); 0 turns a preset's cap off."""
-    # The Atlas memory (trainer/model/memory.py) as seed 000 §1.4 names it; a memory field turns it on.
+    # The Atlas memory (trainer/model/memory.py) as the Atlas 1B build plan §1.4 names it; a memory field turns it on.
     memory: bool | None = None
     """An associative memory in every block, gated against attention; default: the preset's."""
     d_key: int | None = None
@@ -92,7 +92,7 @@ class MemoryTrainingConfig:
 
 @dataclass
 class RefinementConfig:
-    """The refinement loss's two knobs (trainer/model/refine.py); seed 002: fast 5.0 / 1.0, extreme 10.0 / 2.0."""
+    """The refinement loss's two knobs (trainer/model/refine.py); the cloud training guide: fast 5.0 / 1.0, extreme 10.0 / 2.0."""
     supervision_weight_base: float = 5.0
     """Deep-supervision weight of the last step relative to the first (weights grow geometrically)."""
     improvement_reward_scale: float = 1.0
@@ -115,7 +115,7 @@ class TrainingConfig:
     """Peak LR of the 2-D matrices inside the blocks (Muon's with optimizer=muon; nanochat: 0.02);
     default = learning_rate."""
     embedding_lr: float | None = None
-    """Peak LR of the token/position embeddings (seed 002 runs them 10x the matrix LR); default = learning_rate."""
+    """Peak LR of the token/position embeddings (the cloud training guide runs them 10x the matrix LR); default = learning_rate."""
     muon_momentum: float = 0.95
     """With optimizer=muon: Muon's momentum once warm (nanochat's and torch.optim.Muon's 0.95)."""
     muon_momentum_start: float = 0.85
@@ -135,14 +135,14 @@ class TrainingConfig:
     seq_len: int | None = None
     """Stage-1 sequence length; default model.max_seq_len."""
     stage1_steps: int | None = None
-    """Steps before switching to stage 2 (seed 000 TNT); None = one stage."""
+    """Steps before switching to stage 2 (the Atlas 1B build plan's TNT); None = one stage."""
     stage2_steps: int = 0
     stage2_seq_len: int | None = None
     stage1_chunk_size: int | None = None
-    """With model.memory: its update granularity in stage 1 (default seed 000's 2048); TNT's stage 2
+    """With model.memory: its update granularity in stage 1 (default the Atlas 1B build plan's 2048); TNT's stage 2
     changes the chunk size at the same sequence length."""
     stage2_chunk_size: int | None = None
-    """With model.memory: the chunk size from stage1_steps on (seed 000: 256); default stage 1's."""
+    """With model.memory: the chunk size from stage1_steps on (the Atlas 1B build plan: 256); default stage 1's."""
     memory: MemoryTrainingConfig = field(default_factory=MemoryTrainingConfig)
     refinement: RefinementConfig = field(default_factory=RefinementConfig)
     val_interval: int = 500
@@ -152,7 +152,7 @@ class TrainingConfig:
     """Stop after this many validations without a new best; 0 = never."""
     checkpoint_interval: int = 1000
     checkpoint_every_s: float | None = None
-    """Also checkpoint once this many seconds have passed since the last one (seed 004 saves hourly:
+    """Also checkpoint once this many seconds have passed since the last one (the $1000 8x H100 setup guide saves hourly:
     3600); every rank saves on the same step. None = by steps only."""
     keep_last: int = 3
     """Checkpoints kept besides the best one by val loss."""
@@ -244,7 +244,7 @@ class DataConfig:
     text_field: str = "text"
     """The JSON field or Parquet column holding the text."""
     include: list[str] = field(default_factory=list)
-    """Globs a file inside an input folder must match (seed 000's categories are folder names)."""
+    """Globs a file inside an input folder must match (the Atlas 1B build plan's categories are folder names)."""
     exclude: list[str] = field(default_factory=list)
     """Globs a file inside an input folder must not match."""
     shard_tokens: int = 1 << 26

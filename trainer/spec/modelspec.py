@@ -95,7 +95,7 @@ class ModelSpec:
     """Logits pass through ``cap * tanh(logits / cap)`` (None = off)."""
     memory: bool = False
     """An Atlas associative memory in every block, mixed with attention by a learned gate
-    (trainer/model/memory.py; seed 000 §1.2)."""
+    (trainer/model/memory.py; the Atlas 1B build plan §1.2)."""
     d_key: int | None = None
     """Key/query width of the memory (None = d_model); M is d_value x d_key per sequence."""
     d_value: int | None = None
@@ -179,7 +179,7 @@ class ModelSpec:
         adds a head. A memory adds, per layer and token, forward x 3: the error and the two reads
         against d_value x d_key states (3·2·dk·dv), the chunk's score and read matmuls (2·C·(dk + dv))
         and its share of the C x C x C decay product (2·C²), C the chunk size (default
-        min(T, 2048), seed 000's stage-1 chunk)."""
+        min(T, 2048), the Atlas 1B build plan's stage-1 chunk)."""
         t = seq_len or self.max_seq_len
         count = self.param_count()
         flops = 6.0 * count.flop_params + 12.0 * self.n_layers * self.d_model * t
@@ -258,7 +258,7 @@ MEMORY_FIELDS = ("d_key", "d_value", "poly_degree", "context_window", "gate_init
 def research_changes(memory: bool | None = None, refine_steps: int | None = None, refine_layers: int | None = None,
                      **memory_fields: Any) -> dict[str, Any]:
     """The memory and refinement fields to set on a preset's spec, from a run's ``model`` section:
-    None = the preset's. A memory field (seed 000 §1.4's ``d_key``, ...) turns the memory on unless
+    None = the preset's. A memory field (the Atlas 1B build plan §1.4's ``d_key``, ...) turns the memory on unless
     ``memory`` is false, which then refuses it (ValueError)."""
     unknown = sorted(set(memory_fields) - set(MEMORY_FIELDS))
     if unknown:

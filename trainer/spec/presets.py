@@ -83,7 +83,7 @@ MODELS: dict[str, ModelSpec] = _presets(
 
 
 def nanochat_spec(depth: int) -> ModelSpec:
-    """nanochat's family: width = 64 x depth, head_dim 128, vocabulary of seed 004's d24/d64 (32). An
+    """nanochat's family: width = 64 x depth, head_dim 128, vocabulary of the $1000 8x H100 setup guide's d24/d64 (32). An
     odd depth's width is rounded up to a whole number of 128-wide heads, as nanochat's base_train
     rounds its model_dim to the head dim (d7: 512 wide, 4 heads; even depths are unchanged)."""
     d_model = -(-depth * 64 // 128) * 128

@@ -114,7 +114,7 @@ def make_alerts(cfg: Config, master: bool) -> Alerts:
 
 
 class CostUpdates:
-    """Seed 000's cost update: elapsed hours and $ so far, every ``notifications.cost_update_hours``."""
+    """The Atlas 1B build plan's cost update: elapsed hours and $ so far, every ``notifications.cost_update_hours``."""
 
     def __init__(self, every_h: float, price_per_hour_usd: float | None, alerts: Alerts) -> None:
         self.every_h, self.price, self.alerts = every_h, price_per_hour_usd, alerts
@@ -229,10 +229,10 @@ def make_fault_hook(faults: FaultsConfig) -> FaultHook | NoFaults:
 class ModelWatch:
     """What a validation reports about the seeds' research models, and the alerts on it.
 
-    Memory (seed 000 §2.1, Appendix A): per layer the gate's mean memory share over the validation
+    Memory (the Atlas 1B build plan §2.1, Appendix A): per layer the gate's mean memory share over the validation
     batches, M_norm, M_std, S_norm and the TCF metrics of M and S from the first batch's final
     state (:class:`trainer.watch.tcf.MemoryTCF`); gate_collapse and static_memory alerts
-    (:class:`trainer.model.memory.MemoryWatch`). Refinement (seed 002): each step's mean loss, the order,
+    (:class:`trainer.model.memory.MemoryWatch`). Refinement (the cloud training guide): each step's mean loss, the order,
     the refinement %; an alert when the order breaks. Each alert is also a metrics event."""
 
     def __init__(self, cfg: Config, memory: bool, refine: bool, metrics: MetricsLogger, alerts: Alerts,

@@ -134,7 +134,7 @@ def _clean(v: Any) -> Any:
 
 
 class SpikeDetector:
-    """A value above ``factor`` x the mean of the last ``window`` values (seed 000's PPL spikes)."""
+    """A value above ``factor`` x the mean of the last ``window`` values (the Atlas 1B build plan's PPL spikes)."""
 
     def __init__(self, window: int = 20, factor: float = 2.0, min_history: int = 5) -> None:
         self.values: deque[float] = deque(maxlen=window)

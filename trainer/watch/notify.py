@@ -73,7 +73,7 @@ def scrub(text: str, token: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Message shapes (seed 000 §3 and §5.3): Telegram's legacy Markdown, values in `code` spans.
+# Message shapes (the Atlas 1B build plan §3 and §5.3): Telegram's legacy Markdown, values in `code` spans.
 
 
 def _code(value: object) -> str:
@@ -144,7 +144,7 @@ def format_stage_transition(stage: int, step: int, seq_len: int | None = None, c
 
 
 def format_gate_collapse(step: int, layer: int, share: float, detail: str) -> str:
-    """The 300M run's failure (seed 000 Appendix A): the model learning to bypass its memory."""
+    """The 300M run's failure (the Atlas 1B build plan Appendix A): the model learning to bypass its memory."""
     return "\n".join(["*Gate Collapse*", f"Step: {_code(f'{step:,}')}", f"Layer: {_code(layer)}",
                       f"Memory Share: {_code(f'{100 * share:.2f} %')}", f"Why: {_code(detail)}"])
 
@@ -155,7 +155,7 @@ def format_static_memory(step: int, layer: int, m_std: float, detail: str) -> st
 
 
 def format_refinement_order(step: int, line: str) -> str:
-    """Seed 002's check: step_0 > step_1 > ... must hold."""
+    """The cloud training guide's check: step_0 > step_1 > ... must hold."""
     return "\n".join(["*Refinement Order Broken*", f"Step: {_code(f'{step:,}')}", _code(line)])
 
 
@@ -258,7 +258,7 @@ class Notifier:
             return False
         return True
 
-    # -- one method per event (seed 000's TelegramNotifier API) ---------------------------------
+    # -- one method per event (the Atlas 1B build plan's TelegramNotifier API) ---------------------------------
 
     def checkpoint_saved(self, step: int, loss: float | None, ppl: float | None, kind: str | None = None) -> bool:
         if not self.wants("checkpoint_saved"):

@@ -1,4 +1,4 @@
-"""TCF geometry metrics (seed 000 section 2.1): is the representation rich, collapsing, settling?
+"""TCF geometry metrics (the Atlas 1B build plan section 2.1): is the representation rich, collapsing, settling?
 
 - effective dimensionality ``D_eff = (sum s_i)^2 / sum s_i^2`` of a matrix's singular values: high
   means many directions carry signal;
@@ -86,7 +86,7 @@ class TCFTracker:
 
 
 class MemoryTCF:
-    """The memory's geometry at each validation, per layer (seed 000 §2.1 ``compute_all``): M_norm,
+    """The memory's geometry at each validation, per layer (the Atlas 1B build plan §2.1 ``compute_all``): M_norm,
     M_std, S_norm, D_eff and beta of M and of S (first sequence of the probe batch), and the
     curvature of M's path across the last three validations. The path is kept as M times a fixed
     random Gaussian projection to at most ``proj_cols`` columns (Johnson-Lindenstrauss: distances,

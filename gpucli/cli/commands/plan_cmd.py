@@ -14,7 +14,7 @@ def plan(
     order: str = typer.Option("parallel", "--order", help="Generation with several models: parallel (side by "
                               "side on the GPUs) or sequence (one after another on every GPU)."),
     context: int = typer.Option(None, "--context", help="Generation: tokens of context a sequence (prompt and "
-                                "output; default 512, seed 003's)."),
+                                "output; default 512, the Pareto cost analysis's)."),
     tokens: str = typer.Option(None, "--tokens", help="Tokens to train on or generate: 20B, 500M, 1e9."),
     examples: str = typer.Option(None, "--examples", help="Training examples (with --epochs; each --seq-len tokens)."),
     epochs: float = typer.Option(None, "--epochs", help="Passes over --examples."),
@@ -159,7 +159,7 @@ def _provider_name(name: str) -> str:
 
 def _tokens_from_counts(examples: str | None, epochs: float | None, steps: int | None, batch: int | None,
                        seq_len: int) -> float | None:
-    """Tokens from examples x epochs or steps x batch, each sequence ``seq_len`` tokens (seed 001 counts
+    """Tokens from examples x epochs or steps x batch, each sequence ``seq_len`` tokens (the GPU profiles guide counts
     "50,000 training examples, 10,000 iterations" at a batch)."""
     from gpucli.errors import UsageError
     from gpucli.plan.estimate import parse_quantity
@@ -182,7 +182,7 @@ def _tokens_from_counts(examples: str | None, epochs: float | None, steps: int |
 
 
 def _model_shape(catalog, name: str):  # noqa: ANN001, ANN202
-    """A preset, or ``PRESET-TAG`` for another model of a preset's shape (seed 003's four 7B models:
+    """A preset, or ``PRESET-TAG`` for another model of a preset's shape (the Pareto cost analysis's four 7B models:
     --model 7b --model 7b-b ...): planned with the preset's shape under its own name."""
     import dataclasses
 

@@ -57,7 +57,7 @@ def test_every_event_reaches_telegram_with_its_fields(alerts_run):
         assert s["Ratio"] == f"{e['ppl'] / e['rolling_mean_ppl']:.1f}x"
 
     costs = emu.with_title("Cost Update")
-    assert costs and all(m.disable_notification for m in costs)  # seed 000: cost updates are silent
+    assert costs and all(m.disable_notification for m in costs)  # the Atlas 1B build plan: cost updates are silent
     c = fields(costs[0].text)
     assert c["Rate"] == "$2.39/hr" and c["Total"].startswith("$") and float(c["Hours"]) >= 0
 

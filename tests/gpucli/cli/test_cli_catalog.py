@@ -39,7 +39,7 @@ def test_json_listings(capsys):
     assert all(p["source"] and "kind" in p for p in data["prices"])
     code, out, _ = run(capsys, "profiles", "--json")
     data = json.loads(out)
-    # seed 002's fast and extreme, and seed 000's two-stage tnt
+    # the cloud training guide's fast and extreme, and the Atlas 1B build plan's two-stage tnt
     assert len(data["single"]) == 9 and len(data["cluster"]) == 6 and len(data["phases"]) == 3
     tnt = {p["name"]: p for p in data["phases"]}["tnt"]
     assert tnt["stages"] == {"stage1_steps": 80000, "stage2_steps": 8000, "stage1_chunk_size": 2048,

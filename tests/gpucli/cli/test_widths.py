@@ -1,5 +1,5 @@
 """Tables fit a 100-column terminal: no number is cut (`$75…`, `h100-pc…`), long sources become
-footnotes, and user output never names our own notes ("seed 004")."""
+footnotes, and user output never names our own notes ("the $1000 8x H100 setup guide")."""
 
 
 import pytest

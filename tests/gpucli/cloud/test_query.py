@@ -29,7 +29,7 @@ def test_reference_example_gives_the_recorded_body_byte_for_byte():
 
 
 @pytest.mark.parametrize("text,expected_filters", [
-    # seed 003's three searches, each run with `--order dlperf_usd` (ascending, as vastai reads it)
+    # the Pareto cost analysis's three searches, each run with `--order dlperf_usd` (ascending, as vastai reads it)
     ("gpu_name = RTX_5090 num_gpus >= 4 reliability > 0.95 inet_down > 200",
      {"gpu_name": {"eq": "RTX 5090"}, "num_gpus": {"gte": "4"}, "reliability": {"gt": "0.95"},
       "inet_down": {"gt": "200"}}),

@@ -43,7 +43,7 @@ def test_124m_by_hand(cat):
 def test_1b_by_hand(cat):
     m = cat.model("1b")
     p = count_params(m)
-    assert p.embedding == p.head == 32000 * 1536 == 49_152_000  # untied, as seed 000 counts the LM head
+    assert p.embedding == p.head == 32000 * 1536 == 49_152_000  # untied, as the Atlas 1B build plan counts the LM head
     assert p.attention == 24 * 4 * 1536**2 == 226_492_416  # the seed's "226.5M"
     assert p.mlp == 24 * 2 * 1536 * 6144 == 452_984_832  # the seed's "452.9M"
     assert p.position == 0  # RoPE
@@ -58,7 +58,7 @@ def test_1b_by_hand(cat):
 
 
 def test_d24_matches_seed_004_and_d64_does_not(cat):
-    assert round(count_params(cat.model("d24")).total / 1e6) == 680  # seed 004: "680M for d24"
+    assert round(count_params(cat.model("d24")).total / 1e6) == 680  # the $1000 8x H100 setup guide: "680M for d24"
     d64 = count_params(cat.model("d64")).total
     assert 12 * 64 * 4096**2 < d64 < 13e9  # 12.9B, not the seed's "~4.3B"
 
@@ -66,7 +66,7 @@ def test_d24_matches_seed_004_and_d64_does_not(cat):
 def test_7b_generation_shape(cat):
     m = cat.model("7b")
     assert 7.2e9 < count_params(m).total < 7.4e9
-    # Seed 003: "Model weights (float16): ~14 GB".
+    # The Pareto cost analysis: "Model weights (float16): ~14 GB".
     assert 14e9 < count_params(m).total * 2 < 15e9
     # One stream is bandwidth bound: 3.35 TB/s x 0.77 / (14.6 GB of weights + its KV cache) on an H100 SXM.
     from gpucli.plan.serving import kv_bytes_per_token, serve_speed

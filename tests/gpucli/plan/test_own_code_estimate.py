@@ -1,5 +1,5 @@
 """Estimates for your own code (launch --code ... --model/--params --seq-len --tokens) and plan's counts in
-examples x epochs or steps x batch (seed 001 counts that way)."""
+examples x epochs or steps x batch (the GPU profiles guide counts that way)."""
 
 from __future__ import annotations
 

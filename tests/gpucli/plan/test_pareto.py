@@ -1,4 +1,4 @@
-"""Properties of the exact Pareto front, and seed 003's own table checked by hand."""
+"""Properties of the exact Pareto front, and the Pareto cost analysis's own table checked by hand."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -60,7 +60,7 @@ def test_ties_are_kept_and_float_noise_is_not_a_difference():
     assert len(front.members) == 2 and not front.dominated
 
 
-# Seed 003, "Phase 2 Collection Time Estimates": (hours, dollars) exactly as the seed prints them
+# The Pareto cost analysis, "Phase 2 Collection Time Estimates": (hours, dollars) exactly as the seed prints them
 # (the low end where it gives a range).
 SEED_003 = {
     "B200": (13, 52), "H100 SXM": (18, 54), "H100 PCIe": (20, 50), "A100 80GB": (26, 47),

@@ -1,4 +1,4 @@
-"""The planner on the real catalogue, on seed 003's numbers through a test catalogue, and seed 004's budget."""
+"""The planner on the real catalogue, on the Pareto cost analysis's numbers through a test catalogue, and the $1000 8x H100 setup guide's budget."""
 
 import datetime as dt
 import shutil
@@ -95,7 +95,7 @@ def test_unknown_gpu_in_request():
 
 
 # --------------------------------------------------------------------------------------------------
-# Seed 003 through a test catalogue: its TPS per GPU (as calibration entries), its prices.
+# The Pareto cost analysis through a test catalogue: its TPS per GPU (as calibration entries), its prices.
 
 SEED_003_TPS = {"b200": 280, "h100-sxm": 190, "h100-pcie": 170, "a100-sxm-80": 130, "a100-40": 115,
                 "rtx5090": 150, "rtx4090": 100, "rtx3090": 70}
@@ -103,7 +103,7 @@ SEED_003_SINGLE = {"b200": 4.00, "h100-sxm": 3.00, "h100-pcie": 2.50, "a100-sxm-
                    "rtx5090": 0.80, "rtx4090": 0.60, "rtx3090": 0.35}
 SEED_003_FOUR = {"b200": 20.00, "h100-sxm": 12.00, "a100-sxm-80": 7.20, "a100-40": 5.20, "rtx5090": 3.20,
                  "rtx4090": 2.40, "rtx3090": 1.40}
-# 4 models x 6,000 samples x 512 tokens (seed 003: "3,072,000 tokens" per model).
+# 4 models x 6,000 samples x 512 tokens (the Pareto cost analysis: "3,072,000 tokens" per model).
 SEED_003_TOKENS = 4 * 6000 * 512
 
 
@@ -116,12 +116,12 @@ def seed_003_catalog(tmp_path: Path) -> Path:
                             decode_load_minutes=0.0)
     (d / "gpus.yaml").write_text(yaml.safe_dump(gpus))
     prices = [{"gpu": g, "per": "node", "count": 1, "usd_per_hour": p, "kind": "on-demand", "as_of": "2026-01",
-               "source": "seed 003 single"} for g, p in SEED_003_SINGLE.items()]
+               "source": "the Pareto cost analysis single"} for g, p in SEED_003_SINGLE.items()]
     prices += [{"gpu": g, "per": "node", "count": 4, "usd_per_hour": p, "kind": "on-demand", "as_of": "2026-01",
-                "source": "seed 003 4x"} for g, p in SEED_003_FOUR.items()]
+                "source": "the Pareto cost analysis 4x"} for g, p in SEED_003_FOUR.items()]
     (d / "prices.yaml").write_text(yaml.safe_dump({"prices": prices}))
     entries = [{"workload": "generate", "gpu": g, "model": "7b", "tokens_per_s": tps, "date": "2026-01",
-                "source": "seed 003 TPS table"} for g, tps in SEED_003_TPS.items()]
+                "source": "the Pareto cost analysis TPS table"} for g, tps in SEED_003_TPS.items()]
     (d / "calibration.yaml").write_text(yaml.safe_dump({"entries": entries}))
     return d
 
@@ -138,7 +138,7 @@ def test_seed_003_front_computed_exactly(tmp_path):
     front = {e.setup.label for e in plan.front}
     assert front == {"4x RTX 3090", "4x RTX 5090", "4x H100 SXM", "4x B200"}
     dominated_by = {e.setup.label: by.setup.label for e, by in plan.dominated}
-    # Seed 003 lists "RTX 5090 (single)" and "4x A100 40GB" as Pareto optimal: both are dominated.
+    # The Pareto cost analysis lists "RTX 5090 (single)" and "4x A100 40GB" as Pareto optimal: both are dominated.
     assert dominated_by["1x RTX 5090"] == "4x RTX 3090"
     assert dominated_by["1x A100 PCIe 40GB"] == "4x RTX 3090"
     assert dominated_by["4x A100 PCIe 40GB"] == "4x RTX 5090"
@@ -146,4 +146,4 @@ def test_seed_003_front_computed_exactly(tmp_path):
     assert by_label["1x RTX 5090"].cost_usd == pytest.approx(by_label["4x RTX 5090"].cost_usd)
     assert plan.picks.cheapest.setup.label == "4x RTX 3090"
     assert plan.picks.fastest.setup.label == "4x B200"
-    assert all(e.speed_source.startswith("measured: seed 003") for e in plan.estimates)
+    assert all(e.speed_source.startswith("measured: the Pareto cost analysis") for e in plan.estimates)

@@ -1,4 +1,4 @@
-"""--checkpoint-every 1h (or N steps): written into run.yaml, planned for disk (seed 004's hourly saves)."""
+"""--checkpoint-every 1h (or N steps): written into run.yaml, planned for disk (the $1000 8x H100 setup guide's hourly saves)."""
 
 from __future__ import annotations
 

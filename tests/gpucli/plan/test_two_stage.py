@@ -1,4 +1,4 @@
-"""Two-stage runs (seed 000's TNT): a phase states each stage's steps and memory chunk size; launch writes
+"""Two-stage runs (the Atlas 1B build plan's TNT): a phase states each stage's steps and memory chunk size; launch writes
 them and plans each stage, plan checks the fit at each chunk; without --steps both stages run."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def test_the_1b_atlas_preset_is_the_seeds_size_and_the_planner_counts_its_memory
 
 def test_memory_watch_raises_collapse_and_static_alerts_once():
     w = MemoryWatch(share_floor=0.05, fall_n=3, fall_drop=0.5, static_n=2, static_tol=1e-3, max_norm=50.0)
-    shares = [0.5, 0.26, 0.12, 0.04, 0.007]  # seed 000 Appendix A, layer 1 only
+    shares = [0.5, 0.26, 0.12, 0.04, 0.007]  # the Atlas 1B build plan Appendix A, layer 1 only
     fired = []
     for i, s in enumerate(shares):
         fired.append(w.update([0.5, s], [0.1 + i, 0.0282], [10.0, 50.0]))

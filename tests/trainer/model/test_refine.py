@@ -1,4 +1,4 @@
-"""TRM-style refinement: the loss as its docstring defines it, the summary seed 002 prints, the
+"""TRM-style refinement: the loss as its docstring defines it, the summary the cloud training guide prints, the
 order alert, refinement helping on a small CPU task, and a trainer run that reports it."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_phases_carry_seed_002s_refinement_values():
     got = {name: (p["refinement"]["supervision_weight_base"], p["refinement"]["improvement_reward_scale"])
            for name, p in phases.items() if "refinement" in p}
     assert got == {"fast": (5.0, 1.0), "extreme": (10.0, 2.0)}
-    assert "refinement" not in phases["tnt"]  # seed 000's two-stage memory phase: no refinement knobs
+    assert "refinement" not in phases["tnt"]  # the Atlas 1B build plan's two-stage memory phase: no refinement knobs
 
 
 def test_refinement_helps_on_a_small_cpu_task(data_dir):

@@ -117,7 +117,7 @@ def test_bundled_example_configs_load():
     demo = load_config(root / "demo_124m.yaml")
     assert demo.model.preset == "124m" and demo.resolved_max_steps() == 300
     atlas = load_config(root / "atlas_1b.yaml")
-    # Seed 000's plan: two stages as the memory's chunk sizes at 4096 tokens, memory on.
+    # The Atlas 1B build plan's plan: two stages as the memory's chunk sizes at 4096 tokens, memory on.
     t = atlas.training
     assert atlas.resolved_max_steps() == 88000 and (t.stage1_steps, t.stage2_steps) == (80000, 8000)
     assert (t.stage1_chunk_size, t.stage2_chunk_size, t.seq_len, t.stage2_seq_len) == (2048, 256, 4096, None)
