@@ -111,6 +111,9 @@ def _command() -> Any:
     global _COMMAND
     if _COMMAND is None:
         command = typer.main.get_command(app)
+        for name, sub in getattr(command, "commands", {}).items():
+            if not sub.short_help:
+                sub.short_help = _short_help(name, sub)
         stack = [command]
         while stack:
             cmd = stack.pop()
@@ -123,6 +126,50 @@ def _command() -> Any:
 
 
 _COMMAND: Any = None
+
+# One line per command in `gpucli --help`, each whole at 80 columns: click cuts a command's first
+# sentence to the space the widest name leaves (about 60 characters), whatever the terminal's width,
+# so a long first sentence ends in "..." everywhere. The command's own -h still shows all of it.
+SHORT_HELP = {
+    "gpus": "GPU specs and prices, with each price's source and age.",
+    "profiles": "Single-GPU and cluster profiles, and the training phases.",
+    "models": "Model presets with parameter counts from their shapes.",
+    "plan": "Every setup that fits, and the Pareto front of cost vs time.",
+    "offers": "Live offers across providers: $/h, reliability, speed.",
+    "launch": "Rent a machine, sync code and data, start training.",
+    "status": "State, step, loss, tok/s, $ so far and ETA of a run.",
+    "ls": "Every run with its state and cost; the day's total.",
+    "tail": "Live metrics of a run: loss, tok/s, MFU, ETA, $.",
+    "fetch-best": "Download the lowest-val-loss checkpoint, sha256-verified.",
+    "down": "Stop the trainer (a last checkpoint), release the machine.",
+    "sync": "Push more data to a running pod (incremental, resumable).",
+    "ssh": "An interactive shell on the run's pod, in its folder.",
+    "resume": "Continue a stopped or preempted run from its newest checkpoint.",
+    "mirror": "Copy a run's newest checkpoint and metrics to this machine.",
+    "watch": "Stay attached: mirror checkpoints, notice preemption, recover.",
+    "calibrate": "Teach the planner a run's measured tokens/s and MFU.",
+    "serve": "Serve a checkpoint as an OpenAI-compatible API on localhost.",
+    "tensorboard": "TensorBoard for a run on localhost (tunnelled from the pod).",
+    "export": "Export the best weights for transformers (safetensors).",
+    "doctor": "Check keys, provider APIs, balance, SSH key and alerts.",
+    "logs": "The job's raw console output, with the pod's clock.",
+    "ssh-config": "Write an SSH config entry so `ssh gpucli-RUN` works.",
+    "forward": "Forward a port of the run's host to this machine.",
+    "schema": "The JSON Schema of task.yaml or run.yaml, for your editor.",
+    "keys": "API keys and tokens (stored 0600, never printed).",
+    "notify": "Telegram alerts: a test message, and the events runs send.",
+    "config": "Your launch defaults: provider, profile, disk, image.",
+}
+
+
+def _short_help(name: str, cmd: Any) -> str | None:
+    """The one line `gpucli --help` shows for ``cmd``: its entry above, else its first sentence when
+    that fits; None keeps click's own (a command added without an entry still shows something)."""
+    if name in SHORT_HELP:
+        return SHORT_HELP[name]
+    first = (cmd.help or "").strip().split("\n\n")[0].replace("\n", " ")
+    sentence = first.split(". ")[0].rstrip(".")
+    return sentence if 0 < len(sentence) <= 60 else None
 
 
 def _usage_line(exc: Any) -> str:
@@ -148,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
 
     set_catalog_override(None)
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        # Plain `gpucli` is a newcomer asking what there is: the help, on stdout, not an error.
+        args = ["--help"]
     debug = "--debug" in args or debug_from_env()
     from gpucli.run.owner import signals_interrupt
 

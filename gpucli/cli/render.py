@@ -164,6 +164,9 @@ class Notes:
             self._texts.append(text)
         return f"[{self._texts.index(text) + 1}]"
 
+    def clear(self) -> None:
+        self._texts.clear()
+
     def print(self) -> None:
         from rich.markup import escape
 
@@ -189,6 +192,17 @@ def ask_secret(label: str) -> str:
     import getpass
 
     return getpass.getpass(f"{label}: ")
+
+
+def hanging(text: str, *, markup: bool = True, indent: int = 2) -> None:
+    """One logical line on stdout, wrapped to the terminal with its continuation lines indented, so a
+    long line reads as one item rather than running into the next at column 0."""
+    from rich.text import Text
+
+    o = out()
+    body = Text.from_markup(text) if markup else Text(text)
+    for i, piece in enumerate(body.wrap(o, max(20, o.width - indent))):
+        o.print(Text(" " * indent) + piece if i else piece, soft_wrap=True, highlight=False)
 
 
 def line(text: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cli.render import hours, json_out, money, out, si, to_jsonable
+from gpucli.cli.render import hanging, hours, json_out, money, out, si, to_jsonable
 from gpucli.plan.internode import describe, link_for
 
 if TYPE_CHECKING:
@@ -37,29 +37,29 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
     import yaml
 
     o = out()
-    o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
-            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
+    o.print("[bold]Dry run[/]: nothing was rented or started.")
+    hanging(f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
             + (f"your own code ({r.planned.source})" if r.own_code and r.planned.tokens_per_s is None else
-               f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params" if r.own_code else
-               f"model {r.model.name} ({r.model.num_params() / 1e6:,.0f}M params, vocabulary {r.model.vocab_size}), "
+               f"your own code, estimated as a model of {si(r.model.num_params())} params" if r.own_code else
+               f"model {r.model.name} ({si(r.model.num_params())} params, vocabulary {r.model.vocab_size}), "
                f"{r.steps} steps of {r.n_gpus} x {r.micro_batch} x {r.grad_accum} "
                f"sequences of {r.seq_len} tokens ({r.fit})"))
     if r.batch_note:
-        o.print(f"batch: {r.batch_note}", markup=False, highlight=False)
+        hanging(f"batch: {r.batch_note}", markup=False)
     if nodes_line:
-        o.print(f"nodes: {nodes_line}", markup=False, highlight=False)
+        hanging(f"nodes: {nodes_line}", markup=False)
     if r.price_per_hour_usd:
-        o.print(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps or '-'}, hours "
+        hanging(f"price {money(r.price_per_hour_usd)}/h; limits: steps {r.limits.max_steps or '-'}, hours "
                 f"{r.limits.max_hours or '-'}, budget {money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, "
                 f"stall {r.limits.stall_minutes:g} min")
     if r.planned.hours is not None:
-        o.print(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
+        hanging(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
                 + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
                 + f" [dim]({r.planned.source})[/]")
     if volume is not None:
-        o.print(_planned_volume_line(volume), markup=False, highlight=False)
+        hanging(_planned_volume_line(volume), markup=False)
     for line in _disk_lines(r):
-        o.print(line, markup=False, highlight=False)
+        hanging(line, markup=False)
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
     o.print(yaml.safe_dump(to_jsonable(dict(r.trainer_config)), sort_keys=False).rstrip(), markup=False)
@@ -85,22 +85,21 @@ def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
                   "task": task, **({"nodes": nodes} if nodes is not None else {})})
         return
     o = out()
-    o.print(f"[bold]Dry run[/]: nothing was rented or started.\n"
-            f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), "
+    o.print("[bold]Dry run[/]: nothing was rented or started.")
+    hanging(f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), "
             + (f"your own code ({r.planned.source})" if r.planned.tokens_per_s is None else
-               f"your own code, estimated as a model of {r.model.num_params() / 1e6:,.0f}M params"))
+               f"your own code, estimated as a model of {si(r.model.num_params())} params"))
     if nodes_line:
-        o.print(f"nodes: {nodes_line}", markup=False, highlight=False)
+        hanging(f"nodes: {nodes_line}", markup=False)
     limits = (f"limits: hours {r.limits.max_hours or '-'}, budget "
               f"{money(r.limits.budget_usd) if r.limits.budget_usd else '-'}, stall {r.limits.stall_minutes:g} min")
-    o.print((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits,
-            markup=False, highlight=False)
+    hanging((f"price {money(r.price_per_hour_usd)}/h; " if r.price_per_hour_usd else "") + limits, markup=False)
     if r.planned.hours is not None:
-        o.print(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
+        hanging(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
                 + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
                 + f" [dim]({r.planned.source})[/]")
     for line in _disk_lines(r):
-        o.print(line, markup=False, highlight=False)
+        hanging(line, markup=False)
     o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
     for line in task:
         o.print(line, markup=False, highlight=False, soft_wrap=True)

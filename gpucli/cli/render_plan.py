@@ -90,26 +90,35 @@ def profiles_tables(catalog: Catalog) -> None:
 def models_table(catalog: Catalog) -> None:
     from gpucli.plan.estimate import count_params, train_flops_per_token
 
-    t = table("Model presets (parameters computed from the shape)")
-    for col, kw in (("model", {}), ("params", {"justify": "right"}), ("layers", {"justify": "right"}),
-                    ("d_model", {"justify": "right"}), ("heads", {"justify": "right"}),
-                    ("d_ff", {"justify": "right"}), ("vocab", {"justify": "right"}), ("T", {"justify": "right"}),
-                    ("GFLOP/token", {"justify": "right"}), ("source", {"no_wrap": True})):
-        t.add_column(col, **kw)
     notes = Notes()
-    for m in catalog.models.values():
-        p = count_params(m)
-        t.add_row(m.name, si(p.total), str(m.n_layers), str(m.d_model), str(m.n_heads), str(m.d_ff),
-                  str(m.vocab_size), str(m.max_seq_len), f"{train_flops_per_token(m) / 1e9:.2f}",
-                  notes.ref(m.source) if m.source else "-")
+    num = {"justify": "right", "no_wrap": True}
+    columns: list[tuple[str, dict[str, Any], Any, int]] = [
+        ("model", {"no_wrap": True}, lambda m, p: m.name, 0),
+        ("params", num, lambda m, p: si(p.total), 0),
+        ("layers", num, lambda m, p: str(m.n_layers), 0),
+        ("width", num, lambda m, p: str(m.d_model), 0),
+        ("heads", num, lambda m, p: str(m.n_heads), 3),
+        ("MLP", num, lambda m, p: str(m.d_ff), 4),
+        ("vocab", num, lambda m, p: str(m.vocab_size), 0),
+        ("context", num, lambda m, p: str(m.max_seq_len), 2),
+        ("GFLOP/token", num, lambda m, p: f"{train_flops_per_token(m) / 1e9:.2f}", 1),
+        ("about", {"no_wrap": True}, lambda m, p: notes.ref(m.source) if m.source else "-", 0),
+    ]
+    t = _fitting_table("Model presets (parameters computed from the shape)", columns,
+                       [(m, count_params(m)) for m in catalog.models.values()], notes)
     out().print(t)
     notes.print()
-    out().print("[dim]GFLOP/token = 6N + 12*L*d*T for training (N: layers + LM head). "
+    out().print("[dim]width: d_model; MLP: its hidden size; context: tokens a sequence (T). "
+                "GFLOP/token = 6N + 12*L*d*T for training (N: layers + LM head). "
                 "Any nanochat depth works too: --model d32.[/]")
 
 
 # --------------------------------------------------------------------------------------------------
 # Plans
+
+
+# What the memory line of --explain ends with, per Fit value.
+_FIT_WORDS = {"fits": "fits", "sharded": "fits only sharded (FSDP)", "no": "does not fit"}
 
 
 def _fit_text(e: Estimate) -> str:
@@ -124,6 +133,28 @@ def _price_text(e: Estimate, notes: Notes) -> str:
     if q.offer_id is not None or q.source == "--price":  # a live offer or the user's own price: no age
         return notes.ref(q.source)
     return f"{notes.ref(q.source)} {q.age_text}" + ("[yellow]*[/]" if q.stale else "")
+
+
+def _fitting_table(title: str, columns: list[tuple[str, dict[str, Any], Any, int]], rows: list[Any],
+                   notes: Notes) -> Any:
+    """A table of ``rows`` that fits the terminal whole: on a narrow one (80 columns) the columns with
+    the highest drop rank go first, so no cell is ever cut (`8x B2…`, `$95…`). ``notes`` is refilled
+    for the columns kept, so a footnote is never listed for a column not shown."""
+    from rich.measure import Measurement
+
+    o = out()
+    shown = list(columns)
+    while True:
+        notes.clear()
+        t = table(title)
+        for name, kw, _, _ in shown:
+            t.add_column(name, **kw)
+        for i, e in rows:
+            t.add_row(*(cell(i, e) for _, _, cell, _ in shown))
+        droppable = [c for c in shown if c[3] > 0]
+        if Measurement.get(o, o.options.update_width(10_000), t).maximum <= o.width or not droppable:
+            return t
+        shown.remove(max(droppable, key=lambda c: c[3]))
 
 
 def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
@@ -141,19 +172,26 @@ def plan_tables(plan: Plan, *, show_all: bool = False) -> None:
     else:
         o.print(f"[bold]{req.model.name}[/]: {si(plan.params)} params, {req.workload}, {plan.tokens_note}; "
                 f"T {plan.seq_len}; {plan.flops_per_token / 1e9:.2f} GFLOP/token; {kind} prices")
-    t = table(f"Pareto front: cost against time ({len(plan.front)} of {len(plan.estimates)} setups)")
-    num = {"justify": "right", "no_wrap": True}
-    for col, kw in (("#", num), ("setup", {"no_wrap": True}), ("hours", num), ("cost", num), ("$/h", num),
-                    ("fits?", {"no_wrap": True}), ("GB/GPU", num), ("batch", num), ("tok/s", num),
-                    ("speed", {"no_wrap": True}), ("price", {"no_wrap": True})):
-        t.add_column(col, **kw)
     notes = Notes()  # speed and price sources, numbered in one list below the table
-    for i, e in enumerate(plan.front, 1):
-        ref = notes.ref(e.speed_source)
-        speed = (f"MFU {e.mfu:.0%} {ref}" if e.mfu is not None else f"decode {ref}")
-        t.add_row(str(i), e.setup.label, hours(e.hours), money(e.cost_usd), money(e.setup.usd_per_hour),
-                  _fit_text(e), f"{e.memory_gb:.0f}", str(e.micro_batch) if e.micro_batch else "-",
-                  si(e.tokens_per_s), escape(speed), _price_text(e, notes))
+    num = {"justify": "right", "no_wrap": True}
+    text = {"no_wrap": True}
+    # (column, style, cell per front member, dropped on a narrow terminal: lowest first; 0 = always)
+    columns: list[tuple[str, dict[str, Any], Any, int]] = [
+        ("#", num, lambda i, e: str(i), 3),
+        ("setup", text, lambda i, e: e.setup.label, 0),
+        ("hours", num, lambda i, e: hours(e.hours), 0),
+        ("cost", num, lambda i, e: money(e.cost_usd), 0),
+        ("$/h", num, lambda i, e: money(e.setup.usd_per_hour), 0),
+        ("fits?", text, lambda i, e: _fit_text(e), 0),
+        ("GB/GPU", num, lambda i, e: f"{e.memory_gb:.0f}", 5),
+        ("batch", num, lambda i, e: str(e.micro_batch) if e.micro_batch else "-", 6),
+        ("tok/s", num, lambda i, e: si(e.tokens_per_s), 0),
+        ("speed", text, lambda i, e: escape(f"MFU {e.mfu:.0%} {notes.ref(e.speed_source)}" if e.mfu is not None
+                                            else f"decode {notes.ref(e.speed_source)}"), 2),
+        ("price", text, lambda i, e: _price_text(e, notes), 4),
+    ]
+    title = f"Pareto front: cost against time ({len(plan.front)} of {len(plan.estimates)} setups)"
+    t = _fitting_table(title, columns, list(enumerate(plan.front, 1)), notes)
     o.print(t)
     notes.print()
 
@@ -438,10 +476,10 @@ def explanation(x: Any, *, json_: bool) -> None:
                                     f"{mem.logits_gb:.1f} + overhead {mem.overhead_gb:.1f} = {mem.total_gb:.1f} GB "
                                     f"at micro-batch {mem.micro_batch}"
                                     + (f", sharded over {mem.sharded_over}" if mem.sharded_over > 1 else "")
-                                    + f" -> fits: {x.fit}"))
+                                    + f" -> {_FIT_WORDS.get(x.fit, x.fit)}"))
     elif hasattr(mem, "kv_cache_gb"):
         steps.append(("memory/GPU", f"weights {mem.weights_gb:.1f} + KV cache {mem.kv_cache_gb:.2f} + overhead "
-                                    f"{mem.overhead_gb:.1f} = {mem.total_gb:.1f} GB -> fits: {x.fit}"))
+                                    f"{mem.overhead_gb:.1f} = {mem.total_gb:.1f} GB -> {_FIT_WORDS.get(x.fit, x.fit)}"))
     t = table(show_header=False)
     t.add_column("step", style="dim")
     t.add_column("how")

@@ -35,50 +35,47 @@ MODELS: dict[str, ModelSpec] = _presets(
         source="gpucli's CPU demo and the trainer's smoke tests: byte-level, trains in seconds on two cores"),
     ModelSpec(
         name="25m", d_model=384, n_layers=6, n_heads=6, d_ff=1536, vocab_size=32000, max_seq_len=512,
-        source="the Neurlang model's default config, 6 layers, 384 embedding "
-               "(vocabulary and context assumed)"),
+        source="a small GPT (the Neurlang model's 6 layers x 384; vocabulary and context assumed)"),
     ModelSpec(
         name="124m", d_model=768, n_layers=12, n_heads=12, d_ff=3072, vocab_size=50304, max_seq_len=1024,
         source="GPT-2 small as nanoGPT trains it (vocabulary padded to 50304)"),
     ModelSpec(
         name="300m", d_model=1024, n_layers=16, n_heads=8, d_ff=4096, vocab_size=32000, max_seq_len=4096,
         pos_embedding="rope", tied_embeddings=False,
-        source="the Atlas build plan's 300M column (its 389M includes a Titans memory module, "
-               "which a plain GPT does not have)"),
+        source="a 300M GPT with rotary positions (the Atlas build plan's 300M size, without its "
+               "memory module)"),
     ModelSpec(
         name="1b", d_model=1536, n_layers=24, n_heads=12, d_ff=6144, vocab_size=32000, max_seq_len=4096,
         pos_embedding="rope", tied_embeddings=False,
-        source="the Atlas build plan's 1B column (its ~930M-1.1B adds ~150M of memory module)"),
+        source="a 1B-class GPT with rotary positions (the Atlas build plan's 1B size, without its "
+               "~150M memory module)"),
     ModelSpec(
         name="300m-atlas", d_model=1024, n_layers=16, n_heads=8, d_ff=4096, vocab_size=32000, max_seq_len=4096,
         pos_embedding="rope", tied_embeddings=False, memory=True, d_key=1024, d_value=1024, poly_degree=2,
         context_window=16,
-        source="the Atlas build plan's 300M column with its memory (d_key = d_value = 1024, poly_degree 2, "
-               "context_window 16): the run whose gates collapsed"),
+        source="the 300M GPT with the Atlas build plan's associative memory in every layer"),
     ModelSpec(
         name="1b-atlas", d_model=1536, n_layers=24, n_heads=12, d_ff=6144, vocab_size=32000, max_seq_len=4096,
         pos_embedding="rope", tied_embeddings=False, memory=True, d_key=1536, d_value=1536, poly_degree=2,
         context_window=16,
-        source="the Atlas build plan's 1B column with its memory module (the plan's §1.1-1.4: d_key = d_value "
-               "= 1536, poly_degree 2, context_window 16; the plan's ~930M-1.1B)"),
+        source="the 1B GPT with the Atlas build plan's associative memory in every layer"),
     ModelSpec(
         name="1.31b", d_model=2048, n_layers=24, n_heads=16, d_ff=8192, vocab_size=50304, max_seq_len=2048,
         source="the 1.31B nanoGPT benchmark shape (GPT-2 architecture; BENCHMARKS.md)"),
     ModelSpec(
         name="d24", d_model=1536, n_layers=24, n_heads=12, d_ff=6144, vocab_size=32, max_seq_len=2048,
         **NANOCHAT,
-        source="nanochat-style depth 24 x 64 width, head_dim 128, character-level vocabulary "
-               "of 32 (the $1000 setup guide: 680M)"),
+        source="nanochat's architecture at depth 24 (the $1000 setup guide's 680M model; "
+               "a character vocabulary of 32)"),
     ModelSpec(
         name="d64", d_model=4096, n_layers=64, n_heads=32, d_ff=16384, vocab_size=32, max_seq_len=2048,
         **NANOCHAT,
-        source="nanochat-style depth 64 x 64 width = 4096, 32 heads, vocabulary 32, T 2048 (the "
-               "$1000 setup guide's '~4.3B' does not follow from this shape: 12*64*4096^2 alone is 12.9B)"),
+        source="nanochat's architecture at depth 64 (the $1000 setup guide calls it ~4.3B; "
+               "this shape has 12.9B)"),
     ModelSpec(
         name="7b", d_model=4096, n_layers=32, n_heads=32, d_ff=11008, vocab_size=100278, max_seq_len=4096,
         mlp="swiglu", pos_embedding="rope", tied_embeddings=False,
-        source="a 7B model for generation (OLMo-3 7B shape: 32 layers, 4096 wide, SwiGLU 11008, "
-               "vocabulary 100278)"),
+        source="a 7B model for generation (OLMo-3 7B's shape)"),
 )
 
 

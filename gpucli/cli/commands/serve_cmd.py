@@ -12,7 +12,9 @@ def serve(
     source: str = typer.Argument(None, metavar="[RUN | CHECKPOINT]",
                                  help="A checkpoint folder, or a run name (default: the newest run)."),
     port: int = typer.Option(8000, "--port", min=1, max=65535, help="Local port (default 8000)."),
-    dest: Path = typer.Option(Path("checkpoints"), "--dest", help="Where a run's best checkpoint is downloaded."),
+    dest: Path = typer.Option(None, "--dest",
+                              help="Where a run's best checkpoint is downloaded (default: a cache in "
+                                   "gpucli's data folder, GPUCLI_HOME/serve/checkpoints)."),
     on_pod: bool = typer.Option(False, "--on-pod", help="Serve on the run's host, tunnelled over its SSH."),
     engine: str = typer.Option("own", "--engine", metavar="own|vllm",
                                help="With --on-pod: the trainer's engine (default) or vLLM on the export."),
@@ -40,6 +42,10 @@ def serve(
         from gpucli.run.targets import open_host
 
         record = runs.resolve(source)
+        # Not ./checkpoints of wherever the user stands (a git checkout would get untracked files):
+        # gpucli's own folder, one cache for every run served.
+        if dest is None:
+            dest = home() / "serve" / "checkpoints"
         with open_host(record) as host, render_runs.transfer_progress("downloading") as progress:
             fetched = fetch_best(host, record, dest, progress=progress, on_event=render.info)
         checkpoint = fetched.dest.resolve()

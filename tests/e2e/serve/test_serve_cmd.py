@@ -65,3 +65,36 @@ def test_serve_json_is_one_line_with_the_url_once_it_answers(tiny_checkpoint, is
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert out.strip() == ""  # nothing but the one JSON line on stdout
+
+
+def test_serve_a_run_caches_its_checkpoint_in_gpucli_home_not_the_current_folder(capsys, isolated_home, tmp_path):
+    """`gpucli serve RUN` from a project folder (a git checkout, say) leaves that folder untouched: the
+    run's best checkpoint goes to GPUCLI_HOME/serve/checkpoints unless --dest says otherwise."""
+    from tests.support.cli import FAST_TRAINER, cli, wait_for
+
+    name = "serve-cache"
+    code, _, err = cli(capsys, "launch", "--provider", "local", "--profile", "cpu", "--phase", "fast", "--name", name,
+                       "--set", "data.max_bytes=200000", *FAST_TRAINER[:-2], "--steps", "10")
+    assert code == 0, err
+
+    def finished():
+        code, out, _ = cli(capsys, "status", name, "--json")
+        return code == 0 and json.loads(out).get("state") in ("finished", "stopped", "failed")
+
+    wait_for(finished, 300, "the run to finish")
+    project = tmp_path / "project"
+    project.mkdir()
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "gpucli.cli.entry", "serve", name, "--port", str(port)],
+                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url == f"http://127.0.0.1:{port}/v1", proc.stderr.read() if proc.poll() is not None else url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+    assert list(project.iterdir()) == []
+    cached = list((isolated_home / "serve" / "checkpoints").iterdir())
+    assert [p.name for p in cached] == [f"{name}-best"]
+    assert (cached[0] / "meta.json").is_file()
