@@ -242,7 +242,7 @@ def test_no_import_cycle_anywhere():
 # within its own package). What a run is, where it lives, what is read from it, how it starts, the kinds
 # of job, then the life of a run on top.
 RUN_FLOORS = {
-    "defaults": 0, "limits": 0, "task": 0.5, "notify": 0,
+    "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
     "webhook": 0, "secretenv": 0,
     "records": 1, "userconfig": 1, "schemas": 1,
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
@@ -251,6 +251,7 @@ RUN_FLOORS = {
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
     "nodes": 4.5, "clusterrent": 4.5,  # a run over several machines: its layout, variables and rented cluster
     "overlayrent": 4.7,  # vast.ai instances of one cluster on an overlay network (it reads nodes.NodeSpec)
+    "rentend": 4.8,  # ending a rented cluster or overlay: below launching, for the reads that find one due
     "clusterend": 4.6,  # a rented cluster ended from this machine: its watcher, and whether it is gone
     "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
@@ -258,7 +259,9 @@ RUN_FLOORS = {
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "multinode": 8.5,  # starting, watching and ending a run over several machines
+    "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
     "lifecycle": 9,
+    "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
 }
 

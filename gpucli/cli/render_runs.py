@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from gpucli.run.control import DownResult
     from gpucli.run.follow import TailUpdate
     from gpucli.run.harvest import FetchResult, MirrorResult
-    from gpucli.run.lifecycle import Notice
     from gpucli.run.monitor import RunStatus
+    from gpucli.run.notice import Notice
     from gpucli.run.records import RunRecord
     from gpucli.run.targets import Stray
     from gpucli.ssh import SyncStats

@@ -12,7 +12,7 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.run import records as runs
@@ -27,6 +27,7 @@ from gpucli.run.money import balance_guard
 from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
+from gpucli.run.notice import EventFn, Notice, NoticeFn, StepFn
 from gpucli.run.owner import this_launcher
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
@@ -45,15 +46,6 @@ if TYPE_CHECKING:
     from gpucli.ssh import SshTarget
 
 
-@dataclass(frozen=True)
-class Notice:
-    level: Literal["info", "warn", "error"]
-    text: str
-
-
-StepFn = Callable[[str], None]
-EventFn = StepFn
-NoticeFn = Callable[[Notice], None]
 
 
 def _quiet(_: object) -> None:

@@ -37,13 +37,13 @@ from gpucli.run.nodes import (
 )
 from gpucli.run.overlayrent import (
     end_stray_overlay,
-    end_vast,
     find_cluster,
     overlay_addresses,
     overlay_of,
     rent_vast,
 )
 from gpucli.run.records import NodeRecord, RunRecord
+from gpucli.run.rentend import end_rented  # noqa: F401 - where the launch and down paths name it
 from gpucli.run.start import record_for
 from gpucli.run.targets import Stray, get_target, open_host
 from gpucli.run.targets.cloud import ssh_keypair
@@ -226,28 +226,6 @@ def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: C
         n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))
     save(record)
     return record, specs
-
-
-def end_rented(record: RunRecord, *, on_warn: Callable[[str], None]) -> bool:
-    """Delete the run's cluster (vast: every instance and the overlay), if it has one; whether one was deleted."""
-    cluster_id = cluster_of(record)
-    if cluster_id is None:
-        try:
-            return end_vast(record)
-        except GpucliError as exc:
-            on_warn(str(exc))
-            return False
-
-    try:
-        client = clusters_client()
-        try:
-            end_cluster(client, cluster_id, lambda m: None)
-        finally:
-            client.close()
-    except GpucliError as exc:
-        on_warn(str(exc))
-        return False
-    return True
 
 
 CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed under

@@ -54,22 +54,35 @@ def _number(value: Any) -> float | None:
         and math.isfinite(value) else None
 
 
-def own_end(record: RunRecord) -> RunStatus | None:
-    """``finished (<reason>)`` when the run's own end record says it finished by itself (the record is
-    then saved as finished); None when nothing on this side says so. Never asks a provider."""
+def own_end_record(record: RunRecord) -> RunRecord | None:
+    """The record as the run's own end says it now is (finished, with its reason, step, loss and cost),
+    or None when nothing on this side says it finished by itself. Reads only; never asks a provider."""
     if record.status == "finished" and record.end_reason not in NOT_OWN:
-        return RunStatus(state="finished", finished_reason=record.end_reason, step=record.step,
-                         loss=record.loss, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
-                         max_steps=record.limits.max_steps)
+        return record
     end = _mirrored_end(mirror_root(record.name))
     if end is None or end.get("reason") in NOT_OWN or not isinstance(end.get("reason"), str):
         return None
     step = end.get("step") if isinstance(end.get("step"), int) else record.step
     loss = _number(end.get("train_loss"))
     cost = _number(end.get("cost_usd"))
-    saved = record.with_(status="finished", ended_at=record.ended_at or runs.now_iso(), end_reason=end["reason"],
-                         step=step, loss=loss if loss is not None else record.loss,
-                         cost_usd=cost if cost is not None else record.cost_usd)
-    runs.save(saved)
-    return RunStatus(state="finished", finished_reason=saved.end_reason, step=saved.step, loss=saved.loss,
-                     cost_usd=saved.cost_usd, usd_per_hour=saved.price_per_hour_usd, max_steps=saved.limits.max_steps)
+    return record.with_(status="finished", ended_at=record.ended_at or runs.now_iso(), end_reason=end["reason"],
+                        step=step, loss=loss if loss is not None else record.loss,
+                        cost_usd=cost if cost is not None else record.cost_usd)
+
+
+def status_of_own_end(record: RunRecord) -> RunStatus:
+    """``finished (<reason>)`` from a record :func:`own_end_record` gave."""
+    return RunStatus(state="finished", finished_reason=record.end_reason, step=record.step, loss=record.loss,
+                     cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
+                     max_steps=record.limits.max_steps)
+
+
+def own_end(record: RunRecord) -> RunStatus | None:
+    """``finished (<reason>)`` when the run's own end record says it finished by itself (the record is
+    then saved as finished); None when nothing on this side says so. Never asks a provider."""
+    saved = own_end_record(record)
+    if saved is None:
+        return None
+    if saved is not record:
+        runs.save(saved)
+    return status_of_own_end(saved)

@@ -266,19 +266,20 @@ def watch(
 def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """State, step, latest loss, tok/s, elapsed, $ so far, $ per hour, projected total, ETA."""
     from gpucli.cli import render_runs as render
+    from gpucli.run import reconcile
     from gpucli.run import records as runs
-    from gpucli.run.control import live_status
 
     record = runs.resolve(run, on_bad=render.warn)
+    seen = reconcile.status(record)  # read, then do what the read found due (one explicit step)
     if record.nodes and json_:  # one JSON object: the run's status with its nodes
         from gpucli.cli.render import json_out
         from gpucli.run.multinode import node_statuses
 
-        json_out({**render._status_dict(record, live_status(record)),
+        json_out({**render._status_dict(record, seen),
                   "nodes": [dataclasses.asdict(n) for n in node_statuses(record)],
                   **({"link": dataclasses.asdict(record.link)} if record.link else {})})
         return
-    render.run_status(record, live_status(record), json_=json_)
+    render.run_status(record, seen, json_=json_)
     if record.nodes:
         from gpucli.cli.render_nodes import node_table
         from gpucli.run.multinode import node_statuses
@@ -289,9 +290,9 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
 def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="Check every run's host.")) -> None:
     """Every run with its state and cost; the day's total."""
     from gpucli.cli import render_runs as render
-    from gpucli.run.control import all_statuses
+    from gpucli.run import reconcile
 
-    render.runs_table(all_statuses(check_all=all_, on_bad=render.warn), json_=json_)
+    render.runs_table(reconcile.statuses(check_all=all_, on_bad=render.warn), json_=json_)
 
 
 def tail(

@@ -17,8 +17,8 @@ import pytest
 
 from gpucli.errors import ProviderError
 from gpucli.run import records as runs
-from gpucli.run.control import summarize_prepare
 from gpucli.run.harvest import mirror_root, newest_good
+from gpucli.run.observe import summarize_prepare
 from tests.e2e.data.test_launch_data import SMALL_PREP, TINY_GPU, corpus, down, trained
 from tests.support.cli import cli, rows_of, wait_for
 

@@ -273,3 +273,34 @@ def test_ls_shows_step_and_loss_of_a_finished_run(capsys, tmp_path):
     assert code == 0 and (json.loads(out)[0]["step"], json.loads(out)[0]["loss"]) == (7, 3.25)
     code, out, err = cli(capsys, "ls")
     assert "3.250" in out, out
+
+
+def test_reading_a_run_only_reads_and_reconcile_does_what_it_found_due(capsys, tmp_path):
+    """observe() changes nothing (a run seen finished stays 'running' in its record, no file written);
+    what it found due is done by reconcile.apply, the one step `status` and `ls` take after reading."""
+    from gpucli.run import reconcile
+    from gpucli.run.observe import observe
+    from gpucli.settings import home
+
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"kind": "train", "step": 4, "loss": 2.5}) + "\n"
+        + json.dumps({"kind": "event", "event": "finished", "reason": "max_steps", "step": 4}) + "\n")
+    runs.save(record("seen", status="running", workdir=str(tmp_path)))
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p): p.read_bytes() for p in sorted(home().rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    seen = observe(runs.load("seen"))
+    assert seen.status.state == "finished" and seen.status.step == 4
+    assert snapshot() == before, "a read wrote to GPUCLI_HOME"
+    assert seen.due is not None and seen.due.save is not None and seen.due.save.status == "finished"
+    assert runs.load("seen").status == "running"
+    reconcile.apply(seen.due)
+    assert (runs.load("seen").status, runs.load("seen").step) == ("finished", 4)
+    # `status` is read + reconcile: the same answer, and doing it twice changes nothing more.
+    code, out, err = cli(capsys, "status", "seen", "--json")
+    assert code == 0 and json.loads(out)["state"] == "finished", err
+    after = snapshot()
+    code, out, err = cli(capsys, "status", "seen", "--json")
+    assert code == 0 and snapshot() == after
