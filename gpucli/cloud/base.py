@@ -272,7 +272,7 @@ class TerminatePending(ProviderError):
 
 
 #: The record status of a run whose pod's terminate was not confirmed by the provider.
-TERMINATE_PENDING = "terminate pending"
+TERMINATE_PENDING = "terminate pending"  # gpucli.run.records.RunState.TERMINATE_PENDING: a run whose pod is not yet confirmed gone
 
 
 class SpotRefusedError(ProviderError):

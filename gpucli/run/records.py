@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,71 @@ from gpucli.run.limits import Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
 
-__all__ = ["LinkPair", "LinkProbe", "Limits", "NodeRecord", "PlannedSpeed", "RunRecord", "check_name", "list_runs", "load", "now_iso", "parse_iso",
+__all__ = ["TRANSITIONS", "BadTransition", "LinkPair", "LinkProbe", "Limits", "NodeRecord", "PlannedSpeed",
+           "RunRecord", "RunState", "check_name", "check_transition", "list_runs", "load", "now_iso", "parse_iso",
            "resolve", "runs_dir", "save", "unique_name"]
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-ACTIVE_STATES = ("provisioning", "starting", "running")
+
+
+class RunState(str, Enum):
+    """Where a run is in its life. A ``str`` so that records, JSON and the tables read as before."""
+
+    PROVISIONING = "provisioning"  # renting or reaching its machine
+    STARTING = "starting"  # the machine answers; the environment, code and data are being put there
+    RUNNING = "running"  # the job was started (its pid is recorded)
+    FINISHED = "finished"  # it ended by itself: its steps, a cap, or its own code's exit 0
+    FAILED = "failed"  # it, or its launch, failed
+    STOPPED = "stopped"  # ended from outside: `gpucli down`, or its pod gone
+    TERMINATE_PENDING = "terminate pending"  # ended here, but the provider has not confirmed the pod gone
+
+    def __str__(self) -> str:  # "running", never "RunState.RUNNING", wherever a record is shown
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __hash__(self) -> int:  # Enum hashes the member's name: a dict keyed by "running" must find it
+        return hash(self.value)
+
+    @property
+    def active(self) -> bool:
+        return self in _ACTIVE
+
+
+_ACTIVE = frozenset({RunState.PROVISIONING, RunState.STARTING, RunState.RUNNING})
+_ENDED = frozenset({RunState.FINISHED, RunState.FAILED, RunState.STOPPED})
+ACTIVE_STATES = tuple(s.value for s in RunState if s in _ACTIVE)
+
+#: Every state a run may move to from each state (a save to the same state is always allowed). A run
+#: that has ended never comes back to life but through a new launch on it (`resume`, `--recover`:
+#: provisioning); between the ended states it may move, as what ended it becomes known (a `down` that
+#: crossed the run's own finish, its own end record read later), and to an unconfirmed terminate.
+_AFTER_END = _ENDED | {RunState.PROVISIONING, RunState.TERMINATE_PENDING}
+TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    RunState.PROVISIONING: _ACTIVE | _AFTER_END,
+    RunState.STARTING: frozenset({RunState.RUNNING}) | _AFTER_END,
+    RunState.RUNNING: _AFTER_END,
+    RunState.FINISHED: _AFTER_END,
+    RunState.FAILED: _AFTER_END,
+    RunState.STOPPED: _AFTER_END,
+    RunState.TERMINATE_PENDING: _AFTER_END,
+}
+
+
+class BadTransition(UsageError):
+    """A save that would move a run where its life does not go (a bug, or two gpucli commands racing)."""
+
+
+def check_transition(old: RunState | str | None, new: RunState | str) -> RunState:
+    """``new`` as a RunState, after checking that a run in ``old`` (None: a new record) may move there."""
+    try:
+        state = RunState(new)
+    except ValueError:
+        raise BadTransition(f"not a run state: {new!r} (one of: {', '.join(s.value for s in RunState)})") from None
+    if old is None or RunState(old) == state or state in TRANSITIONS[RunState(old)]:
+        return state
+    raise BadTransition(f"a {RunState(old).value} run cannot become {state.value}")
 
 
 @dataclass(frozen=True)
@@ -101,7 +162,7 @@ class RunRecord:
     n_gpus: int
     gpu: str | None
     workdir: str  # the run's folder on the pod (or on this machine for local)
-    status: str = "provisioning"  # provisioning | starting | running | finished | failed | stopped
+    status: RunState = RunState.PROVISIONING
     instance_id: str | None = None
     label: str | None = None  # gpucli-<name>
     ssh: SshTarget | None = None  # host_key is pinned at first contact; identity_file is a path, never a key
@@ -133,7 +194,7 @@ class RunRecord:
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE_STATES
+        return RunState(self.status).active
 
     @property
     def price_per_hour_usd(self) -> float | None:
@@ -213,6 +274,8 @@ def _problem(data: Any) -> str | None:
             return f"no '{key}'"
     if not NAME_RE.match(data["name"]):
         return f"run name {data['name']!r} is not valid"
+    if "status" in data and data["status"] not in {s.value for s in RunState}:
+        return f"'status' {data['status'][:40]!r} is not a run state"
     for key in _OPT_STR:
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"'{key}' is not a string"
@@ -269,6 +332,7 @@ def _from_json(data: Any, path: Path) -> RunRecord:
         rest["nodes"] = tuple(NodeRecord.from_json(n) for n in rest.get("nodes") or ())
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())
+        rest["status"] = RunState(rest.get("status", RunState.PROVISIONING))
         return RunRecord(ssh=ssh, limits=limits, planned=planned, link=link, **rest)
     except (TypeError, KeyError, ValueError) as exc:
         raise BadRecord(f"{path}: not a gpucli run record ({exc})") from exc
@@ -292,8 +356,14 @@ def _read(path: Path) -> RunRecord:
 
 
 def save(record: RunRecord) -> Path:
-    """Write the record atomically (temp file + rename): a crash never leaves half a record."""
+    """Write the record atomically (temp file + rename): a crash never leaves half a record. Its state
+    must be one a run in the saved record's state may move to (:data:`TRANSITIONS`)."""
     path = runs_dir() / f"{record.name}.json"
+    try:
+        before: RunState | None = _read(path).status if path.exists() else None
+    except BadRecord:
+        before = None  # a corrupt record is replaced whole
+    record = record.with_(status=check_transition(before, record.status))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(_to_json(record), indent=2) + "\n")
     os.replace(tmp, path)

@@ -26,7 +26,7 @@ from gpucli.run.gpuwatch import start_sampler
 from gpucli.run.launch import ResolvedLaunch
 from gpucli.run.owner import handover_path, marker_path, this_launcher
 from gpucli.run.procs import PROCID, identify
-from gpucli.run.records import RunRecord, now_iso, parse_iso
+from gpucli.run.records import RunRecord, RunState, now_iso, parse_iso
 from gpucli.run.secretenv import resolve
 from gpucli.run.targets.podside import write_watchdog_env
 from gpucli.settings import (
@@ -96,7 +96,7 @@ def record_for(resolved: ResolvedLaunch) -> RunRecord:
     return RunRecord(launcher=this_launcher(),
         name=resolved.name, provider=resolved.provider, created_at=now_iso(), profile=resolved.profile,
         phase=resolved.phase, model=resolved.model.name, n_gpus=resolved.n_gpus, gpu=resolved.gpu_id,
-        workdir=resolved.workdir, status="provisioning", label=resolved.label, limits=resolved.limits,
+        workdir=resolved.workdir, status=RunState.PROVISIONING, label=resolved.label, limits=resolved.limits,
         planned=resolved.planned, python=resolved.python)
 
 

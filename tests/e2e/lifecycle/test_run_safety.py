@@ -229,8 +229,10 @@ def test_down_never_signals_a_stale_pid(capsys, tmp_path, request, provider):
         # The same record with the identities taken at start: now they are the run's, and down ends them.
         from gpucli.pod.procid import identity
 
-        runs.save(runs.load("stale").with_(status="running", pid_ident=identity(procs[0].pid),
-                                           watchdog_ident=identity(procs[1].pid)))
+        again = runs.load("stale").with_(status="running", pid_ident=identity(procs[0].pid),
+                                         watchdog_ident=identity(procs[1].pid))
+        (runs.runs_dir() / "stale.json").unlink()  # a new record: a stopped run never becomes running
+        runs.save(again)
         code, out, err = cli(capsys, "down", "stale")
         assert code == 0 and "trainer stopped" in out, err
         assert procs[0].wait(10) == -15 and procs[1].wait(10) == -15
