@@ -60,6 +60,8 @@ class Gpu:
     vast_names: tuple[str, ...] = ()
     runpod_ids: tuple[str, ...] = ()
     train_mfu: float | None = None
+    compute_capability: str | None = None  # "9.0", "10.0": sm_90, sm_100
+    min_cuda: str | None = None  # the oldest CUDA with kernels for it ("12.8" for Blackwell)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """A pod whose image lacks the trainer's packages gets the pinned environment; the next run on the same
 volume reuses it.
 
-The pod (the RunPod emulator's: a real sshd on this machine) runs an image-like Python first on its PATH:
-a bare venv, no torch, numpy or tokenizers in it. The launch must bring the environment pinned in
+The pod (the RunPod emulator's: a real sshd on this machine) starts from an image-like Python named with
+--python (this machine's login shell puts its own python3 first on every session's PATH): a bare venv, no
+torch, numpy or tokenizers in it. The launch must bring the environment pinned in
 trainer/requirements.txt, built by the same setup_pod.sh and envbuild.py a real pod runs, from this
 machine's package index and wheels (GPUCLI_TORCH_INDEX=none: the installer's own configured sources,
 with pip), into a venv beside the run folders; the trainer then trains in it. A second run whose folder
@@ -21,15 +22,12 @@ from gpucli.run import trainerenv
 from tests.e2e.cloud.test_cloud_launch import TINY, assert_nothing_running
 from tests.support.cli import cli, rows_of, wait_for
 
-IMAGE = "example/bare-python:3"
-
 
 def test_a_bare_image_gets_the_pinned_environment_and_the_volume_keeps_it(runpod_emulator, capsys, tmp_path,
                                                                           monkeypatch):
     emu = runpod_emulator
     image = tmp_path / "image"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(image)], check=True, timeout=120)
-    emu.images[IMAGE] = str(image / "bin")
     monkeypatch.setenv("GPUCLI_TORCH_INDEX", "none")  # this machine's wheel folder and local index
     monkeypatch.setenv("GPUCLI_ENV_INSTALLER", "pip")
     volume = tmp_path / "volume" / "gpucli-runs"
@@ -39,7 +37,7 @@ def test_a_bare_image_gets_the_pinned_environment_and_the_volume_keeps_it(runpod
     for name in ("env-cold", "env-warm"):
         t0 = time.monotonic()
         code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "rtx4090", "--phase", "fast",
-                             "--name", name, "--image", IMAGE, "--workdir", str(volume / name),
+                             "--name", name, "--python", str(image / "bin" / "python3"), "--workdir", str(volume / name),
                              "--ready-timeout", "20", *TINY)
         seconds[name] = time.monotonic() - t0
         assert code == 0, err

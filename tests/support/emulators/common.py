@@ -158,19 +158,16 @@ class EmuPod:
     disk_gb: float = 0.0  # the disk it was created with (vast bills it while stopped)
     keep_port: int | None = None  # the sshd port a restarted container gets again (None: a new one)
 
-    def ensure_sshd(self, root: Path, environment: dict[str, str], path_first: str | None = None) -> SshServer:
-        """Boot the pod: write its PID-1-style environment file and start its sshd. ``path_first``: the
-        image's own programs (its ``python3``), first on the PATH of every session."""
+    def ensure_sshd(self, root: Path, environment: dict[str, str]) -> SshServer:
+        """Boot the pod: write its PID-1-style environment file and start its sshd."""
         if self.sshd is None:
             folder = root / f"pod-{self.pod_id}"
             folder.mkdir(parents=True, exist_ok=True)
             self.environ_path = folder / "environ"
             self.environ_path.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environment.items()))
             os.chmod(self.environ_path, 0o600)
-            env = {"GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker}
-            if path_first:
-                env["PATH"] = f"{path_first}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-            self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env=env)
+            self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env={
+                "GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker})
         return self.sshd
 
     def add_key(self, key: str) -> None:
@@ -358,9 +355,6 @@ class EmulatorBase:
         # Real pods have no RUNPOD_API_BASE_URL / VAST_URL: the watchdog takes its endpoint from its own
         # env file (watchdog.env, written by the launch).
         self.pod_env_has_base_url = False
-        # image -> a folder of that image's programs (its `python3`): a test gives a pod an image-like
-        # Python (a bare venv, an older torch) this way; other images run this machine's.
-        self.images: dict[str, str] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.routes: list[Route] = []  # tried before classify/handle, in order
@@ -417,9 +411,8 @@ class EmulatorBase:
             self.scoped_keys[pod.scoped_key] = pod.pod_id
 
     def boot(self, pod: EmuPod) -> SshServer:
-        """Start the pod's sshd with its environment (idempotent); a pod of an image in ``images`` has that
-        image's programs first on its PATH."""
-        return pod.ensure_sshd(self.root, self.pod_environment(pod), self.images.get(pod.image))
+        """Start the pod's sshd with its environment (idempotent)."""
+        return pod.ensure_sshd(self.root, self.pod_environment(pod))
 
     def end_pod(self, pod_id: str, event: str, by: str) -> EmuPod | None:
         """Stop ("stopped", "preempted") or terminate ("terminated") a pod: its processes die, its
