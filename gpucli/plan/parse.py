@@ -152,6 +152,7 @@ def _parse_gpus(data: Any, file: str) -> tuple[Defaults, dict[str, Gpu]]:
         decode_io_overhead_fraction=r.number(d, "decode_io_overhead_fraction", w),
         decode_load_minutes=r.number(d, "decode_load_minutes", w),
         stale_after_days=r.number(d, "stale_after_days", w, minimum=1, integer=True),
+        env_build_minutes=r.number(d, "env_build_minutes", w, optional=True, default=5.0),
     )
     gpus: dict[str, Gpu] = {}
     table = r.mapping(r.require(root, "gpus", ""), "gpus")

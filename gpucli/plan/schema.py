@@ -44,6 +44,7 @@ class Defaults:
     decode_io_overhead_fraction: float
     decode_load_minutes: float
     stale_after_days: int
+    env_build_minutes: float = 5.0  # the trainer's pinned environment, built once on a pod's volume
 
 
 @dataclass(frozen=True)

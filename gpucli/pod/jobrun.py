@@ -48,6 +48,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from types import ModuleType
@@ -334,24 +335,36 @@ def pump(cmd: str, *, cwd: Path, env: dict[str, str], log: Any, metrics: Metrics
 
 
 def use_venv(venv: Path, env: dict[str, str], with_pip: bool) -> str | None:
-    """Create ``venv`` when missing (with this Python, seeing its packages read-only:
-    ``--system-site-packages``; pip in it when a --setup will install) and put it first on the job's
-    PATH. Returns why it could not be made, or None."""
+    """Create ``venv`` when missing (this Python's; pip in it for a --setup), seeing this Python's packages
+    (:func:`see_parent`), first on the job's PATH. Returns why it could not be made, or None."""
     python = venv / "bin" / "python"
     pip = venv / "bin" / "pip"
     if not python.exists() or (with_pip and not pip.exists()):
-        cmd = [sys.executable, "-m", "venv", "--system-site-packages", *([] if with_pip else ["--without-pip"]),
-               str(venv)]
+        cmd = [sys.executable, "-m", "venv", *([] if with_pip else ["--without-pip"]), str(venv)]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"venv {venv}: {exc}"
         if res.returncode != 0:
             return f"venv {venv}: {(res.stderr or res.stdout).strip()[-300:]}"
+    try:
+        see_parent(venv)
+    except OSError as exc:
+        return f"venv {venv}: {exc}"
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONHOME", None)
     return None
+
+
+def see_parent(venv: Path) -> None:
+    """A ``.pth`` in the job venv adding this Python's package folders (its venv's too) after the venv's
+    own, their ``.pth`` files processed (editable installs); ``--system-site-packages`` shows the *base*
+    interpreter's instead (a job from a venv with torch found no torch). --setup installs shadow them."""
+    purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+    text = "".join(f"import site; site.addsitedir({d!r})\n" for d in sys.path if d != purelib and os.path.isdir(d)
+                   and os.path.basename(d.rstrip(os.sep)) in ("site-packages", "dist-packages"))
+    (Path(purelib) / "_gpucli_parent.pth").write_text(text)  # again each time: this Python may have moved
 
 
 def setup_marker(run_dir: Path, setup: str) -> tuple[Path, str]:
