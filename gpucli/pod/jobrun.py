@@ -353,18 +353,19 @@ def use_venv(venv: Path, env: dict[str, str], with_pip: bool) -> str | None:
         return f"venv {venv}: {exc}"
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("PYTHONHOME", None)
+    # bash -c with SSH_CLIENT sources ~/.bashrc again (pyenv, conda: the venv buried); its exports are here.
+    for var in ("PYTHONHOME", "SSH_CLIENT", "SSH2_CLIENT"):
+        env.pop(var, None)
     return None
 
 
 def see_parent(venv: Path) -> None:
-    """A ``.pth`` in the job venv adding this Python's package folders (its venv's too) after the venv's
-    own, their ``.pth`` files processed (editable installs); ``--system-site-packages`` shows the *base*
-    interpreter's instead (a job from a venv with torch found no torch). --setup installs shadow them."""
+    """A ``.pth`` in the job venv: this Python's package folders (its venv's too; --system-site-packages
+    shows the *base* interpreter's) after the venv's own, their .pth files processed (editable installs)."""
     purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
     text = "".join(f"import site; site.addsitedir({d!r})\n" for d in sys.path if d != purelib and os.path.isdir(d)
                    and os.path.basename(d.rstrip(os.sep)) in ("site-packages", "dist-packages"))
-    (Path(purelib) / "_gpucli_parent.pth").write_text(text)  # again each time: this Python may have moved
+    (Path(purelib) / "_gpucli_parent.pth").write_text(text)
 
 
 def setup_marker(run_dir: Path, setup: str) -> tuple[Path, str]:
