@@ -190,11 +190,18 @@ def build_venv(python: str, folder: str, pins_path: str, pins: dict[str, str], b
     elif new_python:
         raise EnvError(f"the trainer's packages need Python {new_python} and {python} is older: use an image "
                        "with a newer Python, or one with uv (it fetches one)")
-    else:
-        _run([python, "-m", "venv", *system, folder], "creating the venv")
     vpy = os.path.join(folder, "bin", "python")
-    install = (["uv", "pip", "install", "--quiet", "--python", vpy] if tool == "uv"
-               else [vpy, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+    install = ["uv", "pip", "install", "--quiet", "--python", vpy]
+    if tool == "pip":
+        install = [vpy, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        try:
+            _run([python, "-m", "venv", *system, folder], "creating the venv")
+        except EnvError:
+            # Debian's and Ubuntu's own Python lacks ensurepip without python3-venv: a venv without pip,
+            # filled by the image's pip (its --python option, pip 22.3+)
+            shutil.rmtree(folder, ignore_errors=True)
+            _run([python, "-m", "venv", "--without-pip", *system, folder], "creating the venv (no ensurepip)")
+            install = [python, "-m", "pip", "--python", vpy, "install", "--quiet", "--disable-pip-version-check"]
     if not lend_torch:
         base = os.environ.get("GPUCLI_TORCH_INDEX", TORCH_INDEX).strip()
         index = [] if base == "none" else ["--index-url", f"{base.rstrip('/')}/{build}"]

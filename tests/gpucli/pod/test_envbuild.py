@@ -73,14 +73,18 @@ def test_the_image_is_used_as_it_is_only_when_it_has_every_pin_and_its_torch_run
     assert envbuild.image_has(sys.executable, other, None)[:2] == (False, True)  # torch still lendable
 
 
-def test_an_image_whose_torch_is_the_pinned_one_lends_it_to_the_venv(tmp_path, monkeypatch):
+@pytest.mark.parametrize("ensurepip", [True, False])
+def test_an_image_whose_torch_is_the_pinned_one_lends_it_to_the_venv(tmp_path, monkeypatch, ensurepip):
     """numpy at another version in the image (a dist-info of 1.0 first on its path): a venv is built on
-    top of the image (--system-site-packages), its torch not downloaded again."""
+    top of the image (--system-site-packages), its torch not downloaded again. Without ensurepip (Debian's
+    Python without python3-venv: `-m venv` fails unless --without-pip) the image's pip fills the venv."""
     shadow = tmp_path / "shadow" / "numpy-1.0.0.dist-info"
     shadow.mkdir(parents=True)
     (shadow / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 1.0.0\n")
     image = tmp_path / "python-image"
-    image.write_text(f'#!/bin/sh\nPYTHONPATH={shadow.parent} exec {sys.executable} "$@"\n')
+    refuse = ('case "$*" in *"-m venv"*--without-pip*) ;; *"-m venv"*) echo "The virtual environment was not '
+              'created successfully because ensurepip is not available." >&2; exit 1 ;; esac\n')
+    image.write_text(f'#!/bin/sh\n{"" if ensurepip else refuse}PYTHONPATH={shadow.parent} exec {sys.executable} "$@"\n')
     image.chmod(0o755)
     monkeypatch.setenv("GPUCLI_ENV_INSTALLER", "pip")
     monkeypatch.setenv("GPUCLI_TORCH_INDEX", "none")
@@ -90,6 +94,7 @@ def test_an_image_whose_torch_is_the_pinned_one_lends_it_to_the_venv(tmp_path, m
     assert got["source"] == "built" and venv.parent == tmp_path / "envs"
     assert "include-system-site-packages = true" in (venv / "pyvenv.cfg").read_text()
     assert not list(venv.glob("lib/python*/site-packages/torch"))  # lent by the image, not installed
+    assert (venv / "bin" / "pip").exists() == ensurepip
     out = subprocess.run([got["python"], "-c", "import torch, numpy; print(torch.__version__, numpy.__version__)"],
                          capture_output=True, text=True, timeout=300).stdout.split()
     assert out[0].split("+")[0] == trainerenv.pins().torch and out[1] == trainerenv.pins().versions["numpy"]
