@@ -10,12 +10,12 @@ image's Python::
    driver with CUDA >= 12.8); a GPU that needs a newer build than the driver allows (a Blackwell GPU on a
    CUDA 12.6 driver) is refused here, in the first minute, with what to change.
 3. The image's Python as it is, when every pinned package is there at its pinned version and its torch has
-   kernels for the GPU. Else a venv ``ENV_ROOT/trainer-<hash of the pin file>``: reused when it holds
-   this very build (a resume, a restart, a second run on the same volume), else built with uv when the
-   host has it (pip otherwise): torch from PyTorch's index for the build, the rest from the default
-   index. An image whose torch is the pinned one and fits the GPU lends it (``--system-site-packages``)
-   and the venv gets only the other packages. A build goes to a temporary folder first: an interrupted
-   one never leaves a half environment under the final name.
+   kernels for the GPU. Else a venv ``ENV_ROOT/trainer-<hash of the pin file>-<build>``: reused when it is
+   whole (a resume, a restart, a second run on the same volume), else built with uv when the host has it
+   (pip otherwise): torch from PyTorch's index for the build, the rest from the default index. An image
+   whose torch is the pinned one and fits the GPU lends it (``--system-site-packages``) and the venv
+   gets only the other packages. A tag file written last marks a venv whole: an interrupted build is
+   built again, never used.
 
 The last line printed is ``GPUCLI-ENV {json}``: the Python to run the trainer with, where it came from
 (``image`` | ``reused`` | ``built``), the torch build, torch's version and the seconds it took.
@@ -28,6 +28,7 @@ appended; ``none``: the installer's own configured sources, e.g. a local wheel f
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -215,33 +216,29 @@ def ensure(python: str, pins_path: str, root: str) -> dict[str, object]:
     pins, builds, min_python = read_pins(pins_path)
     driver, cap = host_gpu()
     build = choose_build(builds, driver, cap)
-    folder = os.path.join(os.path.abspath(root), f"trainer-{pin_hash(pins_path)}")
+    # one venv per pin file and build: a volume moved to a host with another driver keeps the other's
+    folder = os.path.join(os.path.abspath(root), f"trainer-{pin_hash(pins_path)}-{build}")
     tag = f"{pin_hash(pins_path)} {build}"
     vpy = os.path.join(folder, "bin", "python")
-    source = "image"
+    source, chosen = "image", python
     if _tag(folder) == tag and os.access(vpy, os.X_OK):
         source, chosen = "reused", vpy
     else:
         whole, torch_ok, version = image_has(python, pins, cap)
         old_python = bool(min_python) and version < version_tuple(min_python)
-        chosen = python
         if not whole:
-            source, chosen = "built", vpy
-            tmp = f"{folder}.tmp{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(os.path.dirname(folder), exist_ok=True)
-            try:
-                build_venv(python, tmp, pins_path, pins, build, lend_torch=torch_ok and not old_python,
-                           tool=installer(), new_python=min_python if old_python else None)
-                with open(os.path.join(tmp, TAG), "w", encoding="utf-8") as fh:
-                    fh.write(tag + "\n")
-                old = f"{folder}.old{os.getpid()}"
-                if os.path.exists(folder):
-                    os.rename(folder, old)
-                os.rename(tmp, folder)
-                shutil.rmtree(old, ignore_errors=True)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            # Built where it stays (a venv's scripts name their folder); the tag, written last, marks it
+            # whole; a lock keeps two launches on one volume from building it at once.
+            with open(f"{folder}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                source, chosen = ("reused", vpy) if _tag(folder) == tag else ("built", vpy)
+                if source == "built":
+                    shutil.rmtree(folder, ignore_errors=True)  # an interrupted build's remains
+                    build_venv(python, folder, pins_path, pins, build, lend_torch=torch_ok and not old_python,
+                               tool=installer(), new_python=min_python if old_python else None)
+                    with open(os.path.join(folder, TAG), "w", encoding="utf-8") as fh:
+                        fh.write(tag + "\n")
     return {"python": chosen, "source": source, "build": build, "seconds": round(time.monotonic() - t0, 1),
             "driver_cuda": ".".join(map(str, driver)) if driver else None,
             "compute_capability": ".".join(map(str, cap)) if cap else None}

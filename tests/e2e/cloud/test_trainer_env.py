@@ -31,7 +31,7 @@ def test_a_bare_image_gets_the_pinned_environment_and_the_volume_keeps_it(runpod
     monkeypatch.setenv("GPUCLI_TORCH_INDEX", "none")  # this machine's wheel folder and local index
     monkeypatch.setenv("GPUCLI_ENV_INSTALLER", "pip")
     volume = tmp_path / "volume" / "gpucli-runs"
-    venv = volume / ".gpucli-envs" / f"trainer-{_hash()}"
+    venv = volume / ".gpucli-envs" / f"trainer-{_hash()}-cpu"  # no nvidia-smi here: the CPU build
 
     seconds = {}
     for name in ("env-cold", "env-warm"):

@@ -100,3 +100,7 @@ def test_an_image_whose_torch_is_the_pinned_one_lends_it_to_the_venv(tmp_path, m
     assert out[0].split("+")[0] == trainerenv.pins().torch and out[1] == trainerenv.pins().versions["numpy"]
     again = envbuild.ensure(str(image), str(trainerenv.pin_path()), str(tmp_path / "envs"))
     assert again["source"] == "reused" and again["python"] == got["python"]
+    if ensurepip:  # a build that never wrote its tag (interrupted) is built again, never used
+        (venv / envbuild.TAG).unlink()
+        assert envbuild.ensure(str(image), str(trainerenv.pin_path()), str(tmp_path / "envs"))["source"] == "built"
+        assert (venv / envbuild.TAG).exists()
