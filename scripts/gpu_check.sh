@@ -8,6 +8,9 @@
 #   4. `gpucli export` of its best checkpoint (Hugging Face layout, loaded back with transformers when
 #      installed) and, where vLLM is installed, `gpucli serve demo --on-pod --engine vllm` answering a
 #      completion next to the own engine's (SKIP_VLLM=1 skips it).
+#   0. the trainer's pinned environment (trainer/requirements.txt) built exactly as a pod builds it
+#      (gpucli/pod/setup_pod.sh + envbuild.py) from a bare Python, cold then warm, timed, and checked
+#      to have kernels for this GPU (SKIP_ENV_BUILD=1 skips it); times in OUT/env_build.json;
 # Needs torch with CUDA, pyyaml, typer, rich, requests (no paramiko: the local provider never uses SSH).
 #   scripts/gpu_check.sh [OUT_DIR]        # STEPS=300 RESUME_STEPS=50 BENCH_ARGS="--shape 124m" ...
 #   SKIP_BENCH=1 PROFILE=cpu STEPS=40 scripts/gpu_check.sh /tmp/x     # the same flow on a CPU
@@ -27,6 +30,44 @@ gpucli() { "$PY" -m gpucli.cli.entry "$@"; }
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv || true
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
+
+# ---- the trainer's pinned environment, built as a pod builds it ------------------------------------------
+# The same setup_pod.sh and envbuild.py a launch writes into a pod's run folder, started from a bare Python
+# (no packages: what an image with another torch amounts to), so the build is measured: torch from
+# PyTorch's index for this driver's CUDA (GPUCLI_TORCH_INDEX / GPUCLI_ENV_INSTALLER override), uv when
+# installed. Then again on the same folder (a warm volume), then torch in that venv must know this GPU.
+if [ "${SKIP_ENV_BUILD:-0}" != 1 ]; then
+    echo "== the trainer's pinned environment (as a pod builds it)"
+    envdir=$(mktemp -d)
+    cp gpucli/pod/setup_pod.sh gpucli/pod/envbuild.py trainer/requirements.txt "$envdir/"
+    "$PY" -m venv --without-pip "$envdir/bare"
+    t0=$(date +%s)
+    (cd "$envdir" && sh ./setup_pod.sh "$envdir/bare/bin/python" "$envdir/volume") | tee "$OUT/env_cold.log"
+    cold_s=$(( $(date +%s) - t0 ))
+    t0=$(date +%s)
+    (cd "$envdir" && sh ./setup_pod.sh "$envdir/bare/bin/python" "$envdir/volume") | tee "$OUT/env_warm.log"
+    warm_s=$(( $(date +%s) - t0 ))
+    envpy=$("$PY" -c 'import json, sys; print(json.loads(sys.stdin.read().splitlines()[-1].split(" ", 1)[1])["python"])' \
+        < "$OUT/env_warm.log")
+    "$envpy" - "$cold_s" "$warm_s" "$OUT/env_build.json" <<'EOF'
+import json, sys, torch
+cold, warm, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+row = {"cold_s": cold, "warm_s": warm, "torch": torch.__version__, "cuda": torch.version.cuda,
+       "arch_list": torch.cuda.get_arch_list() if torch.cuda.is_available() else []}
+if torch.cuda.is_available():
+    major, minor = torch.cuda.get_device_capability()
+    row["gpu"], row["sm"] = torch.cuda.get_device_name(), f"sm_{major}{minor}"
+    # a kernel for this GPU: its own sm_XY, or an older one of the same major (binary compatible)
+    row["kernels_for_gpu"] = any(a.startswith(f"sm_{major}") and int(a[len(f"sm_{major}"):] or 0) <= minor
+                                 for a in row["arch_list"])
+    x = torch.randn(256, 256, device="cuda")
+    row["matmul_ok"] = bool(torch.isfinite(x @ x).all().item())
+json.dump(row, open(out, "w"))
+print("pinned environment:", row)
+if torch.cuda.is_available() and not (row["kernels_for_gpu"] and row["matmul_ok"]):
+    sys.exit(f"the pinned torch has no kernels for {row['sm']} (arch list {row['arch_list']})")
+EOF
+fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "== throughput (scripts/bench_trainer.py ${BENCH_ARGS:-})"

@@ -16,15 +16,19 @@ if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null 2>&1; then
 fi
 
 PY="${PYTHON:-python3}"
-# The CPU build of torch. On PyPI `torch==2.13.0` for Linux x86-64 is the CUDA build (it pulls the CUDA
-# toolkit, cuDNN and NCCL: gigabytes the tests never use); PyTorch's own CPU index has the CPU build
-# (2.13.0+cpu) and the packages it needs. Where only a package index is reachable (a mirror, an offline
-# wheel cache), the plain requirement from that index is what there is.
+# The trainer's environment is the one pinned in trainer/requirements.txt (what every pod gets too).
+# torch's CPU build: on PyPI `torch==X` for Linux x86-64 is the CUDA build (it pulls the CUDA toolkit,
+# cuDNN and NCCL: gigabytes the tests never use); PyTorch's own CPU index has the CPU build (X+cpu) and
+# the packages it needs. Where only a package index is reachable (a mirror, an offline wheel cache), the
+# plain requirement from that index is what there is.
+PINS=trainer/requirements.txt
+TORCH_PIN=$(grep -E '^torch==' "$PINS")
 TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
-if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-    "$PY" -m pip install -q --timeout 30 --retries 2 --index-url "$TORCH_CPU_INDEX" "torch==2.13.0" \
-        || "$PY" -m pip install -q "torch==2.13.0"
+if ! "$PY" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '${TORCH_PIN#torch==}')" >/dev/null 2>&1; then
+    "$PY" -m pip install -q --timeout 30 --retries 2 --index-url "$TORCH_CPU_INDEX" "$TORCH_PIN" \
+        || "$PY" -m pip install -q "$TORCH_PIN"
 fi
+"$PY" -m pip install -q -r "$PINS"
 "$PY" -m pip install -q -e ".[train,data,test]"
 
 # Most tests wait on real processes (sshd, torchrun, the emulators' pods), so more workers than cores

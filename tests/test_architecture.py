@@ -245,6 +245,7 @@ RUN_FLOORS = {
     "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
     "webhook": 0, "secretenv": 0,
     "records": 1, "userconfig": 1, "schemas": 1,
+    "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON

@@ -84,6 +84,9 @@ class Offer:
     location: str | None = None
     dlperf: float | None = None
     cuda_max: float | None = None
+    #: The newest CUDA the host's driver runs, as the provider wrote it ("12.8"; RunPod's strings may read
+    #: "12.10", above "12.4" though not as a decimal): compare with :func:`cuda_at_least`.
+    cuda_version: str | None = None
     disk_gb: float | None = None
     gpu_display_name: str | None = None  # short marketing name ("RTX 4090") used by queries
     machine_id: str | None = None  # vast machine id; RunPod has none at search time
@@ -343,3 +346,13 @@ class Provider(ABC):
 
     def __repr__(self) -> str:  # never show keys or sessions
         return f"<{type(self).__name__} {self.name}>"
+
+
+def cuda_at_least(version: str | float | None, floor: str | None) -> bool:
+    """Whether a host CUDA version reaches ``floor``, compared per component ("12.10" > "12.4"); an
+    unknown version or no floor passes (the provider's own filter was asked for it)."""
+    if version is None or not floor:
+        return True
+    have = tuple(int(p) for p in re.findall(r"\d+", str(version)))
+    want = tuple(int(p) for p in re.findall(r"\d+", floor))
+    return have >= want

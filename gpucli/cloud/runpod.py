@@ -61,8 +61,9 @@ __all__ = ["VOLUME_MAX_GB", "NetworkVolume", "RunPodProvider", "SPOT_REFUSED", "
 SERVICE = "RunPod"
 DEFAULT_GPU_COUNTS = (1, 2, 4, 8)
 CLOUDS = ("SECURE", "COMMUNITY")  # openapi ``Cloud``; network volumes are Secure Cloud only
-#: The CUDA the default images are built for (runpod/pytorch:...-cuda12.4.1): hosts below it fail.
-DEFAULT_MIN_CUDA = "12.4"
+#: The CUDA the default image is built for (runpod/pytorch:1.0.2-cu1281-...: gpucli/run/targets/runpod.py):
+#: the catalogue's availability is read for hosts at or above it.
+DEFAULT_MIN_CUDA = "12.8"
 
 SPOT_REFUSED = ("RunPod has no spot (interruptible) pods any more (removed in 2026; REST API v2 has no "
                 "bid): use vast.ai bids with --provider vast --spot, or drop --spot")

@@ -19,6 +19,7 @@ The only place RunPod's raw dicts are read. Sources (runpod/docs, snapshot 2026-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -147,9 +148,12 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
     dc = best_data_center(item)
     if dc is None:
         return None
-    cudas = [as_number(c.get("version")) for c in item.get("cudaVersions") or []
-             if isinstance(c, Mapping) and c.get("available")]
-    cuda_max = max((c for c in cudas if c is not None), default=None)
+    # cudaVersions[].version is "major.minor" text, compared per component (openapi GpuType and
+    # gpu.minCudaVersion: "compared numerically rather than as a decimal — so 12.11 is above 12.2").
+    cudas = [str(c["version"]) for c in item.get("cudaVersions") or []
+             if isinstance(c, Mapping) and c.get("available") and re.fullmatch(r"\d+(\.\d+)?", str(c.get("version")))]
+    newest = max(cudas, key=lambda v: tuple(int(p) for p in v.split(".")), default=None)
+    cuda_max = as_number(newest) if newest else None
     gpu_id = str(item["id"])
     return Offer(
         provider="runpod", offer_id=f"{gpu_id}|{count}|{cloud}|{dc}", gpu_name=gpu_id, gpu_count=count,
@@ -157,7 +161,7 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
         price_per_hour_usd=per_gpu * count + storage_per_hour,
         price_per_gpu_hour_usd=(per_gpu * count + storage_per_hour) / count,  # as vast's dph_total / num_gpus
         gpu_display_name=str(item.get("name") or gpu_id), stock=str(item.get("availability")),
-        location=dc, cuda_max=cuda_max, cloud_type=cloud, data_center_id=dc,
+        location=dc, cuda_max=cuda_max, cuda_version=newest, cloud_type=cloud, data_center_id=dc,
         storage_usd_per_hour=storage_per_hour,
     )
 

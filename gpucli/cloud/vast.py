@@ -404,7 +404,8 @@ def parse_offer(item: Mapping[str, Any]) -> Offer | None:
         reliability=as_number(item.get("reliability2")) if item.get("reliability") is None else as_number(item.get("reliability")),
         inet_down_mbps=as_number(item.get("inet_down")), inet_up_mbps=as_number(item.get("inet_up")),
         location=_opt_str(item.get("geolocation")), dlperf=as_number(item.get("dlperf")),
-        cuda_max=as_number(item.get("cuda_max_good")), disk_gb=as_number(item.get("disk_space")),
+        cuda_max=as_number(item.get("cuda_max_good")), cuda_version=_cuda_text(item.get("cuda_max_good")),
+        disk_gb=as_number(item.get("disk_space")),
         gpu_display_name=_opt_str(item.get("gpu_name")), machine_id=_opt_str(item.get("machine_id")),
         host_id=_opt_str(item.get("host_id")), verified=verified,
         # $/GB for data reaching the host (our uploads) and leaving it (checkpoints home): "Charges apply
@@ -477,3 +478,10 @@ def _stopped_storage(inst: Mapping[str, Any]) -> float | None:
     L62-65; the stopped premium is not in the API, so this is a floor)."""
     cost, disk = as_number(inst.get("storage_cost")), as_number(inst.get("disk_space"))
     return None if cost is None or disk is None else cost * disk
+
+
+def _cuda_text(value: Any) -> str | None:
+    """vast's ``cuda_max_good`` is a JSON number ("Maximum supported CUDA version", search_offers.yaml
+    L134-136; 12.8 in its answers): "12.8" as text."""
+    number = as_number(value)
+    return f"{number:g}" if number is not None else None

@@ -152,11 +152,12 @@ def _parse_gpus(data: Any, file: str) -> tuple[Defaults, dict[str, Gpu]]:
         decode_io_overhead_fraction=r.number(d, "decode_io_overhead_fraction", w),
         decode_load_minutes=r.number(d, "decode_load_minutes", w),
         stale_after_days=r.number(d, "stale_after_days", w, minimum=1, integer=True),
+        env_build_minutes=r.number(d, "env_build_minutes", w, optional=True, default=5.0),
     )
     gpus: dict[str, Gpu] = {}
     table = r.mapping(r.require(root, "gpus", ""), "gpus")
     allowed = {"name", "aliases", "vram_gb", "architecture", "bf16_dense_tflops", "memory_bandwidth_gbps",
-               "interconnect", "source", "vast_names", "runpod_ids", "train_mfu"}
+               "interconnect", "source", "vast_names", "runpod_ids", "train_mfu", "compute_capability", "min_cuda"}
     for gid, raw in table.items():
         where = f"gpus.{gid}"
         g = r.mapping(raw, where)
@@ -174,10 +175,22 @@ def _parse_gpus(data: Any, file: str) -> tuple[Defaults, dict[str, Gpu]]:
             vast_names=r.names(g, "vast_names", where),
             runpod_ids=r.names(g, "runpod_ids", where),
             train_mfu=r.number(g, "train_mfu", where, minimum=0.001, maximum=1.0, optional=True),
+            compute_capability=_version(r, g, "compute_capability", where),
+            min_cuda=_version(r, g, "min_cuda", where),
         )
     if not gpus:
         raise r.fail("gpus", "no GPUs defined")
     return defaults, gpus
+
+
+def _version(r: _Reader, g: Any, key: str, where: str) -> str | None:
+    """A "major.minor" version ("12.8", "10.0"), or None when the entry has none."""
+    if g.get(key) is None:
+        return None
+    text = str(g[key]).strip()
+    if not re.fullmatch(r"\d+\.\d+", text):
+        raise r.fail(f"{where}.{key}", f"expected a version such as 12.8, got {g[key]!r}")
+    return text
 
 
 def _parse_prices(data: Any, file: str, gpus: Mapping[str, Gpu]) -> tuple[Price, ...]:

@@ -29,6 +29,7 @@ from gpucli.plan.estimate import (
 )
 from gpucli.plan.pareto import Front, dominates, pareto_front
 from gpucli.plan.serving import ORDERS, generate_assumptions, generate_run
+from trainer.spec.environment import cuda_tuple, newest_build_cuda, pins, wheel_min_cuda
 
 __all__ = [
     "DEFAULT_COUNTS", "MFU_CEILING", "BudgetView", "Estimate", "Front", "Picks", "Plan",
@@ -316,9 +317,10 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
 
 
 def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens: float, seq_len: int,
-                   flops: float, memo: dict | None = None) -> Estimate:
+                   flops: float, memo: dict | None = None, setup_hours: float = 0.0) -> Estimate:
     """One setup's estimate. ``memo`` shares the work between setups of the same GPU and count
-    (thousands of live offers are a few dozen distinct (GPU, count) pairs)."""
+    (thousands of live offers are a few dozen distinct (GPU, count) pairs); ``setup_hours``: billed
+    before the first step (the trainer's environment built on a cold pod)."""
     key = (setup.gpu.id, setup.n_gpus)
     if memo is not None and key in memo:
         fr, (tps, mfu, source) = memo[key]
@@ -328,7 +330,7 @@ def estimate_train(catalog: Catalog, request: PlanRequest, setup: Setup, tokens:
         tps, mfu, source = _train_speed(catalog, request, setup, flops)
         if memo is not None:
             memo[key] = (fr, (tps, mfu, source))
-    hours = tokens / tps / 3600.0
+    hours = tokens / tps / 3600.0 + setup_hours
     return Estimate(setup=setup, fit=fr.fit, memory_gb=fr.memory.total_gb,
                     micro_batch=fr.memory.micro_batch if fr.fit is not Fit.NO else None,
                     tokens_per_s=tps, speed_source=source, mfu=mfu, hours=hours,
@@ -411,8 +413,15 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
         raise NothingFitsError(f"no {kind} prices for the GPUs asked for",
                                hint="drop --gpu/--spot, raise --max-gpus, or pass --price USD")
     if request.workload == "train":
+        setups, refused = _trainable(setups)
+        notes.extend(refused)
+        if not setups:
+            raise NothingFitsError("no GPU asked for has kernels in the trainer's torch builds",
+                                   hint="plan another GPU (--gpu)")
         memo: dict = {}
-        estimates = [estimate_train(catalog, request, s, tokens, seq_len, speed_flops, memo) for s in setups]
+        # the pod's environment is built before the first step (a cold volume): once per run, on the bill
+        env_h = catalog.defaults.env_build_minutes / 60.0
+        estimates = [estimate_train(catalog, request, s, tokens, seq_len, speed_flops, memo, env_h) for s in setups]
     else:
         estimates = [estimate_generate(catalog, request, s, tokens) for s in setups]
     runnable = [e for e in estimates if e.runs]
@@ -429,6 +438,7 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
                      "`gpucli plan --live` uses current offers")
     prep = None
     if request.workload == "train":
+        notes.extend(_environment_notes(catalog, front.members))
         prep = prepare_estimate(tokens, request.tokenizer, *((request.pod_cpu_cores,) if request.pod_cpu_cores else ()))
         cheapest = min(runnable, key=attrgetter("cost_usd"))
         notes.append(f"data preparation on the pod, before training: {_si(tokens)} tokens / "
@@ -451,6 +461,32 @@ def make_plan(catalog: Catalog, request: PlanRequest, setups: Sequence[Setup] | 
                 dominated=front.dominated, unfit=unfit, picks=_picks(runnable, front.members, request),
                 budget_views=budget_views, notes=tuple(notes), prepare=prep,
                 disk=checkpoint_disk(request.model) if request.workload == "train" else None)
+
+
+def _trainable(setups: Sequence[Setup]) -> tuple[list[Setup], list[str]]:
+    """The setups whose GPU the trainer's pinned torch has kernels for (a GPU needing a newer CUDA than
+    every pinned build is never recommended), and a note naming those left out."""
+    newest = newest_build_cuda()
+    out = [s for s in setups if not (newest and s.gpu.min_cuda and cuda_tuple(s.gpu.min_cuda) > cuda_tuple(newest))]
+    gone = sorted({s.gpu.name for s in setups} - {s.gpu.name for s in out})
+    return out, ([f"left out: {', '.join(gone)}: no kernels in the trainer's torch builds (CUDA {newest} "
+                  "at most, trainer/requirements.txt)"] if gone else [])
+
+
+def _environment_notes(catalog: Catalog, front: Sequence[Estimate]) -> list[str]:
+    """What the plan's hours include for the trainer's environment, and which GPUs need a newer driver."""
+    notes = [f"each setup's hours include {catalog.defaults.env_build_minutes:g} min for the trainer's pinned "
+             f"environment (torch {pins().torch}), built once on the pod's volume (gpus.yaml env_build_minutes)"]
+    needs: dict[str, list[str]] = {}
+    for e in front:
+        cuda = wheel_min_cuda(e.setup.gpu.min_cuda)
+        if cuda and e.setup.gpu.min_cuda and cuda_tuple(e.setup.gpu.min_cuda) >= (12, 8):
+            needs.setdefault(cuda, []).append(e.setup.gpu.name)
+    for cuda, names in sorted(needs.items()):
+        names = sorted(set(names))
+        notes.append(f"{', '.join(names)} need{'s' if len(names) == 1 else ''} a host driver with CUDA {cuda}+ "
+                     f"(torch's cu{cuda.replace('.', '')} build has their kernels): launches rent only such hosts")
+    return notes
 
 
 def _si(x: float) -> str:

@@ -44,6 +44,7 @@ class Defaults:
     decode_io_overhead_fraction: float
     decode_load_minutes: float
     stale_after_days: int
+    env_build_minutes: float = 5.0  # the trainer's pinned environment, built once on a pod's volume
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Gpu:
     vast_names: tuple[str, ...] = ()
     runpod_ids: tuple[str, ...] = ()
     train_mfu: float | None = None
+    compute_capability: str | None = None  # "9.0", "10.0": sm_90, sm_100
+    min_cuda: str | None = None  # the oldest CUDA with kernels for it ("12.8" for Blackwell)
 
 
 @dataclass(frozen=True)

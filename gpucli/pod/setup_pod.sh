@@ -1,8 +1,10 @@
 #!/bin/sh
-# Pod bootstrap for gpucli's bundled trainer. Idempotent: a second run only checks.
-#   sh setup_pod.sh [PYTHON]
-# Needs a POSIX shell and a Python 3.10+ with pip. Installs only what is missing: the trainer needs
-# torch (stock PyTorch pod images have it), numpy and pyyaml; tokenizers, tensorboard and safetensors are optional.
+# Pod bootstrap for gpucli's bundled trainer. Idempotent: a second run reuses what the first built.
+#   sh setup_pod.sh PYTHON ENV_ROOT
+# Run in the folder that holds the trainer's pin file (requirements.txt) and envbuild.py. Needs a POSIX
+# shell and a Python 3.10+ (the image's). Checks TLS, then gives the trainer exactly the environment it is
+# tested with (envbuild.py: the image's Python when it has it, else a venv under ENV_ROOT built from
+# PyTorch's index for this host's driver, or reused). Its last line, GPUCLI-ENV {...}, names the Python.
 set -eu
 PY="${1:-python3}"
 if ! command -v "$PY" >/dev/null 2>&1; then
@@ -38,22 +40,6 @@ if loaded == 0 and not in_dir:
         sys.exit(msg)
     print(msg.replace("setup_pod: ", "setup_pod: warning: "), file=sys.stderr)
 PYEOF
-# One interpreter start for every check (importing torch alone takes seconds).
-missing=$("$PY" - <<'PYEOF'
-import importlib.util
-need = {"torch": "torch", "numpy": "numpy", "yaml": "pyyaml"}
-print(" ".join(pkg for mod, pkg in need.items() if importlib.util.find_spec(mod) is None))
-PYEOF
-)
-if [ -n "$missing" ]; then
-    echo "setup_pod: installing $missing"
-    # shellcheck disable=SC2086
-    "$PY" -m pip install --quiet $missing
-fi
-optional=$("$PY" -c "import importlib.util as u; print(' '.join(m for m in ('tokenizers', 'tensorboard', 'safetensors') if u.find_spec(m) is None))")
-for opt in $optional; do
-    "$PY" -m pip install --quiet "$opt" >/dev/null 2>&1 || \
-        echo "setup_pod: optional $opt not installed (the trainer works without it)"
-done
 command -v setsid >/dev/null 2>&1 || { echo "setup_pod: setsid missing (util-linux)" >&2; exit 3; }
-"$PY" -c "import torch; print('setup_pod: ok: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gpus', torch.cuda.device_count())"
+ROOT="${2:-.gpucli-envs}"
+"$PY" envbuild.py --pins requirements.txt --root "$ROOT" --python "$(command -v "$PY")"

@@ -188,6 +188,7 @@ class RunRecord:
     launcher: str | None = None
     nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.nodes)
     link: LinkProbe | None = None  # the nodes' link as measured at launch (ssh hosts without --link-gbps)
+    env_build_s: float | None = None  # seconds setup_pod.sh took for the trainer's environment (built or reused)
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -251,7 +252,7 @@ _STR = ("name", "provider", "created_at", "profile", "phase", "model", "workdir"
 _OPT_STR = ("gpu", "instance_id", "label", "started_at", "ended_at", "end_reason", "message", "pid_ident",
             "watchdog_ident", "launcher")
 _OPT_POS_INT = ("pid", "watchdog_pid", "n_gpus")
-_OPT_NUMBER = ("cost_usd", "loss")
+_OPT_NUMBER = ("cost_usd", "loss", "env_build_s")
 
 
 def _is_int(v: Any) -> bool:

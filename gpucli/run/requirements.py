@@ -124,8 +124,8 @@ def check_trainer_requirements(host: Host, resolved: ResolvedLaunch, *, pod: boo
     interpreter start, in the run's folder) and raise a GpucliError naming what is missing and how to
     install it. ``pod``: the host was bootstrapped by setup_pod.sh (the hint names what it installs)."""
     tokenizer = (resolved.trainer_config.get("data") or {}).get("tokenizer", "byte")
-    # setup_pod.sh's last step imports torch in this very interpreter: a second import (seconds) is
-    # spared there, and torch only located.
+    # setup_pod.sh has just checked torch's version in this very interpreter (or installed it there): a
+    # second import (seconds) is spared, and torch only located.
     return check_python(host, resolved.python, tokenizers=tokenizer != "byte", pod=pod,
                         cpu=resolved.gpu_id is None, cwd=resolved.workdir, timeout_s=timeout_s,
                         imported_already=("torch",) if pod else ())

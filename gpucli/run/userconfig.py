@@ -5,7 +5,7 @@
     profile: h100
     runpod:                   # per provider: gpucli config set runpod.disk 100
       disk: 100
-      image: runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04
+      image: runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
     vast:
       ready_timeout: 900
       reliability: 0.98       # only offers at least this reliable (as the provider reports it)

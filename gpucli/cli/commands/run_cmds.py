@@ -71,7 +71,8 @@ def launch(
     ready_timeout: float = typer.Option(None, "--ready-timeout", help="Seconds to wait for a pod's SSH, per offer "
                                         "tried (default 600; the provider is polled every GPUCLI_PROVIDER_POLL_S, "
                                         "default 5)."),
-    python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one)."),
+    python: str = typer.Option(None, "--python", help="Python on the pod (default: python3; local: this one). For the bundled trainer on "
+                                "a pod, the Python its pinned environment starts from: used as it is when it has it."),
     env: list[str] = typer.Option([], "--env", metavar="NAME", help="A secret by name (repeatable), e.g. --env "
                                   "WANDB_API_KEY: its value comes from your environment or `gpucli keys` (HF_TOKEN "
                                   "also from `hf auth login`) into the pod's 0600 env file, never a command line."),

@@ -3,6 +3,7 @@ package, configured by run.yaml, its checkpoints ``checkpoints/step_N/`` with a 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpucli.errors import GpucliError
-from gpucli.run import harvest
+from gpucli.run import harvest, trainerenv
 from gpucli.run.datasources import stage_data
 from gpucli.run.requirements import check_trainer_requirements
 from gpucli.run.resumescript import write_resume_script
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
+#: A cold build downloads torch with its CUDA libraries (about 3 GB for a cu128 build): generous, with a
+#: deadline all the same.
+ENV_TIMEOUT_S = 1800
 
 
 class BundledTrainer:
@@ -82,12 +86,7 @@ class BundledTrainer:
         # exec starts in the login directory, so a relative workdir works as it is.
         host.run(f"mkdir -p -- {shlex.quote(wd)}/code {shlex.quote(wd)}/data", timeout_s=60)
         if target.bootstrap:
-            on_event("bootstrapping the pod (setup_pod.sh)")
-            host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
-            res = host.run(f"cd {shlex.quote(wd)} && sh ./setup_pod.sh {shlex.quote(resolved.python)}",
-                           timeout_s=900, check=False)
-            if res.exit_code != 0:
-                raise GpucliError(f"pod bootstrap failed: {(res.stderr or res.stdout).strip()[-300:]}")
+            resolved, record = self._environment(host, resolved, record, on_event=on_event, save=save)
         on_event(check_trainer_requirements(host, resolved, pod=target.bootstrap).describe)
         on_event("syncing the trainer code")
         host.sync_up(trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
@@ -112,6 +111,27 @@ class BundledTrainer:
             on_event("resume.sh written: an instance vast starts again resumes from its newest checkpoint by itself")
         return record
 
+    @staticmethod
+    def _environment(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
+                     save: Callable[[RunRecord], Any]) -> tuple[ResolvedLaunch, RunRecord]:
+        """setup_pod.sh on the host: the trainer's pinned environment (gpucli.run.trainerenv), built or
+        reused on the run's volume; the launch and the record then name the Python it chose."""
+        wd = resolved.workdir
+        on_event(f"preparing the trainer's environment (torch {trainerenv.pins().torch}; a first build on a "
+                 "volume takes minutes)")
+        host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
+        host.write_file(f"{wd}/envbuild.py", trainerenv.ENV_BUILDER.read_bytes(), mode=0o644)
+        host.write_file(f"{wd}/{trainerenv.PIN_FILE}", trainerenv.pin_path().read_bytes(), mode=0o644)
+        res = host.run(trainerenv.setup_command(wd, resolved.python), timeout_s=ENV_TIMEOUT_S, check=False)
+        env = trainerenv.parse_result(res.stdout)
+        if res.exit_code != 0 or env is None:
+            detail = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+            raise GpucliError(f"pod bootstrap failed: {(detail[-1] if detail else f'exit status {res.exit_code}')[-400:]}")
+        on_event(env.describe)
+        record = record.with_(python=env.python, env_build_s=env.seconds)
+        save(record)
+        return with_python(resolved, env.python), record
+
     def fetch_best(self, host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
                    progress: Any = None, on_event: EventFn) -> FetchResult:
         return harvest.fetch_best_trainer(host, record, dest, with_optimizer=with_optimizer, progress=progress,
@@ -126,3 +146,18 @@ class BundledTrainer:
 
 
 BUNDLED = BundledTrainer()
+
+
+def with_python(resolved: ResolvedLaunch, python: str) -> ResolvedLaunch:
+    """The launch with the trainer (and the data step before it) started by ``python``: the Python
+    setup_pod.sh chose on the pod, known only once it ran."""
+    if python == resolved.python:
+        return resolved
+    old, new = shlex.quote(resolved.python), shlex.quote(python)
+    command = resolved.command
+    for tail in (" -m trainer.train ", " -m torch.distributed.run ", " ../fetch.py "):
+        command = command.replace(old + tail, new + tail)
+    plan = dict(resolved.data_plan) if resolved.data_plan is not None else None
+    if plan is not None and plan.get("python") == resolved.python:
+        plan["python"] = python
+    return dataclasses.replace(resolved, python=python, command=command, data_plan=plan)

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucli.cloud import get_provider
-from gpucli.cloud.base import LABEL_PREFIX, InstanceNotFound, InstanceState, LaunchSpec, TerminatePending
+from gpucli.cloud.base import (
+    LABEL_PREFIX,
+    InstanceNotFound,
+    InstanceState,
+    LaunchSpec,
+    TerminatePending,
+    cuda_at_least,
+)
 from gpucli.cloud.bootguard import guard_command, window_s
 from gpucli.cloud.http import USER_AGENT
 from gpucli.cloud.provision import provision_with_retries
@@ -36,6 +43,7 @@ from gpucli.run.targets.base import OfferAsk, PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.onstart import onstart_hook
 from gpucli.run.targets.ssh import open_remote, ssh_shell_argv
+from gpucli.run.trainerenv import wheel_min_cuda
 from gpucli.settings import home, pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
 
@@ -127,6 +135,7 @@ class CloudPlan:
     bid_per_gpu_usd: float | None  # always set for spot
     max_price_per_hour_usd: float  # the most any offer tried can cost per hour (spot: the bid)
     bid_note: str | None = None  # how the default bid was chosen, for the launch events
+    min_cuda: str | None = None  # the host CUDA the pod must run (the image's and the trainer's torch build)
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,12 @@ class CloudTarget:
         ``--query`` (vast query words)."""
         raise NotImplementedError
 
+    def required_cuda(self, gpu: Gpu) -> str | None:
+        """The newest CUDA a host's driver must run for this GPU: the default image's (``min_cuda``) and
+        the oldest torch build in the trainer's pin file with kernels for the GPU (a Blackwell GPU:
+        cu128, so 12.8), whichever is newer."""
+        return wheel_min_cuda(gpu.min_cuda, getattr(self, "min_cuda", None))
+
     def pod_api_env(self) -> dict[str, str]:
         """The API endpoint the pod-side watchdog and the boot guard call, as the watchdog's env file says it."""
         raise NotImplementedError
@@ -231,11 +246,15 @@ class CloudTarget:
         offer's $/GB (vast bills bandwidth)."""
         client = client or self.client()
         gpu = catalog.gpus[gpu_id]
-        offers = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query)
-                  if o.gpu_count == n_gpus and (not spot or o.spot_price_per_hour_usd is not None)]
+        need = self.required_cuda(gpu)
+        found = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query)
+                 if o.gpu_count == n_gpus and (not spot or o.spot_price_per_hour_usd is not None)]
+        # a host whose driver is older than the build the GPU needs: its pod would start and never train
+        offers = [o for o in found if cuda_at_least(o.cuda_version, need)]
         if not offers:
-            raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else ""),
-                                  hint="see `gpucli offers` for what is available")
+            older = f" whose driver runs CUDA {need}+ ({len(found)} older)" if found else ""
+            raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else "")
+                                  + older, hint="see `gpucli offers` for what is available")
         least = userconfig.get(userconfig.load(), "reliability", self.name)  # gpucli config set vast.reliability
         if least is not None:
             offers = [o for o in offers if o.reliability is not None and o.reliability >= least]
@@ -274,7 +293,8 @@ class CloudTarget:
             max_price = max(o.price_per_hour_usd or 0.0 for o in offers[:MAX_OFFERS])
         return CloudPlan(provider=self.name, gpu_id=gpu_id, n_gpus=n_gpus, offers=tuple(offers[:MAX_OFFERS]),
                          spot=spot, bid_per_gpu_usd=bid_per_gpu_usd if spot else None,
-                         max_price_per_hour_usd=round(max_price, 6), bid_note=note)
+                         max_price_per_hour_usd=round(max_price, 6), bid_note=note,
+                         min_cuda=self.required_cuda(catalog.gpus[gpu_id]))
 
     def provisioner(self, catalog: Catalog, run: str, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, image: str | None, disk_gb: int,
@@ -303,7 +323,7 @@ class CloudTarget:
                           network_volume_id=volume.volume_id if volume else None,
                           data_center_id=volume.data_center_id if volume else None,
                           cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
-                          min_cuda=getattr(self, "min_cuda", None) if not image else None,
+                          min_cuda=plan.min_cuda or (getattr(self, "min_cuda", None) if not image else None),
                           onstart=onstart_hook(workdir) if workdir and getattr(self, "resumes_in_place", False)
                           else None,
                           # the pod guards itself until the watchdog runs (gpucli/cloud/bootguard.py)

@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 class RunPodTarget(CloudTarget):
     name = "runpod"
     describe = "a RunPod pod"
-    default_image = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
-    min_cuda = "12.4"  # the default image's CUDA: sent as gpu.minCudaVersion on create
+    #: RunPod's own PyTorch image, the one its API reference creates pods with (runpod/docs
+    #: api-reference-v2/openapi.json L534, CreatePodRequest example, 2026-08): CUDA 12.8.1, torch 2.8, Ubuntu
+    #: 24.04 (Python 3.12). CUDA 12.8 is the first with sm_100 (B200) and sm_120 (RTX 5090, RTX PRO 6000),
+    #: torch 2.7 the first release built for it; the former default (torch 2.4, CUDA 12.4) ran neither, and
+    #: its torch could not import the trainer. The bundled trainer brings its own pinned torch anyway
+    #: (gpucli/pod/envbuild.py, on the volume).
+    default_image = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
+    min_cuda = "12.8"  # the default image's CUDA: sent as gpu.minCudaVersion on create
     # A pod stopped by RunPod (a host gone, a $0 balance: pods/pricing.mdx L59) reports EXITED (openapi
     # PodStatus), as podStop leaves it: the pod no longer runs the run.
     exited_means = "preempted"

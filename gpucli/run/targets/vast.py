@@ -24,8 +24,15 @@ MIN_INET_DOWN_MBPS = 100
 class VastTarget(CloudTarget):
     name = "vast"
     describe = "a vast.ai instance"
-    default_image = "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel"
-    min_cuda = "12.4"  # the default image's CUDA: hosts whose driver is older cannot run it
+    #: PyTorch's official image (hub.docker.com/r/pytorch/pytorch, tag 2.9.1-cuda12.8-cudnn9-runtime), the
+    #: family vast's own examples start from (vast-ai/docs api-reference/hello-world.mdx L97 uses
+    #: pytorch/pytorch:2.4.0-cuda12.4, whose CUDA 12.4 has no kernels for Blackwell). CUDA 12.8 is the first
+    #: with sm_100 (B200) and sm_120 (RTX 5090, RTX PRO 6000), torch 2.7 the first release built for it.
+    #: The bundled trainer brings its own pinned torch anyway (gpucli/pod/envbuild.py, on the volume);
+    #: the runtime flavour (no compiler toolchain) pulls faster than devel, and torch.compile's Triton
+    #: carries its own ptxas.
+    default_image = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
+    min_cuda = "12.8"  # the default image's CUDA: hosts whose driver is older cannot run it
 
     #: The instance's onstart runs the run's resume.sh at every container start (see onstart.py).
     resumes_in_place = True
@@ -38,7 +45,8 @@ class VastTarget(CloudTarget):
         offers: list[Offer] = []
         for vname in gpu.vast_names or (gpu.name,):
             q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={n_gpus} "
-                            + launch_filters(disk_gb, self.min_cuda, os.environ.get("GPUCLI_OFFER_QUERY"), query))
+                            + launch_filters(disk_gb, self.required_cuda(gpu), os.environ.get("GPUCLI_OFFER_QUERY"),
+                                             query))
             # allocated_storage = the launch's --disk: vast's dph_total then includes that storage.
             offers += client.search_offers(q, spot=spot, limit=limit * 4, disk_gb=disk_gb)
         return offers

@@ -75,7 +75,7 @@ def test_query_overrides_the_default_filters_field_by_field(request, monkeypatch
     prepared = _prepare(asked)
     body = _searches(emu)[-1]
     assert body["reliability"] == {"gte": "0.9"} and body["inet_down"] == {"gte": "200"}
-    assert body["disk_space"] == {"gte": "80"} and body["cuda_max_good"] == {"gte": "12.4"}  # kept
+    assert body["disk_space"] == {"gte": "80"} and body["cuda_max_good"] == {"gte": "12.8"}  # kept
     ids = [o.offer_id for o in prepared.provision.plan.offers]
     assert ids[0] == "2001" and "2002" not in ids
     # The query is in the record's request, and reads back; a record from before --query still loads.
@@ -150,3 +150,35 @@ def test_offers_are_ranked_on_the_planned_hours_and_transfer(request, tmp_path):
     assert run_cost(offers[0], spot=False, hours=ask.hours, transfer_gb=ask.transfer_gb) <= \
         run_cost(offers[1], spot=False, hours=ask.hours, transfer_gb=ask.transfer_gb)
     assert emu.ledger.created() == []
+
+
+# --- the host's driver against the torch build the GPU needs ---------------------------------------------
+def test_a_blackwell_gpu_is_only_rented_on_a_host_whose_driver_runs_cuda_12_8(request):
+    from tests.support.emulators.vast import _offer
+
+    emu = emulator_for(request, "vast")
+    # two RTX 5090 hosts (sm_120): the cheaper one's driver stops at CUDA 12.6, which no cu128 build runs on
+    emu.offers += [_offer(3001, "RTX 5090", 1, 32607, 0.30, 0.15, 0.99, 900.0, "Lille, FR", 50.0, cuda=12.6),
+                   _offer(3002, "RTX 5090", 1, 32607, 0.45, 0.20, 0.99, 900.0, "Nantes, FR", 50.0, cuda=12.8)]
+    prepared = _prepare(LaunchRequest(profile="1xRTX5090", provider="vast", disk_gb=80))
+    assert _searches(emu)[-1]["cuda_max_good"] == {"gte": "12.8"}  # asked of vast itself
+    plan = prepared.provision.plan
+    assert [o.offer_id for o in plan.offers] == ["3002"] and plan.min_cuda == "12.8"
+    # B300 (sm_103) needs CUDA 12.9; the pin file's oldest build at or above it is cu130: a 13.0 driver
+    from gpucli.plan.catalog import load_catalog
+
+    target = prepared.provision.target
+    assert target.required_cuda(load_catalog().gpus["b300"]) == "13.0"
+    assert target.required_cuda(load_catalog().gpus["rtx4090"]) == "12.8"  # the image's floor
+
+
+def test_runpod_cuda_versions_compare_per_component(request):
+    emu = emulator_for(request, "runpod")
+    prepared = _prepare(LaunchRequest(profile="h100", provider="runpod", disk_gb=40))
+    # H100s are in US-KS-2 (hosts on "12.10": above 12.8 per component, below it as a decimal) and EU-SE-1
+    # ("12.4", too old for the image): only US-KS-2 is offered, and the pod is created asking for 12.8+
+    offers = prepared.provision.plan.offers
+    assert offers and {o.data_center_id for o in offers} == {"US-KS-2"}
+    assert {o.cuda_version for o in offers} == {"12.10"}
+    reads = [q for op, q in emu.calls if op == "listGpuTypes"]
+    assert reads and all(q.get("minCudaVersion") == "12.8" for q in reads)

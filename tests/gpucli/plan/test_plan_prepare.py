@@ -35,8 +35,8 @@ def test_the_plan_and_explain_carry_preparation():
     e = plan.front[0]
     x = explain(cat, plan, e.setup.label)
     assert x.prepare_cost_usd == pytest.approx(plan.prepare.hours * e.setup.usd_per_hour)
-    # Training time itself is unchanged: preparation is its own line.
-    assert e.hours == pytest.approx(plan.tokens / e.tokens_per_s / 3600)
+    # Training time itself is unchanged: preparation is its own line (the environment's build is in it).
+    assert e.hours == pytest.approx(plan.tokens / e.tokens_per_s / 3600 + cat.defaults.env_build_minutes / 60)
 
 
 def test_plan_explain_shows_how_preparation_was_estimated(capsys):

@@ -33,7 +33,8 @@ def test_plan_1b_on_the_catalogue():
     # Every estimate is hours x price x GPUs.
     for e in plan.estimates:
         assert e.cost_usd == pytest.approx(e.hours * e.setup.price.usd_per_gpu_hour * e.setup.n_gpus)
-        assert e.hours == pytest.approx(plan.tokens / e.tokens_per_s / 3600)
+        # training, plus the trainer's environment built once on the pod (gpus.yaml env_build_minutes)
+        assert e.hours == pytest.approx(plan.tokens / e.tokens_per_s / 3600 + cat.defaults.env_build_minutes / 60)
     assert plan.picks.cheapest.cost_usd == min(e.cost_usd for e in runnable)
     assert plan.picks.fastest.hours == min(e.hours for e in runnable)
     assert plan.picks.best_value in plan.front
@@ -147,3 +148,27 @@ def test_seed_003_front_computed_exactly(tmp_path):
     assert plan.picks.cheapest.setup.label == "4x RTX 3090"
     assert plan.picks.fastest.setup.label == "4x B200"
     assert all(e.speed_source.startswith("measured: the Pareto cost analysis") for e in plan.estimates)
+
+
+def test_the_plan_counts_the_environment_build_and_says_what_blackwell_needs():
+    cat = load_catalog()
+    plan = make_plan(cat, request(cat, gpus=("b200", "h100-sxm")))
+    for e in plan.estimates:  # the build is billed once, at the setup's price
+        assert e.hours == pytest.approx(plan.tokens / e.tokens_per_s / 3600 + cat.defaults.env_build_minutes / 60)
+        assert e.cost_usd == pytest.approx(e.hours * e.setup.usd_per_hour)
+    assert any("min for the trainer's pinned environment" in n for n in plan.notes)
+    if any(e.setup.gpu.id == "b200" for e in plan.front):
+        assert any(n.startswith("B200 needs a host driver with CUDA 12.8+") for n in plan.notes), plan.notes
+    assert not any("H100" in n and "needs a host driver" in n for n in plan.notes)
+
+
+def test_a_gpu_no_pinned_torch_build_has_kernels_for_is_never_recommended():
+    import dataclasses
+
+    cat = load_catalog()
+    # a GPU that needs a newer CUDA than cu130, the newest pinned build
+    future = dataclasses.replace(cat.gpus["h100-sxm"], min_cuda="14.2")
+    cat = dataclasses.replace(cat, gpus={**cat.gpus, "h100-sxm": future})
+    plan = make_plan(cat, request(cat, gpus=("h100-sxm", "b200")))
+    assert plan.estimates and all(e.setup.gpu.id != "h100-sxm" for e in plan.estimates)
+    assert any(n.startswith("left out: H100 SXM: no kernels") for n in plan.notes), plan.notes

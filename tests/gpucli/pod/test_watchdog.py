@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,7 +115,11 @@ def run_setup(tmp_path: Path, pid1: bytes, *, certs: bool) -> subprocess.Complet
         (tmp_path / "empty.pem").write_text("")
         (tmp_path / "certs").mkdir()
         env.update(SSL_CERT_FILE=str(tmp_path / "empty.pem"), SSL_CERT_DIR=str(tmp_path / "certs"))
-    return subprocess.run(["sh", str(SETUP), sys.executable], capture_output=True, text=True, env=env, timeout=600)
+    # what a launch writes beside it: the pod's environment builder and the trainer's pin file
+    shutil.copy(SETUP.with_name("envbuild.py"), tmp_path)
+    shutil.copy(Path(__file__).resolve().parents[3] / "trainer" / "requirements.txt", tmp_path)
+    return subprocess.run(["sh", str(SETUP), sys.executable, str(tmp_path / "envs")], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("pid1", [b"RUNPOD_POD_ID=abc\0RUNPOD_API_KEY=k\0", b"CONTAINER_ID=7\0CONTAINER_API_KEY=k\0"])
@@ -132,4 +137,6 @@ def test_setup_only_warns_on_a_machine_of_the_users_and_passes_with_certificates
     assert "setup_pod: warning: no CA certificates" in proc.stderr
     proc = run_setup(tmp_path, b"RUNPOD_POD_ID=abc\0", certs=True)
     assert proc.returncode == 0, proc.stderr
-    assert "CA certificates" not in proc.stderr and "setup_pod: ok" in proc.stdout
+    assert "CA certificates" not in proc.stderr
+    # this Python has the pinned packages: it is used as it is, nothing built
+    assert '"source": "image"' in proc.stdout.splitlines()[-1] and not (tmp_path / "envs").exists()

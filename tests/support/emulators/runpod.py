@@ -64,11 +64,14 @@ GPU_TYPES: list[dict[str, Any]] = [
      "maxCount": {"secure": 4, "community": 4}},  # listed, nothing free anywhere
 ]
 
-#: (data centre, cloud) -> {GPU id: free GPUs}, and each data centre's host CUDA version.
+#: (data centre, cloud) -> {GPU id: free GPUs}, and each data centre's host CUDA version: "major.minor" text
+#: as GpuType.cudaVersions[].version reports it, compared per component (openapi gpu.minCudaVersion:
+#: "compared numerically rather than as a decimal — so 12.11 is above 12.2"). EU-SE-1's hosts are too old
+#: for a CUDA 12.8 image.
 DATA_CENTERS: list[dict[str, Any]] = [
     {"id": "EU-RO-1", "cuda": "12.8", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 2, "NVIDIA A100 80GB PCIe": 2},
                                                 "COMMUNITY": {"NVIDIA GeForce RTX 4090": 8}}},
-    {"id": "US-KS-2", "cuda": "12.4", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 16, "NVIDIA H100 80GB HBM3": 8},
+    {"id": "US-KS-2", "cuda": "12.10", "stock": {"SECURE": {"NVIDIA GeForce RTX 4090": 16, "NVIDIA H100 80GB HBM3": 8},
                                                 "COMMUNITY": {"NVIDIA A100 80GB PCIe": 4}}},
     {"id": "EU-SE-1", "cuda": "12.2", "stock": {"SECURE": {"NVIDIA H100 80GB HBM3": 1}, "COMMUNITY": {}}},
 ]

@@ -46,7 +46,9 @@ _CONTROL = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 
 
 def _offer(oid: int, gpu: str, n: int, ram_mb: int, dph: float, min_bid: float, rel: float, down: float,
-           geo: str, dlperf: float, cuda: float = 12.4, verified: bool = True) -> dict[str, Any]:
+           geo: str, dlperf: float, cuda: float = 12.8, verified: bool = True) -> dict[str, Any]:
+    # cuda_max_good: a JSON number, the newest CUDA the host's driver runs (search_offers.yaml L134-136,
+    # 11.2 in its example answer)
     return {"id": oid, "ask_contract_id": oid, "bundle_id": oid * 10, "machine_id": oid % 100000,
             "host_id": oid % 1000, "compute_cap": 890, "cpu_cores": 32, "cpu_cores_effective": 16.0,
             "cpu_ram": 65536, "cuda_max_good": cuda, "direct_port_count": 20, "disk_space": 200.0,
