@@ -260,6 +260,7 @@ RUN_FLOORS = {
     "multinode": 8.5,  # starting, watching and ending a run over several machines
     "lifecycle": 9,
     "control": 10, "follow": 10,
+    "sweep": 11,  # many runs under one budget, on top of the life of each
 }
 
 

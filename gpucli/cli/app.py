@@ -32,6 +32,7 @@ from gpucli.cli.commands import (
     plan_cmd,
     run_cmds,
     serve_cmd,
+    sweep_cmd,
     tensorboard_cmd,
 )
 
@@ -78,6 +79,7 @@ export_cmd.register(app)
 doctor_cmd.register(app)
 access_cmds.register(app)
 config_cmd.register(app)
+sweep_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:
