@@ -27,6 +27,7 @@ from gpucli.cli.commands import (
     doctor_cmd,
     export_cmd,
     keys_cmd,
+    mcp_cmd,
     notify_cmd,
     offers_cmd,
     plan_cmd,
@@ -80,6 +81,7 @@ doctor_cmd.register(app)
 access_cmds.register(app)
 config_cmd.register(app)
 sweep_cmd.register(app)
+mcp_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:
