@@ -292,8 +292,9 @@ def describe_axes(sweep: Sweep) -> str:
 
 # -- what each combination is doing -----------------------------------------------------------------------
 
-def view(run: SweepRun, *, live: bool = True) -> RunView:
-    """The combination's state; a launched run's from its host (``live``) or its record."""
+def view(run: SweepRun, *, live: bool = True, ended_too: bool = False) -> RunView:
+    """The combination's state; a launched run's from its host (``live``: a running one; ``ended_too``:
+    also one that is over, for its last losses) or from its record."""
     if run.state in ("pending", "skipped", "failed"):
         state = {"pending": "pending", "skipped": "skipped", "failed": "failed to launch"}[run.state]
         return RunView(run, state, None, 0.0)
@@ -303,8 +304,8 @@ def view(run: SweepRun, *, live: bool = True) -> RunView:
         if run.state == "launching":  # under way in a driver now, or a driver killed before the record
             return RunView(run, "launching", None, run.cap_usd or 0.0, running=True)
         return RunView(run, "gone", None, 0.0)
-    st = live_status(record) if live and record.active else None
-    record = runs.load(run.name) if st is not None else record  # a finished run is recorded so by live_status
+    st = live_status(record) if live and (record.active or ended_too) else None
+    record = runs.load(run.name) if st is not None and record.active else record  # a finished run is recorded so by live_status
     cost = (st.cost_usd if st is not None else None) or record.cost_usd or record.cost_until_now() or 0.0
     if record.active:
         state = st.state if st is not None else record.status
@@ -313,8 +314,8 @@ def view(run: SweepRun, *, live: bool = True) -> RunView:
     return RunView(run, record.status, st, record.cost_usd if record.cost_usd is not None else cost)
 
 
-def views(sweep: Sweep, *, live: bool = True) -> list[RunView]:
-    return [view(r, live=live) for r in sweep.runs]
+def views(sweep: Sweep, *, live: bool = True, ended_too: bool = False) -> list[RunView]:
+    return [view(r, live=live, ended_too=ended_too) for r in sweep.runs]
 
 
 def best(rows: list[RunView]) -> str | None:

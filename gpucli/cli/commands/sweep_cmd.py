@@ -91,7 +91,7 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
             lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
 
     done = sweeps.drive(sweep.name, launch_one, poll_s=poll, on_event=render.info)
-    render_sweep.status(done, sweeps.views(done, live=False), json_=json_)
+    render_sweep.status(done, sweeps.views(done, ended_too=True), json_=json_)
 
 
 def _signature() -> inspect.Signature:
@@ -138,7 +138,7 @@ def status(name: str = typer.Argument(..., help="The sweep's name."),
     from gpucli.run import sweep as sweeps
 
     sweep = sweeps.load(name)
-    render_sweep.status(sweep, sweeps.views(sweep), json_=json_)
+    render_sweep.status(sweep, sweeps.views(sweep, ended_too=True), json_=json_)
 
 
 @sweep_app.command("down")
