@@ -264,6 +264,7 @@ RUN_FLOORS = {
     "lifecycle": 9,
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
+    "sweep": 11,  # many runs under one budget, on top of the life of each
 }
 
 

@@ -27,11 +27,13 @@ from gpucli.cli.commands import (
     doctor_cmd,
     export_cmd,
     keys_cmd,
+    mcp_cmd,
     notify_cmd,
     offers_cmd,
     plan_cmd,
     run_cmds,
     serve_cmd,
+    sweep_cmd,
     tensorboard_cmd,
 )
 
@@ -78,6 +80,8 @@ export_cmd.register(app)
 doctor_cmd.register(app)
 access_cmds.register(app)
 config_cmd.register(app)
+sweep_cmd.register(app)
+mcp_cmd.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:

@@ -28,7 +28,8 @@ from gpucli.errors import UsageError
 from gpucli.settings import config_home, write_private
 
 PROVIDERS = ("local", "ssh", "runpod", "vast")
-TOP = {"provider": "provider", "profile": "str", "phase": "phase", "model": "str", "on_end": "on_end"}
+TOP = {"provider": "provider", "profile": "str", "phase": "phase", "model": "str", "on_end": "on_end",
+       "mcp_max_usd": "usd"}  # what `gpucli mcp` may let an agent launch, per call and per day (cli/mcp_server.py)
 PER_PROVIDER = {"disk": "gb", "image": "str", "ready_timeout": "seconds", "python": "str", "on_end": "on_end",
                 "spot": "bool", "reliability": "fraction"}
 
@@ -92,7 +93,7 @@ def check_value(key: Key, value: Any, *, where: str = "") -> Any:
         if not (math.isfinite(number) and 0 < number <= 1):
             raise UsageError(f"{label}: expected a fraction in (0, 1], e.g. 0.98, got {value!r}")
         return number
-    if kind in ("gb", "seconds"):
+    if kind in ("gb", "seconds", "usd"):
         try:
             number = float(value) if not isinstance(value, bool) else math.nan
         except (TypeError, ValueError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,11 @@ from gpucli.cli.complete import run_names
 RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
                          autocompletion=run_names)
 JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
+
+# Set by `gpucli sweep` (cli/commands/sweep_cmd.py): launch resolves its options (task.yaml, your config,
+# the defaults) into a request and hands it here instead of launching, so a sweep launches exactly what
+# `gpucli launch` with the same options would.
+RESOLVED: ContextVar[Callable[[Any, Any], None] | None] = ContextVar("launch_resolved", default=None)
 
 
 def launch(
@@ -186,6 +193,9 @@ def launch(
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query,
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes))
+    if (hand_over := RESOLVED.get()) is not None:
+        hand_over(req, task)
+        return
     catalog = load_catalog()
     if dry_run:
         resolved, job = lifecycle.plan(catalog, req, task)
@@ -348,9 +358,11 @@ def down(
     yes: bool = typer.Option(False, "--yes", "-y", help="With --strays: end them without asking."),
     json_: bool = typer.Option(False, "--json", help="Print JSON (with --strays: they are ended only with --yes)."),
 ) -> None:
-    """Stop the trainer (it writes an emergency checkpoint), then release the machine."""
+    """Stop the trainer (it writes an emergency checkpoint), then release the machine. A sweep's name ends
+    every run of the sweep."""
     from gpucli.cli import render_runs as render
     from gpucli.run import control
+    from gpucli.run import records as runs
 
     if strays and json_:
         from gpucli.cli import render_json
@@ -365,6 +377,14 @@ def down(
         render.strays(found)
         if found and (yes or render.confirm(f"terminate {len(found)} pod(s)?")):
             control.end_strays(found, on_notice=render.notice)
+        return
+    from gpucli.run import sweep as sweeps
+
+    if run is not None and sweeps.exists(run) and not (runs.runs_dir() / f"{run}.json").exists():
+        from gpucli.cli import render_sweep  # a sweep's name: every run of it (as `gpucli sweep down`)
+
+        ended = sweeps.end(run, lambda name: control.down(name, on_step=render.info, on_notice=render.notice))
+        render_sweep.ended(run, ended, json_=json_)
         return
     result = control.down(run, keep_pod=keep, on_step=render.info, on_notice=render.notice)
     if json_:
