@@ -244,6 +244,7 @@ def test_no_import_cycle_anywhere():
 RUN_FLOORS = {
     "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
     "webhook": 0, "secretenv": 0,
+    "health": 0.7,  # what a preflight measured and the bars a healthy machine passes (per GPU family)
     "records": 1, "userconfig": 1, "schemas": 1,
     "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
@@ -258,6 +259,7 @@ RUN_FLOORS = {
     "monitor": 5, "launch": 5, "owner": 5,
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
+    "preflight": 7,  # the machine checked on the host before the run is detached
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "multinode": 8.5,  # starting, watching and ending a run over several machines
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)

@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from gpucli.cli.render import _table, err, error, hours, info, json_out, money, out, si, to_jsonable, warn
 
 __all__ = ["error", "info", "warn"]  # re-exported: commands use this module as their renderer
@@ -80,7 +82,8 @@ def launched(record: RunRecord, *, json_: bool) -> None:
 def _status_dict(record: RunRecord, st: RunStatus) -> dict[str, Any]:
     return {"run": record.name, "provider": record.provider, "record_status": record.status, **to_jsonable(st),
             "instance_id": record.instance_id, "created_at": record.created_at,
-            "planned": to_jsonable(record.planned)}
+            "planned": to_jsonable(record.planned),
+            "preflight": record.preflight.to_json() if record.preflight is not None else None}
 
 
 def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
@@ -125,6 +128,8 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
                      f"{hours(record.planned.hours)}"
                      + (f", {money(record.planned.cost_usd)}" if record.planned.cost_usd is not None else "")
                      + (f"; measured {si(st.tok_per_s)} tok/s" if st.tok_per_s else "")))
+    if record.preflight is not None:  # the machine as checked before the run was detached
+        rows.append(("preflight", escape(record.preflight.line)))
     for k, v in rows:
         t.add_row(k, v)
     out().print(t)

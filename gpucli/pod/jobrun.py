@@ -1,6 +1,6 @@
 """Runs the user's own training command on the pod the way the bundled trainer runs (standard library only).
 
-    python3 jobrun.py --run-dir D --cwd C --cmd CMD [--setup CMD] [--metrics-regex R] [--grace-s S]
+    python3 jobrun.py --run-dir D --cwd C --cmd CMD [--setup CMD] [--preflight CMD] [--metrics-regex R] [--grace-s S]
                       [--name N] [--data DIR] [--checkpoints DIR] [--gpus N] [--env-file F]
 
 ``gpucli launch --code DIR --run CMD`` starts this file detached, in its own session, where it would start
@@ -417,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logdir", type=Path, action="append", default=[],
                     help="where the job writes TensorBoard/CSV logs, when not under --cwd (repeatable)")
     ap.add_argument("--ack-wait-s", type=float, default=0.0,
-                    help="after a failed --setup, wait this long for RUN_DIR/.verdict-read before exiting")
+                    help="after a failed --setup or --preflight, wait this long for RUN_DIR/.verdict-read before exiting")
+    ap.add_argument("--preflight", help="run after --setup, before --cmd, within --preflight-timeout-s (bash)")
+    ap.add_argument("--preflight-timeout-s", type=float, default=900.0)
     args = ap.parse_args(argv)
 
     run_dir, cwd = args.run_dir.resolve(), args.cwd.resolve()
@@ -470,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         write_status(run_dir, state=state, reason=reason, story=fields["story"], exit_code=code, step=metrics.step,
                      **({"log_tail": list(tail)} if state == "failed" else {}))
         alerts.finished(state, reason, metrics.step, metrics.loss, list(tail))
-        if reason.startswith("setup") and args.ack_wait_s > 0:
+        if reason.startswith(("setup", "preflight")) and args.ack_wait_s > 0:
             # The launch is attached and polling status.json; on a cloud pod this file's exit makes the
             # watchdog end the pod at once, so stay until the launch has read the verdict (or a while).
             deadline = time.monotonic() + args.ack_wait_s
@@ -501,6 +503,16 @@ def main(argv: list[str] | None = None) -> int:
                     return finish("failed", "setup " + exit_reason(code, tail), code)
                 marker.write_text(digest + "\n")
                 metrics.event("setup_done", elapsed_s=time.time() - started)
+        if args.preflight and stop.requested_at is None:  # the launch waits for its verdict (preflight.json)
+            write_status(run_dir, state="running", phase="preflight", pid=os.getpid())
+            log.write(f"[gpucli] preflight: {args.preflight}\n".encode())
+            t0, limit = time.time(), f"timeout -k 10 {args.preflight_timeout_s:g} " if shutil.which("timeout") else ""
+            code = pump(f"{limit}bash -c {shlex.quote(args.preflight)}", cwd=cwd, env=env, log=log, metrics=metrics,
+                        stop=stop, tail=tail)
+            (run_dir / "preflight.json").write_text(json.dumps({"ok": code == 0, "command": args.preflight,
+                                                                "exit_code": code, "seconds": round(time.time() - t0, 1)}))
+            if code != 0 and stop.requested_at is None:
+                return finish("failed", "preflight " + exit_reason(code, tail), code)
         if stop.requested_at is not None:
             return finish("finished", "signal", None)
         write_status(run_dir, state="running", phase="run", pid=os.getpid())

@@ -87,6 +87,7 @@ class LaunchRequest:
     link_gbps: float | None = None  # the nodes' link, for the plan (ssh: --link-gbps)
     probe_link: bool = False  # --probe-link: measure the nodes' link at launch, and refuse when that fails
     query: str | None = None  # --query: vast query words replacing the launch's offer filters field by field
+    preflight: str | None = ""  # "": the job's own check of the machine before the run is detached (gpucli.run.preflight); None: --no-preflight; else your own code's --preflight CMD
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -126,7 +127,7 @@ class LaunchRequest:
         data.pop("force")  # a resume checks the balance again
         data["data"] = str(self.data) if self.data else None
         for key, default in (("volume", None), ("volume_size_gb", None), ("nodes", 1), ("hosts", ()),
-                             ("nccl_ifname", None), ("link_gbps", None), ("probe_link", False), ("query", None)):
+                             ("nccl_ifname", None), ("link_gbps", None), ("probe_link", False), ("query", None), ("preflight", "")):
             if getattr(self, key) == default:
                 del data[key]  # records of one-machine runs (no --volume, --query) stay as they were
         if self.hosts:
@@ -195,6 +196,7 @@ class ResolvedLaunch:
     nodes: int = 1  # machines, each with n_gpus (the price and limits are all of them together)
     link_gbps: float | None = None  # the nodes' link as given (--link-gbps)
     planned_one: PlannedSpeed | None = None  # one machine's plan (a run over several: before the link's share)
+    preflight: str | None = ""  # as LaunchRequest.preflight
 
     @property
     def pod_disk_gb(self) -> int:
@@ -403,7 +405,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names, nodes=req.nodes,
-        link_gbps=req.link_gbps, planned_one=planned_one)
+        link_gbps=req.link_gbps, planned_one=planned_one, preflight=req.preflight)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

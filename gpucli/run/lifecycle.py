@@ -233,7 +233,8 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
                             metrics=metrics)
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
-        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
+        checked = getattr(exc, "preflight", None) or record.preflight  # a failed preflight's figures (gpucli.run.preflight)
+        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500], preflight=checked))
         raise
 
 

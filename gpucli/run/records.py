@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.errors import NotFoundError, UnknownNameError, UsageError
+from gpucli.run.health import Preflight
 from gpucli.run.limits import Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
@@ -189,6 +190,7 @@ class RunRecord:
     nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.nodes)
     link: LinkProbe | None = None  # the nodes' link as measured at launch (ssh hosts without --link-gbps)
     env_build_s: float | None = None  # seconds setup_pod.sh took for the trainer's environment (built or reused)
+    preflight: Preflight | None = None  # the machine checked before the run was detached (gpucli/run/preflight.py)
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -241,6 +243,10 @@ def _to_json(record: RunRecord) -> dict[str, Any]:
         del data["nodes"]  # records of one-machine runs stay as they were
     if record.link is None:
         del data["link"]
+    if record.preflight is None:
+        del data["preflight"]  # records without a preflight stay as they were
+    else:
+        data["preflight"] = record.preflight.to_json()
     return data
 
 
@@ -288,7 +294,7 @@ def _problem(data: Any) -> str | None:
     for key in _OPT_NUMBER:
         if data.get(key) is not None and not _is_number(data[key]):
             return f"'{key}' is not a finite number"
-    for key in ("ssh", "limits", "planned", "launch", "link"):
+    for key in ("ssh", "limits", "planned", "launch", "link", "preflight"):
         if data.get(key) is not None and not isinstance(data[key], dict):
             return f"'{key}' is not an object"
     ssh = data.get("ssh") or {}
@@ -328,8 +334,9 @@ def _from_json(data: Any, path: Path) -> RunRecord:
             limits = limits.with_(price_per_hour_usd=data["price_per_hour_usd"])  # records before the move
         planned = PlannedSpeed(**(data.get("planned") or {}))
         known = {f.name for f in dataclasses.fields(RunRecord)}
-        rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned", "link")}
+        rest = {k: v for k, v in data.items() if k in known and k not in ("ssh", "limits", "planned", "link", "preflight")}
         link = LinkProbe.from_json(data["link"]) if data.get("link") else None
+        rest["preflight"] = Preflight.from_json(data["preflight"]) if data.get("preflight") else None
         rest["nodes"] = tuple(NodeRecord.from_json(n) for n in rest.get("nodes") or ())
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())

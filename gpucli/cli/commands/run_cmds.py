@@ -95,6 +95,12 @@ def launch(
                                         "metrics for this long (default 30)."),
     on_end: str = typer.Option(None, "--on-end", help="When the run is over, the watchdog stops (default; the "
                                "disk and checkpoints stay) or terminates the pod."),
+    preflight: str = typer.Option(None, "--preflight", help="Your own code: a check command (bash, from the code "
+                                  "folder) run after --setup and before --run, within GPUCLI_PREFLIGHT_TIMEOUT_S "
+                                  "(default 900 s); a non-zero exit ends the machine and the launch."),
+    no_preflight: bool = typer.Option(False, "--no-preflight", help="Detach the run without the preflight (the "
+                                      "bundled trainer's: the GPU, its matmul speed against its peak, the all-reduce, "
+                                      "the disk and a few steps of this configuration, before the long run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
     force: bool = typer.Option(False, "--force", help="Launch even when the provider's balance is below "
                                "--budget (or the planned cost), or a GPU profile on a local machine without one; "
@@ -137,9 +143,16 @@ def launch(
             provider = provider or userconfig.get(mine, "provider")
             cloud = get_target(provider or "local").cloud
             profile = userconfig.get(mine, "profile", provider) if cloud else "cpu"
+    elif preflight is not None:
+        raise UsageError("--preflight CMD goes with --run (your own code); the bundled trainer has its own",
+                         hint="--no-preflight skips the bundled trainer's")
     elif setup or checkpoints or metrics_regex or grace is not None or params or seq_len or tokens:
         raise UsageError("--setup, --checkpoints, --metrics-regex, --grace, --params, --seq-len and --tokens go "
                          "with --run (your own code)")
+    if no_preflight and preflight is not None:
+        raise UsageError("--preflight CMD and --no-preflight contradict each other")
+    if preflight is not None and not preflight.strip():
+        raise UsageError("--preflight needs a command")
     provider = provider or userconfig.get(mine, "provider")
     profile = profile or userconfig.get(mine, "profile", provider)
     phase = phase or userconfig.get(mine, "phase", provider)
@@ -191,6 +204,7 @@ def launch(
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query,
+        preflight=None if no_preflight else (preflight or ""),
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes))
     if (hand_over := RESOLVED.get()) is not None:

@@ -15,6 +15,7 @@ import yaml
 from gpucli.errors import GpucliError
 from gpucli.run import harvest, trainerenv
 from gpucli.run.datasources import stage_data
+from gpucli.run.preflight import check_trainer
 from gpucli.run.requirements import check_trainer_requirements
 from gpucli.run.resumescript import write_resume_script
 from gpucli.run.start import (
@@ -105,6 +106,8 @@ class BundledTrainer:
         host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
         host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env, JOB_STARTED_ENV: str(measured),
                                             **(node_env or {})})
+        # The machine and this configuration checked before anything is detached (--no-preflight skips it).
+        record = check_trainer(host, resolved, record, on_event=on_event, save=save)
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
         if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
             write_resume_script(host, resolved, record)

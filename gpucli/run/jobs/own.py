@@ -35,6 +35,7 @@ from gpucli.plan.owncode import OWN_KEEP_LAST, own_code_estimate
 from gpucli.run import harvest
 from gpucli.run.datasources import links_line
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
+from gpucli.run.preflight import check_own, timeout_s
 from gpucli.run.records import PlannedSpeed, RunRecord
 from gpucli.run.secretenv import task_env_names
 from gpucli.run.start import secrets_env, start_job
@@ -157,10 +158,17 @@ class OwnCode:
                 host.write_file(f"{wd}/metrics.jsonl", metrics.read_bytes(), mode=0o644)
         record = start_job(host, resolved, record, job_command(resolved, self), what="job", on_event=on_event,
                            save=save, detail=f": {self.task.run}")
-        if self.task.setup:
+        if self.task.setup or resolved.preflight:  # --preflight CMD: after --setup, before --run (gpucli.run.preflight)
             pid = record.pid
             assert pid is not None  # start_job recorded it
-            wait_for_setup(host, wd, lambda: host.is_running(pid), on_event=on_event)
+            try:
+                wait_for_setup(host, wd, lambda: host.is_running(pid), on_event=on_event)
+            except GpucliError:
+                if resolved.preflight:
+                    check_own(host, resolved, record, on_event=on_event, save=save)  # the preflight's own line
+                raise
+            if resolved.preflight:
+                record = check_own(host, resolved, record, on_event=on_event, save=save)
         return record
 
     # -- harvest and resume --------------------------------------------------------------------------
@@ -260,7 +268,11 @@ def job_command(resolved: ResolvedLaunch, own: OwnCode) -> str:
     args = [resolved.python, "../jobrun.py", "--run-dir", "..", "--cwd", ".", "--cmd", task.run,
             "--grace-s", f"{own.grace_s:g}", "--name", resolved.name, "--checkpoints", own.checkpoints]
     if task.setup:
-        args += ["--setup", task.setup, "--ack-wait-s", f"{ACK_WAIT_S:g}"]
+        args += ["--setup", task.setup]
+    if resolved.preflight:
+        args += ["--preflight", resolved.preflight, "--preflight-timeout-s", f"{timeout_s():g}"]
+    if task.setup or resolved.preflight:
+        args += ["--ack-wait-s", f"{ACK_WAIT_S:g}"]
     if task.metrics_regex:
         args += ["--metrics-regex", task.metrics_regex]
     if resolved.limits.price_per_hour_usd:
@@ -416,7 +428,7 @@ def wait_for_setup(host: Host, workdir: str, alive: Callable[[], bool], *, timeo
     """Poll status.json until the job is past --setup. A failed setup raises with its last lines (the
     launch then records the run failed and releases the pod); so does a runner that died without a
     word, or a setup past ``timeout_s``."""
-    on_event("running --setup on the host (its output: `gpucli tail`, or the run's train.log)")
+    on_event("running --setup / --preflight on the host (its output: `gpucli tail`, or the run's train.log)")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         st = job_state(host, workdir)

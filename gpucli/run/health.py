@@ -1,0 +1,146 @@
+"""What the preflight measured on a run's machine, and what a healthy machine measures.
+
+:class:`Preflight` is the run record's copy of the figures ``trainer/preflight.py`` (or the user's own
+``--preflight`` command) reported before the run was detached; :class:`Thresholds` are the bars a
+machine must pass, per GPU family (``gpucli/profiles/health.yaml``). Later health checks (the
+host-to-GPU copy, ECC and XID errors, the download speed) add a field to each and a bar to the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucli.errors import CatalogError
+
+HEALTH_FILE = Path(__file__).resolve().parents[1] / "profiles" / "health.yaml"
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """One preflight of a run: passed or not, the cause and fix when not, and every figure measured."""
+
+    ok: bool
+    seconds: float | None = None  # the whole preflight on the host, start to verdict
+    stage: str | None = None  # where it failed: config, gpus, arch, matmul, allreduce, disk, steps, command
+    error: str | None = None
+    fix: str | None = None
+    device: str | None = None  # cuda | cpu
+    gpu_name: str | None = None  # as torch names it
+    gpus_seen: int | None = None
+    arch: str | None = None  # sm_90 ...
+    torch: str | None = None
+    cuda_build: str | None = None
+    matmul_tflops: float | None = None  # bf16 on a GPU, fp32 on a CPU (matmul_dtype)
+    matmul_dtype: str | None = None
+    peak_tflops: float | None = None
+    matmul_share: float | None = None
+    min_share: float | None = None
+    allreduce_backend: str | None = None
+    allreduce_busbw_gbps: float | None = None
+    disk_write_mb_s: float | None = None
+    steps: int | None = None
+    tokens_per_s: float | None = None
+    peak_mem_gib: float | None = None
+    mfu: float | None = None
+    loss: float | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    seq_len: int | None = None
+    world: int | None = None
+    compile: str | None = None
+    fp8: bool | None = None
+    fsdp: bool | None = None
+    model_shape: dict[str, int] | None = None
+    command: str | None = None  # the user's own --preflight command
+    exit_code: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Preflight:
+        """From a result file or a record: fields of the wrong type are dropped (a pod's file is not trusted)."""
+        if not isinstance(data, dict):
+            return cls(ok=False, error="no preflight result")
+        out: dict[str, Any] = {"ok": data.get("ok") is True}
+        for f in dataclasses.fields(cls):
+            value = data.get(f.name)
+            if f.name == "ok" or value is None:
+                continue
+            kind = str(f.type)
+            if f.name == "model_shape":
+                if isinstance(value, dict):
+                    out[f.name] = {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+            elif "bool" in kind and isinstance(value, bool):
+                out[f.name] = value
+            elif "int" in kind and "dict" not in kind and isinstance(value, int) and not isinstance(value, bool):
+                out[f.name] = value
+            elif "float" in kind and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                out[f.name] = float(value)
+            elif "str" in kind and isinstance(value, str):
+                out[f.name] = value[:500]
+        return cls(**out)
+
+    @property
+    def line(self) -> str:
+        """The figures in one line (status, the launch's progress)."""
+        if not self.ok:
+            return f"failed at {self.stage or '?'}: {self.error or 'no reason given'}"
+        parts = []
+        if self.command:
+            parts.append(f"`{self.command}` exit 0")
+        if self.device == "cpu":
+            parts.append("no GPU (CPU)")
+        elif self.gpu_name:
+            parts.append(f"{self.gpus_seen or '?'}x {self.gpu_name} {self.arch or ''}".strip())
+        if self.matmul_tflops is not None:
+            share = f" = {self.matmul_share:.0%} of {self.peak_tflops:g}" if self.matmul_share is not None else ""
+            parts.append(f"{self.matmul_dtype or ''} matmul {self.matmul_tflops:.3g} TFLOPS{share}".strip())
+        if self.allreduce_busbw_gbps is not None:
+            parts.append(f"all-reduce {self.allreduce_busbw_gbps:.3g} GB/s ({self.allreduce_backend})")
+        if self.disk_write_mb_s is not None:
+            parts.append(f"disk {self.disk_write_mb_s:.0f} MB/s")
+        if self.tokens_per_s is not None:
+            parts.append(f"{self.tokens_per_s:,.0f} tok/s over {self.steps} steps")
+        if self.peak_mem_gib is not None:
+            parts.append(f"peak {self.peak_mem_gib:.2f} GiB")
+        if self.seconds is not None:
+            parts.append(f"{self.seconds:.0f} s")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The bars one GPU family's machine must pass (health.yaml)."""
+
+    family: str
+    min_matmul_share: float
+
+
+@cache
+def _health_file(path: Path = HEALTH_FILE) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("default"), dict):
+        raise CatalogError(path.name, "default", "expected a mapping of bars")
+    return data
+
+
+def thresholds(family: str | None, path: Path = HEALTH_FILE) -> Thresholds:
+    """The bars for a GPU family (gpus.yaml ``architecture``), or the default ones."""
+    data = _health_file(path)
+    families = data.get("families") or {}
+    row = families.get(family) if isinstance(families, dict) and family else None
+    name = family if isinstance(row, dict) and family else "default"
+    merged = {**data["default"], **(row if isinstance(row, dict) else {})}
+    share = merged.get("min_matmul_share")
+    if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 < share < 1:
+        raise CatalogError(path.name, f"{name}.min_matmul_share", "expected a share between 0 and 1")
+    return Thresholds(family=name, min_matmul_share=float(share))

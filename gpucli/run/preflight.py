@@ -1,0 +1,209 @@
+"""The preflight: the rented machine checked before the long run is detached, with a deadline.
+
+For the bundled trainer it is ``trainer/preflight.py`` run on the host from the run's own folder, on the
+run's own run.yaml, with the run's GPUs (torchrun on several): the torch build knows the GPU, a bf16
+matmul reaches the share of the GPU's catalogue peak its family's healthy machines reach
+(``gpucli/profiles/health.yaml``), one all-reduce across the GPUs, the disk's write speed, then a few
+optimizer steps of the real configuration in a folder of its own (no checkpoint the run's
+``--resume auto`` would take). For your own code it is your ``--preflight CMD``, run by the job runner
+after ``--setup`` and before ``--run`` (``gpucli/pod/jobrun.py``).
+
+A failure is one line (what failed, why, what to change, what the machine cost); the launch then ends the
+machine as every failed launch does (:func:`gpucli.run.lifecycle.cleanup_failed`). A pass puts the
+figures in the run record (``status`` shows them) and the measured tokens/s and peak memory in
+``GPUCLI_HOME/calibration.yaml``, so every run teaches the planner its GPU. ``--no-preflight`` skips it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpucli.errors import GpucliError, UsageError
+from gpucli.plan.catalog import load_catalog
+from gpucli.plan.parse import match_gpu_name
+from gpucli.run.calibrate import append_entry
+from gpucli.run.health import Preflight, thresholds
+from gpucli.run.records import RunRecord
+from gpucli.run.untrusted import parse_json
+from gpucli.settings import home
+
+if TYPE_CHECKING:
+    from gpucli.run.launch import ResolvedLaunch
+    from gpucli.run.targets import Host
+
+EventFn = Callable[[str], None]
+FOLDER = "preflight"  # beside the run's checkpoints, never inside them
+STEPS, WARMUP = 3, 2  # measured steps after the warm-up ones (compile, the allocator's first growth)
+DEFAULT_TIMEOUT_S = 900.0  # data preparation and a big model's compile included
+RESULT_RE = re.compile(r"^result_rank(\d+)\.json$")
+
+
+class PreflightFailed(GpucliError):
+    """The machine or the run's configuration failed its preflight: the launch ends the machine, and
+    keeps ``preflight`` (what was measured) in the failed run's record."""
+
+    def __init__(self, message: str, *, hint: str | None = None, preflight: Preflight | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.preflight = preflight
+
+
+def timeout_s() -> float:
+    """``GPUCLI_PREFLIGHT_TIMEOUT_S``: how long the preflight may take on the host (default 900 s)."""
+    text = os.environ.get("GPUCLI_PREFLIGHT_TIMEOUT_S", "")
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"GPUCLI_PREFLIGHT_TIMEOUT_S must be a positive number of seconds, got '{text}'")
+    return value
+
+
+def trainer_command(resolved: ResolvedLaunch, deadline_s: float) -> str:
+    """The line run from ``wd/code``: ``trainer.preflight`` on the run's run.yaml, its GPUs under torchrun,
+    held to the GPU's catalogue peak and its family's bar."""
+    py = shlex.quote(resolved.python)
+    args = ["--config", "../run.yaml", "--out", f"../{FOLDER}", "--steps", str(STEPS), "--warmup", str(WARMUP),
+            "--deadline-s", f"{deadline_s:g}"]
+    if resolved.gpu_id is not None:
+        gpu = load_catalog().gpus[resolved.gpu_id]
+        bar = thresholds(gpu.architecture)
+        args += ["--peak-tflops", f"{gpu.bf16_dense_tflops:g}", "--min-share", f"{bar.min_matmul_share:g}",
+                 "--gpus", str(resolved.n_gpus)]
+    run = f"{py} -m torch.distributed.run --standalone --nproc_per_node={resolved.n_gpus} -m trainer.preflight" \
+        if resolved.n_gpus > 1 else f"{py} -m trainer.preflight"
+    return f"{run} {' '.join(shlex.quote(a) for a in args)}"
+
+
+def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
+                  save: Callable[[RunRecord], Any]) -> RunRecord:
+    """The bundled trainer's preflight on ``host`` (its run.yaml and env file written): the record with
+    its figures, or :class:`PreflightFailed`."""
+    if resolved.preflight is None:
+        on_event("preflight skipped (--no-preflight): the machine is not checked before the run")
+        return record
+    if resolved.nodes > 1:
+        on_event("preflight: not run for a run over several machines (each node's trainer checks its own start)")
+        return record
+    deadline = timeout_s()
+    wd = shlex.quote(resolved.workdir)
+    on_event(f"preflight: the machine (GPU, matmul, all-reduce, disk) and {STEPS} steps of this run's "
+             f"configuration (at most {deadline:g} s)")
+    host.run(f"rm -rf -- {wd}/{FOLDER} && mkdir -p -- {wd}/{FOLDER}", timeout_s=60)
+    cmd = (f"cd {wd}/code && set -a && . ../env && set +a && "
+           f"{trainer_command(resolved, deadline)} > ../{FOLDER}.log 2>&1")
+    try:
+        code: int | None = host.run(cmd, timeout_s=deadline + 60, check=False).exit_code
+    except GpucliError:  # no answer past the deadline: the host (or the link to it) is stuck
+        code = None
+    result = _read_results(host, resolved.workdir, code, deadline)
+    return _verdict(result, record, save=save, on_event=on_event, what="the trainer's")
+
+
+def _read_results(host: Host, workdir: str, code: int | None, deadline: float) -> Preflight:
+    """Every rank's verdict: the first failure (lowest rank), else rank 0's figures."""
+    results: dict[int, Preflight] = {}
+    try:
+        names = host.list_files(f"{workdir}/{FOLDER}")
+    except GpucliError:
+        names = {}
+    for name in names:
+        m = RESULT_RE.match(name)
+        if m:
+            try:
+                data = parse_json(host.read_file(f"{workdir}/{FOLDER}/{name}"), name)
+            except GpucliError:
+                continue
+            results[int(m.group(1))] = Preflight.from_json(data)
+    failed = [results[r] for r in sorted(results) if not results[r].ok]
+    if failed:
+        return failed[0]
+    if 0 in results and code == 0:
+        return results[0]
+    why = f"no answer within {deadline + 60:g} s" if code is None else f"exit {code} without a verdict"
+    return Preflight(ok=False, stage="start", error=f"the preflight ended with {why}: {_log_tail(host, workdir)}",
+                     fix=f"see {FOLDER}.log in the run's folder")
+
+
+def _log_tail(host: Host, workdir: str) -> str:
+    try:
+        lines = [s for s in host.read_file(f"{workdir}/{FOLDER}.log").decode(errors="replace").splitlines() if s.strip()]
+    except GpucliError:
+        return "no log"
+    return lines[-1][-300:] if lines else "an empty log"
+
+
+def check_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
+              save: Callable[[RunRecord], Any]) -> RunRecord:
+    """Your own ``--preflight CMD``'s verdict (``wd/preflight.json``, written by the job runner once the
+    command is over): the record with it, or :class:`PreflightFailed`. A runner that failed before the
+    command ran (its ``--setup``) leaves no verdict: the record is returned as it was."""
+    path = f"{resolved.workdir}/preflight.json"
+    if not host.exists(path):
+        return record
+    try:
+        result = Preflight.from_json(parse_json(host.read_file(path), "preflight.json"))
+    except GpucliError as exc:
+        result = Preflight(ok=False, stage="command", error=str(exc))
+    if not result.ok:
+        code = result.exit_code
+        error = f"did not finish in {timeout_s():g} s" if code == 124 else f"exit {code}"
+        result = Preflight(**{**result.to_json(), "stage": "command", "error": f"`{result.command}` {error}",
+                              "fix": "see `gpucli tail` or train.log in the run's folder; --no-preflight skips it"})
+    return _verdict(result, record, save=save, on_event=on_event, what="your")
+
+
+def _verdict(result: Preflight, record: RunRecord, *, save: Callable[[RunRecord], Any], on_event: EventFn,
+             what: str) -> RunRecord:
+    record = record.with_(preflight=result)
+    save(record)
+    if not result.ok:
+        raise PreflightFailed(f"{what} preflight failed ({result.stage}): {result.error}{_cost(record)}",
+                              hint=result.fix, preflight=result)
+    on_event(f"preflight passed: {result.line}")
+    entry = calibration_entry(record, result)
+    if entry is not None:
+        append_entry(home() / "calibration.yaml", entry)
+        on_event("preflight: its tokens/s and peak memory are in calibration.yaml "
+                 + ("(the planner uses them for this GPU)" if entry["gpu"] != "cpu" else "(a CPU: not planned with)"))
+    return record
+
+
+def _cost(record: RunRecord) -> str:
+    """What the machine has cost so far (it ends with the failed launch)."""
+    cost, price = record.cost_until_now(), record.price_per_hour_usd
+    if cost is None or not price:
+        return ""
+    return f"; the machine cost ${cost:.2f} ({cost / price * 60:.0f} min at ${price:.2f}/h)"
+
+
+def calibration_entry(record: RunRecord, p: Preflight) -> dict[str, Any] | None:
+    """The preflight's steps as a calibration entry (the fields ``gpucli calibrate`` writes), or None when
+    it ran no steps. Measured on a CPU it says ``gpu: cpu`` (kept, never planned with), whatever the profile;
+    on a GPU the catalogue does not know by the name torch gives it, nothing is written (the planner would
+    refuse the file)."""
+    if not p.ok or p.tokens_per_s is None or not p.model_shape:
+        return None
+    gpu = "cpu"
+    if p.device == "cuda":
+        known = match_gpu_name(load_catalog().gpus, p.gpu_name or "")
+        if known is None:
+            return None
+        gpu = known.id
+    return {
+        "workload": "train", "gpu": gpu,
+        "gpu_count": p.world or record.n_gpus, "model": {"name": record.model, **p.model_shape},
+        "seq_len": p.seq_len, "micro_batch": p.micro_batch, "precision": "bf16" if p.device == "cuda" else "fp32",
+        "compile": p.compile not in (None, "off"), "tokens_per_s": p.tokens_per_s,
+        "mfu": round(p.mfu, 4) if p.mfu is not None else None, "peak_mem_gib": p.peak_mem_gib,
+        "date": dt.date.today().isoformat(),
+        "source": f"preflight of run {record.name} ({p.steps} steps after {WARMUP} warm-up; fp8 {bool(p.fp8)}, "
+                  f"fsdp {bool(p.fsdp)})",
+    }

@@ -1,0 +1,34 @@
+"""The preflight on an emulator pod (a real sshd, the real trainer on CPU): a pass is recorded before the run
+is detached; a failure is one line with the machine's cost, and the pod is gone by the provider's word."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucli.run import records as runs
+from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, error_lines, launch
+from tests.support.cli import cli
+
+
+@pytest.mark.parametrize("provider", ["runpod", "vast"])
+def test_preflight_on_a_pod(provider, request, capsys, tmp_path):
+    emu = emulator_for(request, provider)
+    code, out, err = launch(capsys, tmp_path, provider, f"{provider}-pf")
+    assert code == 0, err
+    pf = runs.load(f"{provider}-pf").preflight
+    # The profile is an RTX 4090, the run is told to use the CPU (hardware.device=cpu): the preflight says
+    # what it measured, on what, and holds no CPU to the 4090's peak.
+    assert pf is not None and pf.ok and pf.device == "cpu" and pf.tokens_per_s and pf.peak_mem_gib
+    assert pf.matmul_share is None and pf.steps == 3
+    assert cli(capsys, "down", f"{provider}-pf")[0] == 0
+
+    code, out, err = launch(capsys, tmp_path, provider, f"{provider}-pf-bad", "--set", "hardware.fp8=true")
+    assert code == 1
+    lines = error_lines(err)
+    assert len(lines) == 1 and "preflight failed" in lines[0] and "the machine cost $" in lines[0], err
+    record = runs.load(f"{provider}-pf-bad")
+    assert record.status == "failed" and record.pid is None and record.preflight is not None
+    pod = record.instance_id
+    assert pod is not None and pod not in emu.ledger.alive()  # the provider says it is gone
+    assert f"terminated pod {pod}" in err + out
+    assert_nothing_running(emu)
