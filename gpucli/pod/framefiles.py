@@ -17,8 +17,9 @@ since the job started, and reads what each gained since the last look:
 - **Lightning's ``CSVLogger``** ``metrics.csv`` (``step`` column and one column a logged name).
 
 Each source turns into rows of the trainer's format with ``source`` set to ``tensorboard``,
-``trainer_state`` or ``csv``; steps are the framework's own (Lightning logs the optimizer steps done
-before the batch: 0-based).
+``trainer_state`` or ``csv``; steps are the framework's optimizer steps done when the value was
+measured, the count its checkpoints carry (:class:`StepKeying`: Lightning's 0-based logger step, LitGPT's
+micro-batch iteration).
 """
 
 from __future__ import annotations
@@ -167,9 +168,11 @@ class EventFile:
         self.step: int | None = None
         self.wall: float | None = None
         self.scalars: dict[str, float] = {}
+        self.keying = StepKeying(lightning_folder(path))
 
     def _flush(self) -> list[Row]:
-        rows = scalar_rows(self.step, self.scalars) if self.step is not None else []
+        step = self.keying.step(self.step, self.scalars) if self.step is not None else None
+        rows = scalar_rows(step, self.scalars) if step is not None else []
         for row in rows:
             if self.wall is not None:
                 row["logged_at"] = self.wall  # when the framework wrote it (the event's wall_time)
@@ -209,6 +212,50 @@ class EventFile:
         if len(data) - i < 12 or i == 0:  # everything complete was read: the step's values are in
             rows += self._flush()
         return rows
+
+
+def lightning_folder(path: Path) -> bool:
+    """Whether a logger file sits where Lightning's loggers put theirs: ``<save_dir>/<name>/version_N/``."""
+    return path.parent.name.startswith("version_") and path.parent.name[8:].isdigit()
+
+
+class StepKeying:
+    """The framework's optimizer step of a logged row, from the step the logger was given:
+
+    - LitGPT's ``pretrain`` logs with ``fabric.log_dict(metrics, step=state["iter_num"] - 1)``, the
+      micro-batch iteration less one, and puts ``iter`` (= ``iter_num``) and ``step`` (= ``step_count``,
+      the optimizer step) in the train metrics (``litgpt/pretrain.py``, ``fit``). A train row takes its
+      ``step`` value; the validation rows carry neither and are logged at ``iter_num - 1`` after an
+      optimizer step (``iter_num`` a multiple of the accumulation), or at ``iter_num`` for the final
+      one: they are moved by the iterations per step the train rows showed. In a CSV the logger
+      overwrites the ``step`` column with its own (``lightning/fabric/loggers/csv_logs.py``,
+      ``log_metrics``), so the optimizer step is not in the file: such a file is not read (the console
+      line ``iter 160 step 80 | loss train: ...`` is).
+    - Lightning's ``Trainer`` logs at ``_batches_that_stepped`` before its increment (0-based: the loss
+      of the first step at 0, the last of 160 steps at 159, while the checkpoint is ``step=160``): one
+      is added, so the step is the optimizer steps done when it was measured, as Hugging Face and the
+      checkpoints count.
+    """
+
+    def __init__(self, lightning: bool) -> None:
+        self.lightning = lightning
+        self.per_step: int | None = None  # micro-batch iterations per optimizer step (LitGPT)
+        self.by_iteration = False
+
+    def step(self, logged: int, scalars: dict[str, float]) -> int | None:
+        it, own = scalars.get("iter"), scalars.get("step")
+        if it is not None and int(it) == logged + 1:
+            self.by_iteration = True
+            if own is not None and own >= 1 and it >= own and it == int(it) and own == int(own):
+                self.per_step = max(1, int(it) // int(own))
+                return int(own)
+            return None
+        if self.by_iteration:
+            if self.per_step is None:
+                return None
+            after = logged + 1
+            return after // self.per_step if after % self.per_step == 0 else logged // self.per_step
+        return logged + 1 if self.lightning else logged
 
 
 class _ChangedFile:
@@ -271,6 +318,7 @@ class CsvMetrics(_ChangedFile):
         if not text.endswith("\n"):
             text = text[: text.rfind("\n") + 1]
         rows: list[Row] = []
+        keying = StepKeying(lightning_folder(self.path))  # the file is read whole: its keying too
         for rec in csv.DictReader(io.StringIO(text)):
             try:
                 step = int(float(rec.get("step") or ""))
@@ -282,7 +330,12 @@ class CsvMetrics(_ChangedFile):
                     scalars[key] = float(value) if value not in (None, "") else math.nan
                 except (TypeError, ValueError):
                     continue
-            rows += scalar_rows(step, {k: v for k, v in scalars.items() if math.isfinite(v) and k != "step"})
+            found = {k: v for k, v in scalars.items() if math.isfinite(v) and k != "step"}
+            own = keying.step(step, found)
+            if keying.by_iteration:
+                return []  # keyed by the iteration, its optimizer step overwritten: see StepKeying
+            if own is not None:
+                rows += scalar_rows(own, found)
         return rows
 
 
@@ -351,14 +404,22 @@ class FrameworkFiles:
 
 class Merge:
     """One row per (kind, step) from all sources. Rows whose step gpucli worked out from a progress bar
-    (``_held``) wait ``hold_s``; when the framework's own files give a row of that kind meanwhile, the
-    console's rows of that kind are dropped from then on (the files are the framework's record)."""
+    (``_held``) wait ``hold_s``. The framework's own files are its record, but a framework writes them
+    seldom (a Hugging Face ``trainer_state.json`` only at a checkpoint, Lightning's CSV every 100 steps):
+    a console row of a kind goes out while it is ahead of the files' last step of that kind, so the
+    live loss keeps moving between writes; one at or behind it is dropped (the files have that stretch),
+    and a file row of a step the console already gave is the same measurement, dropped as well."""
 
     def __init__(self, hold_s: float = 2.0) -> None:
         self.hold_s = hold_s
         self.seen: set[tuple[str, int]] = set()
-        self.file_kinds: set[str] = set()
+        self.file_step: dict[str, int] = {}  # kind -> the last step the framework's files gave
         self.held: list[tuple[float, Row]] = []
+
+    def _behind_files(self, row: Row) -> bool:
+        last = self.file_step.get(str(row.get("kind")))
+        step = row.get("step")
+        return last is not None and isinstance(step, int) and step <= last
 
     def _take(self, row: Row) -> list[Row]:
         key = (str(row.get("kind")), row.get("step"))
@@ -373,12 +434,14 @@ class Merge:
         for row in rows:
             held = row.pop("_held", False)
             source = row.setdefault("source", "console")
-            if source in ("tensorboard", "trainer_state", "csv") and row.get("kind") in ("train", "val"):
-                self.file_kinds.add(row["kind"])
-                self.held = [(t, r) for t, r in self.held if r.get("kind") != row["kind"]]
+            kind = row.get("kind")
+            if source in ("tensorboard", "trainer_state", "csv") and kind in ("train", "val"):
+                if isinstance(row.get("step"), int):
+                    self.file_step[kind] = max(self.file_step.get(kind, row["step"]), row["step"])
+                self.held = [(t, r) for t, r in self.held if not self._behind_files(r)]
+            elif kind in ("train", "val") and self._behind_files(row):
+                continue
             elif held:
-                if row.get("kind") in self.file_kinds:
-                    continue
                 self.held.append((now, row))
                 continue
             out += self._take(row)
@@ -389,6 +452,8 @@ class Merge:
         out: list[Row] = []
         keep = []
         for t, row in self.held:
+            if self._behind_files(row):
+                continue
             if final or now - t >= self.hold_s:
                 out += self._take(row)
             else:

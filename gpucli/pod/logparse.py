@@ -32,6 +32,11 @@ The formats, as the projects print them (read in their sources):
   last count seen when the total is unknown) plus the count (optimizer steps differ from it with
   ``accumulate_grad_batches``). A train row is made when the step moves; a val row when ``val_loss``
   in the postfix changes. ``Validation DataLoader 0`` bars are not training progress and are skipped.
+- LitGPT ``pretrain`` (``litgpt/pretrain.py``, ``fit``): ``Epoch {e} | iter {iter_num} step {step_count} |
+  loss train: {loss:.3f}, val: {val} | iter time: {ms:.2f} ms ...``, ``iter {iter_num}: val loss
+  {val:.4f}, val time: ..`` after an optimizer step, and ``Final evaluation | val loss: {val:.3f} | ...``.
+  The step is ``step_count``, the optimizer step its ``step-NNNNNNNN`` checkpoints carry; a validation
+  line names the iteration, moved to its step by the iterations per step the train lines showed.
 - Any JSON object line with a step (``step``, ``iter``, ``iteration`` or ``global_step``) and a loss
   (``loss``, ``train_loss``, ``train/loss``) or validation loss (``val_loss``, ``val/loss``,
   ``eval_loss``); a line that already is a ``kind`` row of the trainer's format is passed through.
@@ -64,6 +69,11 @@ _NANOCHAT_STEP = re.compile(rf"^step (?P<step>\d+)/(?P<total>\d+) \((?P<pct>{_NU
 # (recent versions print "bf16_mfu: 47.31" and "epoch: 1 pq: 3 rg: 7")
 _NANOCHAT_FIELD = re.compile(r"\|\s*(?P<key>lrm|dt|tok/sec|(?:[a-z0-9]+_)?mfu|epoch):\s*(?P<val>[-+0-9.,eE]+)")
 _NANOCHAT_VAL = re.compile(rf"^Step (?P<step>\d+) \| Validation bpb: (?P<bpb>{_NUM})")
+# LitGPT litgpt/pretrain.py
+_LITGPT_TRAIN = re.compile(rf"^Epoch \d+ \| iter (?P<iter>\d+) step (?P<step>\d+) \| loss train: (?P<loss>{_NUM})"
+                           rf"(?:.*?\| iter time: (?P<ms>{_NUM}) ms)?")
+_LITGPT_VAL = re.compile(rf"^iter (?P<iter>\d+): val loss (?P<val>{_NUM}), val time")
+_LITGPT_FINAL = re.compile(rf"^Final evaluation \| val loss: (?P<val>{_NUM})")
 # tqdm: "[desc: ]NN%|bar| n/total [elapsed<remaining, rate, k=v, ...]" (total "?" when unknown)
 _TQDM = re.compile(r"^(?:(?P<desc>[^|]*?):\s*)?(?:(?P<pct>\d+)%\|[^|]*\|\s*)?(?P<n>\d+)/(?P<total>\d+|\?)\s*"
                    r"\[(?P<inside>[^\]]*)\]")
@@ -176,6 +186,8 @@ class LogParser:
         self.pl_val: float | None = None
         self.hf_pending: list[Row] = []  # HF rows waiting for the bar redraw that carries their step
         self.rich_bar = False  # the last line was Lightning's rich bar: "key: value" lines below are its
+        self.lit_per_step: int | None = None  # LitGPT's micro-batch iterations per optimizer step
+        self.lit_step: int | None = None
 
     def feed(self, line: str) -> list[Row]:
         text = line.strip()
@@ -190,7 +202,7 @@ class LogParser:
         if rich and _RICH_MORE.match(text):
             self.rich_bar = True
             return self._lightning_metrics(self.pl_step_now, _rich_metrics(text), self.pl_epoch or 0)
-        for parse in (self._nanogpt, self._nanochat, self._json, self._hf_dict, self._tqdm, self._rich):
+        for parse in (self._litgpt, self._nanogpt, self._nanochat, self._json, self._hf_dict, self._tqdm, self._rich):
             rows = parse(text)
             if rows is not None:
                 return rows
@@ -251,6 +263,33 @@ class LogParser:
                 return []
             row = {"kind": "val", "step": int(m["step"]), "val_loss": val}
             return [row if train is None else {**row, "train_loss": train}]
+        return None
+
+    def _litgpt(self, text: str) -> list[Row] | None:
+        m = _LITGPT_TRAIN.match(text)
+        if m:
+            it, step, loss = int(m["iter"]), int(m["step"]), _float(m["loss"])
+            if step > 0:
+                self.lit_per_step = max(1, it // step)
+            self.lit_step = step
+            if loss is None or step == 0:
+                return []  # step 0: still accumulating the first step's micro-batches
+            row: Row = {"kind": "train", "step": step, "loss": loss}
+            ms = _float(m["ms"])
+            if ms is not None:
+                row["dt_ms"] = ms
+            return [row]
+        m = _LITGPT_VAL.match(text)
+        if m:
+            val = _float(m["val"])
+            if val is None or self.lit_per_step is None:
+                return []
+            return [{"kind": "val", "step": int(m["iter"]) // self.lit_per_step, "val_loss": val}]
+        m = _LITGPT_FINAL.match(text)
+        if m:
+            val = _float(m["val"])
+            return [] if val is None or self.lit_step is None else [
+                {"kind": "val", "step": self.lit_step, "val_loss": val}]
         return None
 
     def _nanochat(self, text: str) -> list[Row] | None:

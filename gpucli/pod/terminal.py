@@ -178,11 +178,17 @@ class Tail:
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _EXC = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*|:?)$")
+# A launcher's own exception when a child it started failed: torchrun's ``ChildFailedError``
+# (torch/distributed/launcher/api.py, ``launch_agent``) and ``accelerate launch``'s
+# ``subprocess.CalledProcessError`` (accelerate/commands/launch.py, ``simple_launcher``). The child's
+# traceback came first on the same console; that is the cause, so the wrapper does not replace it.
+_LAUNCHER = re.compile(r"^(?:[\w.]+\.)?(?:ChildFailedError|CalledProcessError)\b")
 
 
 class Exceptions:
     """Fed every console line: the exception line of the last Python traceback seen (a traceback is
-    often longer than the tail kept). torchrun's ``[rank0]: `` prefix is taken off."""
+    often longer than the tail kept), except a launcher's report that its child failed when the
+    child's own exception was seen. torchrun's ``[rank0]: `` prefix is taken off."""
 
     def __init__(self) -> None:
         self.found: str | None = None
@@ -196,7 +202,9 @@ class Exceptions:
         if not self.in_tb or not line or line[0].isspace() or line.startswith("^") or line.startswith(_CHAINED):
             return
         if _EXC.match(line):
-            self.found, self.in_tb = line.strip()[:300], False
+            if self.found is None or not _LAUNCHER.match(line):
+                self.found = line.strip()[:300]
+            self.in_tb = False
 
 
 def exception_line(lines: list[str]) -> str | None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpucli.pod.framefiles import EventFile, FrameworkFiles, Merge, TrainerState, reader_for
+from gpucli.pod.framefiles import EventFile, FrameworkFiles, Merge, StepKeying, TrainerState, reader_for
 
 tb = pytest.importorskip("torch.utils.tensorboard")
 
@@ -79,21 +79,56 @@ def test_files_written_before_the_job_are_not_its_own(tmp_path):
     new.parent.mkdir()
     new.write_text("step,train_loss\n1,4.0\n")
     files.last_scan = -1e9
-    assert files.poll() == [{"kind": "train", "step": 1, "loss": 4.0, "source": "csv"}]
+    # Lightning's version_N folder: its 0-based logger step 1 is the loss of the 2nd optimizer step
+    assert files.poll() == [{"kind": "train", "step": 2, "loss": 4.0, "source": "csv"}]
 
 
-def test_merge_one_row_per_kind_and_step_files_win_over_worked_out_steps():
+def test_merge_one_row_per_kind_and_step_console_moves_ahead_of_the_files():
     m = Merge(hold_s=2.0)
     # nanoGPT's own step: out at once, with its source
     assert m.add([{"kind": "train", "step": 1, "loss": 3.0}], now=0.0) == \
         [{"kind": "train", "step": 1, "loss": 3.0, "source": "console"}]
-    # a step worked out from a bar waits; the framework's file row of that kind replaces it
+    # a step worked out from a bar waits; a file row at or past its step makes it moot
     assert m.add([{"kind": "val", "step": 8, "val_loss": 2.0, "_held": True}], now=1.0) == []
-    assert m.add([{"kind": "val", "step": 7, "val_loss": 2.0, "source": "csv"}], now=1.5) == \
-        [{"kind": "val", "step": 7, "val_loss": 2.0, "source": "csv"}]
+    assert m.add([{"kind": "val", "step": 8, "val_loss": 2.0, "source": "csv"}], now=1.5) == \
+        [{"kind": "val", "step": 8, "val_loss": 2.0, "source": "csv"}]
     assert m.due(10.0) == []
-    assert m.add([{"kind": "val", "step": 16, "val_loss": 1.0, "_held": True}], now=11.0) == []  # files rule now
-    assert m.add([{"kind": "val", "step": 7, "val_loss": 2.0, "source": "tensorboard"}], now=12.0) == []  # seen
+    # ahead of the files (a checkpoint's trainer_state.json is written seldom): the console keeps the
+    # live value moving, and the file row of that step, read later, is not a second row
+    assert m.add([{"kind": "val", "step": 16, "val_loss": 1.0, "_held": True}], now=11.0) == []
+    assert m.due(13.5) == [{"kind": "val", "step": 16, "val_loss": 1.0, "source": "console"}]
+    assert m.add([{"kind": "val", "step": 16, "val_loss": 1.0, "source": "tensorboard"}], now=14.0) == []
+    # behind what the files gave: the files have that stretch
+    assert m.add([{"kind": "val", "step": 12, "val_loss": 1.5}], now=15.0) == []
     # with no file of that kind, the held row goes out after its wait
     assert m.add([{"kind": "train", "step": 2, "loss": 2.0, "_held": True}], now=20.0) == []
     assert m.due(21.0) == [] and m.due(22.5) == [{"kind": "train", "step": 2, "loss": 2.0, "source": "console"}]
+    # a train file row past a held console row drops it (not out of order after the file's)
+    assert m.add([{"kind": "train", "step": 3, "loss": 1.9, "_held": True}], now=23.0) == []
+    assert m.add([{"kind": "train", "step": 4, "loss": 1.8, "source": "csv"}], now=23.5) == \
+        [{"kind": "train", "step": 4, "loss": 1.8, "source": "csv"}]
+    assert m.due(30.0, final=True) == []
+
+
+def test_step_keying_lightning_and_litgpt():
+    # Lightning: the logger's step is taken before the increment
+    pl = StepKeying(lightning=True)
+    assert pl.step(0, {"train_loss": 5.0}) == 1 and pl.step(159, {"val_loss": 2.0}) == 160
+    assert StepKeying(lightning=False).step(7, {"loss": 1.0}) == 7
+    # LitGPT, 2 micro-batches per step: train rows at iter - 1 carry iter and the optimizer step
+    lit = StepKeying(lightning=True)
+    assert lit.step(79, {"val_loss": 5.2}) == 80  # before any train row: nothing says it is keyed by iteration
+    lit = StepKeying(lightning=True)
+    assert lit.step(1, {"loss": 6.0, "iter": 2, "step": 1}) == 1
+    assert lit.step(159, {"loss": 5.1, "iter": 160, "step": 80}) == 80
+    assert lit.step(79, {"val_loss": 5.2318}) == 40  # validation after the 40th step (iter 80)
+    assert lit.step(159, {"val_loss": 5.8097}) == 80
+    assert lit.step(160, {"val_loss": 5.81}) == 80  # the final validation, logged at iter_num
+
+
+def test_litgpt_csv_is_not_read_its_optimizer_step_is_overwritten(tmp_path):
+    path = tmp_path / "logs" / "csv" / "version_0" / "metrics.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("epoch,iter,learning_rate,loss,step,val_loss,val_ppl\n0,2,0.001,6.0,1,,\n"
+                    "0,4,0.001,5.9,3,,\n,,,,3,5.8,330.0\n")
+    assert reader_for(path).poll() == []
