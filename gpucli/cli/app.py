@@ -163,6 +163,8 @@ SHORT_HELP = {
     "keys": "API keys and tokens (stored 0600, never printed).",
     "notify": "Telegram alerts: a test message, and the events runs send.",
     "config": "Your launch defaults: provider, profile, disk, image.",
+    "sweep": "One run per combination of --set values, under one budget.",
+    "mcp": "gpucli's commands as MCP tools over stdio, for an agent.",
 }
 
 
