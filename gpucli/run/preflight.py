@@ -110,6 +110,11 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     except GpucliError:  # no answer past the deadline: the host (or the link to it) is stuck
         code = None
     result = _read_results(host, resolved.workdir, code, deadline)
+    if result.ok and result.device == "cuda" and resolved.gpu_id is not None:
+        # The model as rented: said, not refused, until lent GPUs confirm the catalogue's names for each one.
+        seen = match_gpu_name(load_catalog().gpus, result.gpu_name or "")
+        if seen is not None and seen.id != resolved.gpu_id:
+            on_event(f"preflight: rented {resolved.gpu_name}, the host's GPU reads as {result.gpu_name} ({seen.name})")
     return _verdict(result, record, save=save, on_event=on_event, what="the trainer's")
 
 
