@@ -11,6 +11,7 @@
 #   0. the trainer's pinned environment (trainer/requirements.txt) built exactly as a pod builds it
 #      (gpucli/pod/setup_pod.sh + envbuild.py) from a bare Python, cold then warm, timed, and checked
 #      to have kernels for this GPU (SKIP_ENV_BUILD=1 skips it); times in OUT/env_build.json;
+#   0b. the preflight (trainer/preflight.py): bf16 on one GPU, FP8 where supported, all GPUs (SKIP_PREFLIGHT=1 skips);
 # Needs torch with CUDA, pyyaml, typer, rich, requests (no paramiko: the local provider never uses SSH).
 #   scripts/gpu_check.sh [OUT_DIR]        # STEPS=300 RESUME_STEPS=50 BENCH_ARGS="--shape 124m" ...
 #   SKIP_BENCH=1 PROFILE=cpu STEPS=40 scripts/gpu_check.sh /tmp/x     # the same flow on a CPU
@@ -67,6 +68,45 @@ print("pinned environment:", row)
 if torch.cuda.is_available() and not (row["kernels_for_gpu"] and row["matmul_ok"]):
     sys.exit(f"the pinned torch has no kernels for {row['sm']} (arch list {row['arch_list']})")
 EOF
+fi
+
+# ---- the preflight (trainer/preflight.py, gpucli/run/preflight.py) -------------------------------------------
+# What `gpucli launch` runs on a rented machine before it detaches the run, here on this machine's GPUs, held
+# to the catalogue's peak and its family's bar (gpucli/profiles/health.yaml): bf16 on one GPU, FP8 where the
+# GPU and torchao have it, then every GPU of the machine under torchrun (the NCCL all-reduce). Each verdict is
+# OUT/preflight_<case>.json; the launch further down runs it again through gpucli (`status` shows it).
+if [ "${SKIP_PREFLIGHT:-0}" != 1 ]; then
+    echo "== preflight (${PROFILE:-h100}'s run.yaml, grad_accum 4)"
+    pf="$OUT/preflight"
+    mkdir -p "$pf/run/code"
+    gpucli launch --provider local --profile "${PROFILE:-h100}" --phase fast --name pf-yaml --dry-run --json --force \
+        | "$PY" -c 'import json, sys, yaml; yaml.safe_dump(json.load(sys.stdin)["run_yaml"], sys.stdout)' > "$pf/run/run.yaml"
+    read -r PEAK SHARE NGPU FP8 <<<"$("$PY" -c '
+import importlib.util, torch
+from gpucli.plan.catalog import load_catalog
+from gpucli.plan.parse import match_gpu_name
+from gpucli.run.health import thresholds
+cuda = torch.cuda.is_available()
+gpu = match_gpu_name(load_catalog().gpus, torch.cuda.get_device_name()) if cuda else None
+fp8 = cuda and torch.cuda.get_device_capability() >= (8, 9) and importlib.util.find_spec("torchao") is not None
+print(gpu.bf16_dense_tflops if gpu else 0, thresholds(gpu.architecture).min_matmul_share if gpu else 0,
+      torch.cuda.device_count(), int(fp8))')"
+    echo "peak ${PEAK} TFLOPS, bar ${SHARE}, ${NGPU} GPUs, fp8 ${FP8}"
+    held=(); [ "$PEAK" != 0 ] && held=(--peak-tflops "$PEAK" --min-share "$SHARE")
+    preflight() {  # CASE NPROC [trainer overrides...]
+        local case=$1 n=$2 t0; shift 2
+        local head=("$PY" -m trainer.preflight)
+        [ "$n" -gt 1 ] && head=("$PY" -m torch.distributed.run --standalone "--nproc_per_node=$n" -m trainer.preflight)
+        t0=$(date +%s)
+        (cd "$pf/run/code" && "${head[@]}" --config ../run.yaml --out "../$case" --gpus "$n" "${held[@]}" \
+            --training.grad_accum_steps=4 --data.max_bytes=20000000 "$@") > "$pf/$case.log" 2>&1 || true
+        cp "$pf/run/$case/result_rank0.json" "$OUT/preflight_$case.json" 2>/dev/null \
+            || echo '{"ok": false, "error": "no result: see preflight/'"$case"'.log"}' > "$OUT/preflight_$case.json"
+        echo "$case ($(( $(date +%s) - t0 )) s): $(cat "$OUT/preflight_$case.json")"
+    }
+    preflight bf16_1gpu 1
+    if [ "$FP8" = 1 ]; then preflight fp8_1gpu 1 --hardware.fp8=true; fi
+    if [ "${NGPU:-0}" -gt 1 ]; then preflight bf16_all "$NGPU"; fi
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

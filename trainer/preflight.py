@@ -12,7 +12,7 @@ In order, each rank on its own device:
 3. a bf16 matmul's TFLOPS against the GPU's peak (``--peak-tflops``, from gpucli's catalogue): below
    ``--min-share`` of it the host is a bad host, and both numbers say so. On a CPU: an fp32 matmul,
    measured and reported as such, with no peak to hold it to;
-4. on several processes, one all-reduce (NCCL on GPUs, gloo on CPUs): the bus bandwidth as nccl-tests
+4. the host-to-GPU copy of a pinned 256 MB buffer (GB/s); on several processes, one all-reduce (NCCL on GPUs, gloo on CPUs): the bus bandwidth as nccl-tests
    defines it (2 (n-1)/n x bytes / time);
 5. the disk the run writes to: MB/s of a write with fsync;
 6. ``--steps`` optimizer steps of the run's own configuration (its model, micro-batch, sequence length,
@@ -122,6 +122,16 @@ def check_matmul(device: torch.device, peak_tflops: float | None, min_share: flo
     return out
 
 
+def check_copy(device: torch.device) -> dict[str, Any]:
+    """GB/s of a pinned 256 MB host-to-GPU copy: what every batch crosses (a narrow PCIe link shows here)."""
+    if device.type != "cuda":
+        return {}
+    host = torch.empty(64 << 20, dtype=torch.float32).pin_memory()
+    dev = torch.empty_like(host, device=device)
+    seconds = _time(lambda: dev.copy_(host, non_blocking=True), 5, True)
+    return {"h2d_gbps": round(host.numel() * host.element_size() / seconds / 1e9, 2)}
+
+
 def check_allreduce(device: torch.device, world: int) -> dict[str, Any]:
     if world < 2 or not dist.is_initialized():
         return {}
@@ -167,6 +177,9 @@ def run_steps(cfg: Any, d: Any, steps: int, warmup: int) -> dict[str, Any]:
     """The trainer's own step, built as the run builds it, ``warmup`` + ``steps`` times."""
     from trainer.train import Trainer  # the run's own code: model, FSDP/DDP, compile, FP8, optimizer, data
 
+    if d.device.type == "cuda":  # the checks' buffers are neither the run's memory nor its peak
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(d.device)
     trainer = Trainer(cfg, d, started_at=time.time())
     try:
         cuda = d.device.type == "cuda"
@@ -260,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         d = start_process(cfg)
         for stage, check in (("device", lambda: check_device(d.device, args.gpus, d.world)),
                              ("matmul", lambda: check_matmul(d.device, args.peak_tflops, args.min_share)),
+                             ("copy", lambda: check_copy(d.device)),
                              ("allreduce", lambda: check_allreduce(d.device, d.world)),
                              ("disk", lambda: check_disk(out, d.device.type == "cuda") if d.local_rank == 0 else {}),
                              ("steps", lambda: run_steps(cfg, d, args.steps, args.warmup))):

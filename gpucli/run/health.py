@@ -3,7 +3,7 @@
 :class:`Preflight` is the run record's copy of the figures ``trainer/preflight.py`` (or the user's own
 ``--preflight`` command) reported before the run was detached; :class:`Thresholds` are the bars a
 machine must pass, per GPU family (``gpucli/profiles/health.yaml``). Later health checks (the
-host-to-GPU copy, ECC and XID errors, the download speed) add a field to each and a bar to the file.
+ECC and XID errors, clocks, the download speed) add a field to each and a bar to the file.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Preflight:
     peak_tflops: float | None = None
     matmul_share: float | None = None
     min_share: float | None = None
+    h2d_gbps: float | None = None  # a pinned host-to-GPU copy
     allreduce_backend: str | None = None
     allreduce_busbw_gbps: float | None = None
     disk_write_mb_s: float | None = None
@@ -104,6 +105,8 @@ class Preflight:
         if self.matmul_tflops is not None:
             share = f" = {self.matmul_share:.0%} of {self.peak_tflops:g}" if self.matmul_share is not None else ""
             parts.append(f"{self.matmul_dtype or ''} matmul {self.matmul_tflops:.3g} TFLOPS{share}".strip())
+        if self.h2d_gbps is not None:
+            parts.append(f"host-to-GPU {self.h2d_gbps:.3g} GB/s")
         if self.allreduce_busbw_gbps is not None:
             parts.append(f"all-reduce {self.allreduce_busbw_gbps:.3g} GB/s ({self.allreduce_backend})")
         if self.disk_write_mb_s is not None:

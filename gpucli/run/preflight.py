@@ -94,16 +94,27 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
         return record
     deadline = timeout_s()
     wd = shlex.quote(resolved.workdir)
+    sample = ""
+    if resolved.data_plan is not None:
+        # The run's data is fetched by the detached job (gpucli/pod/fetch.py), after this: the steps read a
+        # sample of the demo corpus, prepared with the run's own tokenizer settings, in the preflight's folder.
+        sample = f" --data.dir=../{FOLDER}/data --data.inputs=[] --data.max_bytes=2000000"
     on_event(f"preflight: the machine (GPU, matmul, all-reduce, disk) and {STEPS} steps of this run's "
-             f"configuration (at most {deadline:g} s)")
+             f"configuration{' (on a sample: the data is fetched after it)' if sample else ''} "
+             f"(at most {deadline:g} s)")
     host.run(f"rm -rf -- {wd}/{FOLDER} && mkdir -p -- {wd}/{FOLDER}", timeout_s=60)
     cmd = (f"cd {wd}/code && set -a && . ../env && set +a && "
-           f"{trainer_command(resolved, deadline)} > ../{FOLDER}.log 2>&1")
+           f"{trainer_command(resolved, deadline)}{sample} > ../{FOLDER}.log 2>&1")
     try:
         code: int | None = host.run(cmd, timeout_s=deadline + 60, check=False).exit_code
     except GpucliError:  # no answer past the deadline: the host (or the link to it) is stuck
         code = None
     result = _read_results(host, resolved.workdir, code, deadline)
+    if result.ok and result.device == "cuda" and resolved.gpu_id is not None:
+        # The model as rented: said, not refused, until lent GPUs confirm the catalogue's names for each one.
+        seen = match_gpu_name(load_catalog().gpus, result.gpu_name or "")
+        if seen is not None and seen.id != resolved.gpu_id:
+            on_event(f"preflight: rented {resolved.gpu_name}, the host's GPU reads as {result.gpu_name} ({seen.name})")
     return _verdict(result, record, save=save, on_event=on_event, what="the trainer's")
 
 
@@ -114,7 +125,7 @@ def _read_results(host: Host, workdir: str, code: int | None, deadline: float) -
         names = host.list_files(f"{workdir}/{FOLDER}")
     except GpucliError:
         names = {}
-    for name in names:
+    for name in sorted(names):
         m = RESULT_RE.match(name)
         if m:
             try:
@@ -122,7 +133,9 @@ def _read_results(host: Host, workdir: str, code: int | None, deadline: float) -
             except GpucliError:
                 continue
             results[int(m.group(1))] = Preflight.from_json(data)
-    failed = [results[r] for r in sorted(results) if not results[r].ok]
+    # A rank's own cause (an OOM on rank 3) before the ranks that only waited for it until the deadline.
+    failed = sorted((results[r] for r in sorted(results) if not results[r].ok),
+                    key=lambda p: (p.error or "").startswith("did not finish"))
     if failed:
         return failed[0]
     if 0 in results and code == 0:

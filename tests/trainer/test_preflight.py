@@ -74,3 +74,18 @@ def test_the_deadline_ends_it_with_a_verdict(data_dir, tmp_path):
     assert r.returncode == 124
     res = result(out)
     assert not res["ok"] and res["error"].startswith("did not finish in 0.05 s")
+
+
+def test_out_of_memory_says_what_to_change():
+    import torch
+
+    from trainer.preflight import oom_fix
+    from trainer.spec.load import load_config
+
+    cfg = load_config(None, ["--model.preset=tiny", "--training.batch_size=16", "--training.grad_accum_steps=2",
+                             "--training.seq_len=128", "--training.max_steps=10"])
+    error, fix = oom_fix(cfg, torch.device("cpu"))
+    assert error == "CUDA out of memory at micro-batch 16 (seq 128) on this machine"
+    assert fix.startswith("try --set training.batch_size=8 --set training.grad_accum_steps=4")
+    one = load_config(None, ["--model.preset=tiny", "--training.batch_size=1", "--training.max_steps=10"])
+    assert "hardware.fsdp=on" in oom_fix(one, torch.device("cpu"))[1]

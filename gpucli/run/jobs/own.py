@@ -145,7 +145,7 @@ class OwnCode:
         q = shlex.quote(wd)
         # status.json of an earlier attempt in the same folder would read as this one's end; a cloud launch
         # is always a new pod (a resume included), where --setup runs again whatever its folder holds.
-        stale = f"{q}/status.json {q}/.verdict-read" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
+        stale = f"{q}/status.json {q}/.verdict-read {q}/preflight.json" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
         host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
         host.write_env_file(f"{wd}/env", {**job_env(self, secrets_env(resolved.env_names + self.task.env_from_local)),
                                             **(node_env or {})})

@@ -3,6 +3,8 @@ is detached; a failure is one line with the machine's cost, and the pod is gone 
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from gpucli.run import records as runs
@@ -31,4 +33,23 @@ def test_preflight_on_a_pod(provider, request, capsys, tmp_path):
     pod = record.instance_id
     assert pod is not None and pod not in emu.ledger.alive()  # the provider says it is gone
     assert f"terminated pod {pod}" in err + out
+    assert_nothing_running(emu)
+
+
+def test_own_preflight_failing_on_a_pod_ends_it(request, capsys, tmp_path):
+    emu = emulator_for(request, "runpod")
+    code_dir = tmp_path / "code"
+    code_dir.mkdir()
+    (code_dir / "train.py").write_text("print('step 1 loss 2.5', flush=True)\n")
+    code, out, err = cli(capsys, "launch", "--code", str(code_dir), "--run", f"{sys.executable} train.py",
+                         "--name", "own-pod-pf", "--provider", "runpod", "--profile", "rtx4090", "--python",
+                         sys.executable, "--ready-timeout", "20", "--workdir", str(tmp_path / "pod" / "own-pod-pf"),
+                         "--preflight", "echo checking; exit 3")
+    assert code == 1
+    lines = error_lines(err)
+    assert len(lines) == 1 and "your preflight failed" in lines[0] and "exit 3" in lines[0], err
+    assert "the machine cost $" in lines[0]
+    record = runs.load("own-pod-pf")
+    assert record.status == "failed" and record.preflight is not None and record.preflight.exit_code == 3
+    assert record.instance_id not in emu.ledger.alive()
     assert_nothing_running(emu)
