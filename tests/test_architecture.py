@@ -15,14 +15,15 @@ PKG = ROOT / "gpucli"
 # imports upward. `cloud` may read the catalogue (`plan`) to name GPUs and turn offers into setups.
 ALLOWED = {
     "__main__": {"cli"},  # `python -m gpucli`: the CLI's entry, nothing else
-    "cli": {"run", "plan", "cloud", "ssh", "settings", "errors", "__init__"},
-    "run": {"plan", "cloud", "ssh", "pod", "settings", "errors", "__init__"},  # pod: procid, the liveness test
+    "cli": {"run", "plan", "cloud", "ssh", "store", "settings", "errors", "__init__"},
+    "run": {"plan", "cloud", "ssh", "pod", "store", "settings", "errors", "__init__"},  # pod: procid, the liveness test
     "cloud": {"plan", "settings", "errors", "__init__"},
     "ssh": {"settings", "errors", "__init__"},
     "plan": {"settings", "errors", "__init__"},
     "settings": {"errors", "__init__"},
     "errors": {"__init__"},
     "pod": set(),
+    "store": set(),  # copied to the pod as it is, like pod/: nothing of gpucli
     "__init__": set(),
 }
 PRESENTATION = ("typer", "rich", "click")
@@ -91,8 +92,8 @@ def test_core_never_touches_the_presentation_layer():
         for name in imports(path):
             if any(name == p or name.startswith(p + ".") for p in PRESENTATION):
                 problems.append(f"{path.relative_to(ROOT)} imports {name}")
-        if floor_of(path) == "pod":
-            continue  # the pod's watchdog is its own program: its main() may print and exit
+        if floor_of(path) in ("pod", "store"):
+            continue  # the pod's watchdog and uploader are programs of their own: their main() may exit
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
@@ -120,6 +121,22 @@ def test_pod_code_is_standard_library_only():
         for name in imports(path):
             top = name.split(".")[0]
             assert top in stdlib or top == "__future__", f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_store_code_is_standard_library_and_its_clients():
+    """gpucli/store runs on the pod as plain files: the standard library, and the store's own clients
+    (boto3, huggingface_hub) only inside the functions that use them."""
+    stdlib = set(sys.stdlib_module_names)
+    clients = {"boto3", "botocore", "huggingface_hub"}
+    for path in sorted((PKG / "store").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = {n.split(".")[0] for node in tree.body for n in
+               ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
+        assert top <= stdlib | {"__future__"}, f"{path.relative_to(ROOT)} imports {sorted(top - stdlib)} at the top"
+        for name in imports(path):
+            first = name.split(".")[0]
+            assert first in stdlib | clients | {"__future__"}, f"{path.relative_to(ROOT)} imports {name}"
 
 
 def test_trainer_never_imports_gpucli():
@@ -243,7 +260,7 @@ def test_no_import_cycle_anywhere():
 # of job, then the life of a run on top.
 RUN_FLOORS = {
     "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
-    "webhook": 0, "secretenv": 0,
+    "webhook": 0, "secretenv": 0, "storeurl": 0,
     "health": 0.7,  # what a preflight measured and the bars a healthy machine passes (per GPU family)
     "records": 1, "userconfig": 1, "schemas": 1,
     "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it
@@ -257,6 +274,7 @@ RUN_FLOORS = {
     "clusterend": 4.6,  # a rented cluster ended from this machine: its watcher, and whether it is gone
     "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
+    "store": 6.5,  # the run's checkpoint store seen from here: its uploader started, resume and fetch from it
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "preflight": 7,  # the machine checked on the host before the run is detached

@@ -159,4 +159,13 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
             f"disk: {size(c.disk_gb)} checkpoints + {data} + {size(d.headroom_gb)} headroom = "
             f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")
             ] + ([f"checkpoints written: {d.written} ({d.written_note}); keeping them all would need "
-                  f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else [])
+                  f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else []) \
+        + _store_lines(r)
+
+
+def _store_lines(r: ResolvedLaunch) -> list[str]:
+    """The checkpoint store's line: what it uploads, keeps and costs (gpucli.plan.storecost)."""
+    from gpucli.run.store import quote
+
+    q = quote(r)
+    return [f"{q.line()} ({r.store})"] if q is not None else ([f"store: {r.store}"] if r.store else [])

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpucli.cloud.offers import OfferView
     from gpucli.plan.catalog import Catalog
     from gpucli.plan.planner import Estimate, Plan
+    from gpucli.plan.storecost import StoreQuote
 
 
 def gpus_table(catalog: Catalog, today: dt.date) -> None:
@@ -493,3 +494,11 @@ def explanation(x: Any, *, json_: bool) -> None:
         for name, value, source in x.constants:
             c.add_row(name, escape(value), escape(source))
         o.print(c)
+
+
+def store_quote_line(q: StoreQuote, url: str) -> None:
+    """``plan --store``: what the store keeps and costs a month, and who bills the uploads."""
+    out().print(f"store {url}: {q.checkpoint_gb:.2f} GB a checkpoint; keeps keep_last 3 + the best = "
+                f"{4 * q.checkpoint_gb:.1f} GB: ${4 * q.checkpoint_gb * q.storage_rate_usd_per_gb_month:.2f}/month at "
+                f"${q.storage_rate_usd_per_gb_month:g}/GB-month. Uploads (each checkpoint once): vast.ai bills "
+                "them at the offer's inet_up_cost $/GB, RunPod does not.", markup=False, highlight=False, soft_wrap=True)

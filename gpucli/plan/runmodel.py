@@ -5,6 +5,7 @@ and ``gpucli plan --set`` plan on it, so a shape the trainer would refuse is ref
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpucli.errors import NothingFitsError, UsageError
@@ -168,3 +169,23 @@ def parse_checkpoint_every(text: str) -> dict[str, Any]:
         return {"checkpoint_every_s": parse_duration_hours(s) * 3600.0}
     except ValueError as exc:
         raise UsageError(f"--checkpoint-every: {exc}") from None
+
+
+def keep_global_batch(samples: int, accum: int, fits: int) -> tuple[int, int, str | None]:
+    """(micro-batch, grad accum, note) keeping the profile's sequences per GPU per step (samples x
+    accum) at a micro-batch that fits in memory (``fits``).
+
+    The micro-batch is the largest divisor of that product that fits, so the global batch the profile
+    was tuned with is kept exactly (14 x 2 with room for 8 becomes 7 x 4, not 8 x 4). Where the only
+    such divisor is under half of what fits (a prime product, say), it is too slow a micro-batch: the
+    largest that fits is used and the note says how the batch changes."""
+    per_gpu = samples * accum
+    if samples <= fits:
+        return samples, accum, None
+    exact = max(d for d in range(1, fits + 1) if per_gpu % d == 0)
+    if exact * 2 >= fits:
+        return exact, per_gpu // exact, None
+    new_accum = math.ceil(per_gpu / fits)
+    return fits, new_accum, (f"the profile's {samples} x {accum} sequences per GPU per step do not fit in memory "
+                             f"and {per_gpu} has no divisor near {fits}: {fits} x {new_accum} = "
+                             f"{fits * new_accum} per GPU instead")

@@ -484,12 +484,25 @@ def main(argv: list[str] | None = None) -> int:
     return finish(args, run_dir, str(verdict), peers=peers)
 
 
+def wait_for_store(run_dir: Path) -> None:
+    """A run with a checkpoint store: its uploader sends the last checkpoints before the pod's end action
+    (storeflush.py, written beside this file by the launch only for such a run; loaded by path)."""
+    path = Path(__file__).with_name("storeflush.py")
+    if not path.exists():
+        return
+    spec = importlib.util.spec_from_file_location("gpucli_storeflush", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module.wait_for_store(run_dir, log=lambda m: log(run_dir, m), alive=procid.group_alive)
+
+
 def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | None = None,
            peers: Any = None) -> int:
     """The run is over: end the pod (cloud providers) and record the verdict."""
     log(run_dir, f"run over: {verdict}")
     if peers is not None:
         peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
+    wait_for_store(run_dir)
     ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
     write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
     if args.provider in ("runpod", "vast") and not ended:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
 from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, ProviderError, UsageError
-from gpucli.run import procs, reconcile
+from gpucli.run import procs, reconcile, store
 from gpucli.run import records as runs
 from gpucli.run.monitor import RunStatus, status_of, stop_trainer
 from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
@@ -91,6 +91,7 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
                     on_notice(Notice("warn", f"pid {record.watchdog_pid} is no longer the run's watchdog: "
                                              "not signalled"))
             was_running = stop_trainer(host, record, on_event=on_step)
+            store.flush(host, record, on_step)  # a run with --store: its last checkpoint there before the pod ends
             last = status_of(host, record)  # the step and loss it ended at, for `ls`
             record = record.with_(step=last.step if last.step is not None else record.step,
                                   loss=_finite(last.loss) if last.loss is not None else record.loss)

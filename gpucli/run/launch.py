@@ -29,6 +29,7 @@ from gpucli.plan.runmodel import (
     check_fit,
     check_model,
     checkpoints_planned,
+    keep_global_batch,
     resolved_model,
     run_spec,
     run_stages,
@@ -41,6 +42,7 @@ from gpucli.run.limits import Limits
 from gpucli.run.nodes import check_request, planned_across, trainer_command
 from gpucli.run.records import PlannedSpeed
 from gpucli.run.secretenv import check_names
+from gpucli.run.storeurl import store_url
 from gpucli.run.targets import get_target
 from gpucli.settings import volume_mount
 from trainer.spec.config import DEMO_MAX_BYTES, JOB_STARTED_ENV, ConfigError
@@ -88,6 +90,7 @@ class LaunchRequest:
     probe_link: bool = False  # --probe-link: measure the nodes' link at launch, and refuse when that fails
     query: str | None = None  # --query: vast query words replacing the launch's offer filters field by field
     preflight: str | None = ""  # "": the job's own check of the machine before the run is detached (gpucli.run.preflight); None: --no-preflight; else your own code's --preflight CMD
+    store: str | None = None  # --store s3://BUCKET/PREFIX | hf://OWNER/NAME: the checkpoints' store (gpucli.run.store)
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -97,8 +100,8 @@ class LaunchRequest:
         get_target(req.provider).endpoint(req.host, req.identity)
         check_request(req)
         req.limits.checked()
-        if req.env_names:
-            req = dataclasses.replace(req, env_names=check_names(req.env_names))
+        if req.env_names or req.store:
+            req = dataclasses.replace(req, env_names=check_names(req.env_names), store=store_url(req.store))
         for flag, value in (("--bid", req.bid_per_gpu_usd), ("--val-interval", req.val_interval),
                             ("--checkpoint-interval", req.checkpoint_interval), ("--disk", req.disk_gb),
                             ("--checkpoint-every", req.checkpoint_every_s),
@@ -127,7 +130,8 @@ class LaunchRequest:
         data.pop("force")  # a resume checks the balance again
         data["data"] = str(self.data) if self.data else None
         for key, default in (("volume", None), ("volume_size_gb", None), ("nodes", 1), ("hosts", ()),
-                             ("nccl_ifname", None), ("link_gbps", None), ("probe_link", False), ("query", None), ("preflight", "")):
+                             ("nccl_ifname", None), ("link_gbps", None), ("probe_link", False), ("query", None), ("preflight", ""),
+                             ("store", None)):
             if getattr(self, key) == default:
                 del data[key]  # records of one-machine runs (no --volume, --query) stay as they were
         if self.hosts:
@@ -197,6 +201,7 @@ class ResolvedLaunch:
     link_gbps: float | None = None  # the nodes' link as given (--link-gbps)
     planned_one: PlannedSpeed | None = None  # one machine's plan (a run over several: before the link's share)
     preflight: str | None = ""  # as LaunchRequest.preflight
+    store: str | None = None  # the checkpoints' store (gpucli.run.store): its URL, never its credentials
 
     @property
     def pod_disk_gb(self) -> int:
@@ -229,26 +234,6 @@ def _profile_batch(profile: SingleProfile | ClusterProfile, phase_name: str, bat
     per_step = max(1, round(profile.batch_size * batch_scale))
     accum = profile.grad_accum
     return max(1, per_step // accum), accum
-
-
-def keep_global_batch(samples: int, accum: int, fits: int) -> tuple[int, int, str | None]:
-    """(micro-batch, grad accum, note) keeping the profile's sequences per GPU per step (samples x
-    accum) at a micro-batch that fits in memory (``fits``).
-
-    The micro-batch is the largest divisor of that product that fits, so the global batch the profile
-    was tuned with is kept exactly (14 x 2 with room for 8 becomes 7 x 4, not 8 x 4). Where the only
-    such divisor is under half of what fits (a prime product, say), it is too slow a micro-batch: the
-    largest that fits is used and the note says how the batch changes."""
-    per_gpu = samples * accum
-    if samples <= fits:
-        return samples, accum, None
-    exact = max(d for d in range(1, fits + 1) if per_gpu % d == 0)
-    if exact * 2 >= fits:
-        return exact, per_gpu // exact, None
-    new_accum = math.ceil(per_gpu / fits)
-    return fits, new_accum, (f"the profile's {samples} x {accum} sequences per GPU per step do not fit in memory "
-                             f"and {per_gpu} has no divisor near {fits}: {fits} x {new_accum} = "
-                             f"{fits * new_accum} per GPU instead")
 
 
 def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
@@ -405,7 +390,8 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         command=cmd, limits=limits, planned=planned, data=source, overrides=overrides,
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names, nodes=req.nodes,
-        link_gbps=req.link_gbps, planned_one=planned_one, preflight=req.preflight)
+        link_gbps=req.link_gbps, planned_one=planned_one, preflight=req.preflight,
+        store=req.store)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.run import records as runs
-from gpucli.run import start
+from gpucli.run import start, store
 from gpucli.run.checkpoints import checkpoint_step, list_checkpoints
 from gpucli.run.clusterend import cluster_gone, cluster_of
 from gpucli.run.defaults import DEFAULTS
@@ -249,7 +249,7 @@ def host_alive(record: RunRecord) -> bool:
 
 
 def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_step: StepFn = _quiet,
-           on_notice: NoticeFn = _quiet, nodes: int | None = None) -> RunRecord:
+           on_notice: NoticeFn = _quiet, nodes: int | None = None, provider: str | None = None) -> RunRecord:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest mirrored
     checkpoint (cloud) or the one on the host (local, ssh), same run. A run on a network volume
     mounts the same volume again, and the newer of the volume's checkpoint and the mirror's wins
@@ -267,7 +267,9 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         raise runs.BadRecord(f"run {record.name}: its record's launch settings cannot be read "
                              f"({type(exc).__name__}: {str(exc)[:120]})",
                              hint="start it again with `gpucli launch`") from None
-    target = get_target(record.provider)
+    old_target = get_target(record.provider)
+    req, moving = store.moved_request(req, record, provider)  # --provider: the same run elsewhere
+    target = get_target(req.provider)
     if req.nodes > 1:  # one run over several machines (run/multinode.py)
         return _resume_nodes(record, req, job, catalog, on_step=on_step, on_notice=on_notice, nodes=nodes)
     if nodes is not None and nodes != 1:
@@ -275,7 +277,9 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume
     restore = metrics = None
-    if target.cloud:
+    if target.cloud or moving:
+        if not from_scratch:  # the store's newest whole checkpoint, when newer than the mirror's
+            store.pull_newest(record, on_step)
         restore = job.restore_point(record.name)
         metrics = mirror_root(record.name) / "metrics.jsonl"
         if restore is None and not from_scratch and not on_volume:
@@ -283,7 +287,7 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
                              hint="pass --from-scratch to start over (launch with --mirror-checkpoints or "
                                   "--recover, or run `gpucli mirror`, to keep one)")
         try:  # the old pod, if anything of it is left, stops billing now
-            target.terminate(record)
+            old_target.terminate(record)
         except GpucliError as exc:
             on_notice(Notice("warn", f"could not terminate the old pod {record.instance_id}: {exc}"))
         old = (record.instance_id,) if record.instance_id else ()
@@ -291,6 +295,8 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     volume = (record.launch or {}).get("volume")
     volume_id = str(volume["id"]) if isinstance(volume, dict) and volume.get("id") else None
     prepared = prepare(catalog, req, run_name=record.name, job=job.again(), volume_id=volume_id)
+    if moving:
+        record = store.moved_record(record, req, prepared.resolved.workdir)
     if "volume" in prepared.inputs:  # the volume this pod mounts (another, when the recorded one was deleted)
         record = record.with_(launch={**(record.launch or {}), "volume": prepared.inputs["volume"]})
     try:

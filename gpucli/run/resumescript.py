@@ -59,6 +59,10 @@ PGID=$(cat "$WD/console.log.pid")
 setsid nohup sh -c 'echo $$ > "$1"; set -a; . "$2"; set +a; shift 2; exec "$@"' \\
   sh "$WD/watchdog.out.pid" "$WD/watchdog.env" {py} ../watchdog.py --pgid "$PGID" {args} \\
   >> "$WD/watchdog.out" 2>&1 < /dev/null &
+if [ -f "$WD/storesync.sh" ]; then  # a run with --store: its uploader again (gpucli/store/storesync.py)
+  setsid nohup sh -c 'set -a; . "$1"; set +a; exec sh "$2"' sh "$WD/env" "$WD/storesync.sh" \\
+    >> "$WD/storesync.out" 2>&1 < /dev/null &
+fi
 """
 
 

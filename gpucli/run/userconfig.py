@@ -3,6 +3,7 @@
 
     provider: runpod          # gpucli config set provider runpod
     profile: h100
+    store: s3://my-bucket/runs  # every run's checkpoints also go there (gpucli config set store ...)
     runpod:                   # per provider: gpucli config set runpod.disk 100
       disk: 100
       image: runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404
@@ -25,11 +26,12 @@ from typing import Any
 import yaml
 
 from gpucli.errors import UsageError
+from gpucli.run.storeurl import store_url
 from gpucli.settings import config_home, write_private
 
 PROVIDERS = ("local", "ssh", "runpod", "vast")
 TOP = {"provider": "provider", "profile": "str", "phase": "phase", "model": "str", "on_end": "on_end",
-       "mcp_max_usd": "usd"}  # what `gpucli mcp` may let an agent launch, per call and per day (cli/mcp_server.py)
+       "mcp_max_usd": "usd", "store": "store"}  # what `gpucli mcp` may let an agent launch, per call and per day (cli/mcp_server.py)
 PER_PROVIDER = {"disk": "gb", "image": "str", "ready_timeout": "seconds", "python": "str", "on_end": "on_end",
                 "spot": "bool", "reliability": "fraction"}
 
@@ -66,6 +68,11 @@ def check_value(key: Key, value: Any, *, where: str = "") -> Any:
         if v not in PROVIDERS:
             raise UsageError(f"{label}: unknown provider {value!r} (valid: {', '.join(PROVIDERS)})")
         return v
+    if kind == "store":  # a checkpoint store for every run: s3://BUCKET/PREFIX or hf://OWNER/NAME
+        try:
+            return store_url(str(value))
+        except UsageError as exc:
+            raise UsageError(f"{label}: {exc.message}") from None
     if kind == "on_end":
         v = str(value).strip().lower()
         if v not in ("stop", "terminate"):

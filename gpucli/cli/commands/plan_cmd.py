@@ -48,6 +48,8 @@ def plan(
                               "plans each stage at its own memory chunk size."),
     set_: list[str] = typer.Option([], "--set", help="Model override as for launch, e.g. --set model.refine_steps=4: "
                                    "the model planned is the one the trainer builds."),
+    store: str | None = typer.Option(None, "--store", help="Also quote a checkpoint store (s3://... or hf://...): what "
+                              "it keeps a month, and which provider bills the uploads."),
     explain: str = typer.Option(None, "--explain", metavar="SETUP",
                                 help="Show how one setup's numbers were computed, e.g. --explain '8x H100 SXM'."),
 ) -> None:
@@ -92,6 +94,10 @@ def plan(
     gpus = tuple(g.strip() for g in gpu.split(",") if g.strip()) if gpu else ()
     for g in gpus:
         catalog.gpu(g)  # unknown names fail here, with suggestions
+    if store:  # a bad URL is said before anything is planned
+        from gpucli.run.storeurl import store_url
+
+        store = store_url(store)
     shapes = [_model_shape(catalog, name) for name in model]
     shapes = [s for s in shapes for _ in range(models)]
     if models > 1:
@@ -144,6 +150,15 @@ def plan(
         render_plan.plan_tables(result, show_all=all_)
         if chart:
             render_plan.plan_chart(result)
+        if store:
+            from gpucli.plan.disk import checkpoint_disk
+            from gpucli.plan.storecost import store_quote
+            from gpucli.run.store import storage_rate
+
+            url = str(store)
+            q = store_quote(checkpoint_gb=checkpoint_disk(shape).checkpoint_gb, written=1, keep_last=3, hours=None,
+                            transfer_usd_per_gb=None, storage_usd_per_gb_month=storage_rate(url))
+            render_plan.store_quote_line(q, url)
     if plot is not None:
         render_plan.wrote(plot)
 

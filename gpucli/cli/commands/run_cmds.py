@@ -107,6 +107,10 @@ def launch(
                                "keep a pod billed more than 5% above its quote."),
     query: str = typer.Option(None, "--query", help="Offer filters in vast query words, e.g. \"reliability>=0.9 "
                               "inet_down>=200\": each field named replaces gpucli's default filter of it."),
+    store: str = typer.Option(None, "--store", help="Also upload every checkpoint the run keeps, and its best, to "
+                              "s3://BUCKET/PREFIX (any S3-compatible service: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                              "AWS_ENDPOINT_URL) or hf://[datasets/]OWNER/NAME (HF_TOKEN), from the pod as it trains; "
+                              "resume, --recover and fetch-best read it when the pod is gone."),
     mirror_checkpoints: bool = typer.Option(False, "--mirror-checkpoints",
                                             help="Stay attached and copy each new checkpoint to this machine."),
     recover: bool = typer.Option(False, "--recover", help="Stay attached, mirror checkpoints, and resume on a new "
@@ -164,6 +168,7 @@ def launch(
     python = python or userconfig.get(mine, "python", provider)
     on_end = on_end or userconfig.get(mine, "on_end", provider)
     spot = spot or bool(userconfig.get(mine, "spot", provider))
+    store = store or userconfig.get(mine, "store", provider)
     if params or seq_len is not None or tokens:
         from gpucli.plan.estimate import parse_quantity
 
@@ -203,7 +208,7 @@ def launch(
         nccl_ifname=nccl_ifname, link_gbps=link_gbps, probe_link=probe_link,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
-        ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query,
+        ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query, store=store,
         preflight=None if no_preflight else (preflight or ""),
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes))
@@ -231,6 +236,8 @@ def resume(
     from_scratch: bool = typer.Option(False, "--from-scratch", help="Start over when no checkpoint can be found."),
     nodes: int = typer.Option(None, "--nodes", help="A run over several machines: resume on its first N nodes "
                               "(the others' checkpoint shards are brought to node 0)."),
+    provider: str = typer.Option(None, "--provider", help="Continue on another provider (local, ssh, runpod, vast) "
+                                 "from the newest whole checkpoint in the run's store (--store) or this machine's mirror."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Continue a stopped or preempted run: a new pod of the same profile, the newest checkpoint, same run."""
@@ -240,7 +247,7 @@ def resume(
 
     with render.status_line() as step:
         record = lifecycle.resume(run, load_catalog(), from_scratch=from_scratch, on_step=step,
-                                  on_notice=render.notice, nodes=nodes)
+                                  on_notice=render.notice, nodes=nodes, provider=provider)
     render.launched(record, json_=json_)
 
 
@@ -350,19 +357,31 @@ def fetch_best(
     run: str = RUN_ARG,
     dest: Path = typer.Option(Path("checkpoints"), "--dest", help="Folder to put the checkpoint in."),
     with_optimizer: bool = typer.Option(False, "--with-optimizer", help="Also the optimizer state (to resume)."),
+    from_store: bool = typer.Option(False, "--from-store", help="Take it from the run's checkpoint store (--store), "
+                                    "not the pod (the default once the pod cannot be reached)."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Download the checkpoint with the lowest validation loss, verified by sha256."""
     from gpucli.cli import render_runs as render
+    from gpucli.errors import GpucliError
     from gpucli.run import records as runs
+    from gpucli.run import store
     from gpucli.run.jobs import fetch_best as do_fetch
     from gpucli.run.targets import open_host
 
     record = runs.resolve(run, on_bad=render.warn)
-    with open_host(record) as host, render.transfer_progress("downloading") as progress:
-        result = do_fetch(host, record, dest, with_optimizer=with_optimizer, progress=progress,
-                          on_event=render.info)
-    render.fetched(result, json_=json_)
+    if not from_store:
+        try:
+            with open_host(record) as host, render.transfer_progress("downloading") as progress:
+                result = do_fetch(host, record, dest, with_optimizer=with_optimizer, progress=progress,
+                                  on_event=render.info)
+            render.fetched(result, json_=json_)
+            return
+        except GpucliError as exc:
+            if store.run_store(record) is None:
+                raise
+            render.warn(f"the pod cannot be reached ({exc.message}): taking the best checkpoint from the store")
+    render.fetched(store.fetch_best(record, dest, with_optimizer=with_optimizer), json_=json_)
 
 
 def down(

@@ -27,6 +27,7 @@ from gpucli.run.start import (
     step_of,
     trainer_package_dir,
 )
+from gpucli.run.store import start_store_sync, store_env, trainer_keep_last
 from gpucli.run.targets import get_target
 from trainer.spec.config import JOB_STARTED_ENV
 
@@ -105,9 +106,13 @@ class BundledTrainer:
         config = run_yaml_now(resolved, record)
         host.write_file(f"{wd}/run.yaml", yaml.safe_dump(config, sort_keys=False).encode(), mode=0o644)
         host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env, JOB_STARTED_ENV: str(measured),
-                                            **(node_env or {})})
+                                            **(node_env or {}), **store_env(resolved.store)})
         # The machine and this configuration checked before anything is detached (--no-preflight skips it).
         record = check_trainer(host, resolved, record, on_event=on_event, save=save)
+        if not (node_env or {}).get("GPUCLI_NODE_RANK", "0").strip("0"):  # rank 0 writes the checkpoints
+            # before the job: the watchdog's end then always knows there is an uploader to wait for
+            start_store_sync(host, resolved, kind="trainer", checkpoints="checkpoints",
+                             keep_last=trainer_keep_last(resolved), on_event=on_event)
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
         if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
             write_resume_script(host, resolved, record)

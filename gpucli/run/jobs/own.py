@@ -39,6 +39,7 @@ from gpucli.run.preflight import check_own, timeout_s
 from gpucli.run.records import PlannedSpeed, RunRecord
 from gpucli.run.secretenv import task_env_names
 from gpucli.run.start import secrets_env, start_job
+from gpucli.run.store import start_store_sync, store_env
 from gpucli.run.targets import get_target
 from gpucli.run.task import GitCode, Task, load_task
 from gpucli.settings import load_keys, watchdog_grace_s
@@ -148,7 +149,7 @@ class OwnCode:
         stale = f"{q}/status.json {q}/.verdict-read {q}/preflight.json" + (f" {q}/.setup-done" if get_target(resolved.provider).cloud else "")
         host.run(f"mkdir -p -- {q}/code {q}/data && rm -f -- {stale}", timeout_s=60)
         host.write_env_file(f"{wd}/env", {**job_env(self, secrets_env(resolved.env_names + self.task.env_from_local)),
-                                            **(node_env or {})})
+                                            **(node_env or {}), **store_env(resolved.store)})
         put_code(host, resolved, self, on_event)
         put_data(host, resolved, on_event)
         if restore is not None:
@@ -156,6 +157,9 @@ class OwnCode:
             host.sync_up(restore, self.checkpoints_dir(wd), excludes=[])
             if metrics is not None and metrics.exists() and not host.exists(f"{wd}/metrics.jsonl"):
                 host.write_file(f"{wd}/metrics.jsonl", metrics.read_bytes(), mode=0o644)
+        if not (node_env or {}).get("GPUCLI_NODE_RANK", "0").strip("0"):  # before the job, as the trainer's
+            start_store_sync(host, resolved, kind="own", checkpoints=posixpath.normpath(f"code/{self.checkpoints}"),
+                             keep_last=3, on_event=on_event)
         record = start_job(host, resolved, record, job_command(resolved, self), what="job", on_event=on_event,
                            save=save, detail=f": {self.task.run}")
         if self.task.setup or resolved.preflight:  # --preflight CMD: after --setup, before --run (gpucli.run.preflight)

@@ -260,6 +260,7 @@ class LocalTarget(NoPod):
     name = "local"
     describe = "this machine"
     bootstrap = False  # this Python already has the trainer's packages
+    bills_transfer = False  # no provider between this machine and a --store
 
     def default_workdir(self, run: str) -> str:
         return str(home() / "local-runs" / run)

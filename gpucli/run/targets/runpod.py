@@ -33,6 +33,7 @@ class RunPodTarget(CloudTarget):
     # PodStatus), as podStop leaves it: the pod no longer runs the run.
     exited_means = "preempted"
     network_volumes = True  # --volume: a network volume at /workspace (vast.ai has none)
+    bills_transfer = False  # "no fees for data ingress or egress" (runpod/docs pods/pricing.mdx): a --store's uploads are free
     #: The run folder is on the pod's volume disk (mounts.persistent at /workspace), which a stop keeps
     #: ("Volume disk ... Persistent; retained until Pod deleted", pods/pricing.mdx L47): --on-end stop
     #: keeps the checkpoints, at $0.20/GB/month while stopped.

@@ -187,7 +187,7 @@ def test_dry_run_refuses_what_the_launch_refuses(capsys, runpod_emulator, args, 
     (31, 1, 8, (8, 4)),  # prime: the largest micro-batch that fits, and a note
 ])
 def test_the_profiles_global_batch_is_kept_or_the_change_said(samples, accum, fits, want):
-    from gpucli.run.launch import keep_global_batch
+    from gpucli.plan.runmodel import keep_global_batch
 
     micro, acc, note = keep_global_batch(samples, accum, fits)
     assert (micro, acc) == want and micro <= fits
