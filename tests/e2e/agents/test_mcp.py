@@ -102,6 +102,29 @@ def test_mcp_server_over_stdio(isolated_home, tmp_path):
                 failed, text = await call(session, "status", run="nope")
                 assert failed and "unknown run 'nope'" in text and "\n" not in text.strip()
 
+                # A sweep: a dry run first, then started in the background, watched, and ended by its name.
+                sweep_args = dict(settings=["training.learning_rate=0.0003,0.001", *TINY], profile="cpu",
+                                  provider="local", steps=400, name="agent-sweep")
+                failed, text = await call(session, "sweep", **sweep_args)
+                assert not failed, text
+                assert json.loads(text)["dry_run"] is True and len(json.loads(text)["runs"]) == 2
+                assert not (Path(isolated_home) / "sweeps" / "agent-sweep.json").exists()
+                failed, text = await call(session, "sweep", **sweep_args, confirm=True)
+                assert not failed, text
+                assert json.loads(text)["sweep"] == "agent-sweep"
+
+                async def sweep_running():
+                    failed, text = await call(session, "sweep_status", name="agent-sweep")
+                    assert not failed, text
+                    return json.loads(text)["runs"][0]["state"] == "running"
+
+                deadline = anyio.current_time() + 180
+                while not await sweep_running():
+                    assert anyio.current_time() < deadline, "the sweep's first run never ran"
+                    await anyio.sleep(1)
+                failed, text = await call(session, "down", run="agent-sweep")
+                assert not failed and json.loads(text)["runs_ended"] == ["agent-sweep-1"], text
+
                 resource = await session.read_resource("gpucli://runs")
                 listing = "\n".join(getattr(c, "text", "") for c in resource.contents)
                 seen.append(listing)
