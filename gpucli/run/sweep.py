@@ -145,6 +145,15 @@ def parse_sets(sets: tuple[str, ...] | list[str], *, own: bool = False) -> tuple
     return tuple(axes), tuple(fixed)
 
 
+def with_file_sets(file_sets: tuple[tuple[str, tuple[str, ...]], ...], axes: tuple[Axis, ...],
+                   fixed: tuple[str, ...]) -> tuple[tuple[Axis, ...], tuple[str, ...]]:
+    """task.yaml's ``sweep:`` under the command line's --set (a key given on both: the command line's)."""
+    given = {a.key for a in axes} | {f.partition("=")[0] for f in fixed}
+    file_axes = tuple(Axis(k, v) for k, v in file_sets if k not in given and len(v) > 1)
+    file_fixed = tuple(f"{k}={v[0]}" for k, v in file_sets if k not in given and len(v) == 1)
+    return file_axes + axes, file_fixed + fixed
+
+
 def combinations(axes: tuple[Axis, ...]) -> list[tuple[tuple[str, str], ...]]:
     """Every combination, the last axis changing fastest (the order the runs are numbered in)."""
     return [tuple(zip([a.key for a in axes], values, strict=True))

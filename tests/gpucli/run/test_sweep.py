@@ -183,3 +183,21 @@ def test_down_of_the_sweep_stops_its_runs_and_starts_no_more():
     assert not more
     sweeps.save(sweep2)
     assert sweeps.load("sw").ended
+
+
+def test_a_task_files_sweep_block_is_a_set_of_each_under_the_command_line(tmp_path):
+    from gpucli.run.task import TaskError, load_task
+
+    task_file = tmp_path / "task.yaml"
+    task_file.write_text("run: python train.py\nsweep:\n  LR: [0.0003, 0.001]\n  DEPTH: [12, 16]\n  MODE: fast\n")
+    task = load_task(task_file)
+    assert task.sweep == (("LR", ("0.0003", "0.001")), ("DEPTH", ("12", "16")), ("MODE", ("fast",)))
+    axes, fixed = sweeps.with_file_sets(task.sweep, *sweeps.parse_sets(["DEPTH=4,8,12"], own=True))
+    assert axes == (sweeps.Axis("LR", ("0.0003", "0.001")), sweeps.Axis("DEPTH", ("4", "8", "12")))
+    assert fixed == ("MODE=fast",)
+    task_file.write_text("run: x\nsweep:\n  GPUCLI_X: [1, 2]\n")
+    with pytest.raises(TaskError, match="sweep.GPUCLI_X"):
+        load_task(task_file)
+    task_file.write_text("run: x\nsweep: [1, 2]\n")
+    with pytest.raises(TaskError, match="sweep: expected a mapping"):
+        load_task(task_file)
