@@ -131,6 +131,9 @@ def parse_sets(sets: tuple[str, ...] | list[str], *, own: bool = False) -> tuple
         if own and not _ENV_NAME.match(key):
             raise UsageError(f"--set {item!r}: your own code gets its settings as environment variables; "
                              f"{key!r} is not a variable name", hint="e.g. --set LR=3e-4,1e-3 and $LR in --run")
+        if key.startswith("limits."):  # the trainer's own copy of the caps: the sweep sets each run's
+            raise UsageError(f"--set {key}: a sweep sets each run's limits itself",
+                             hint="--budget (the whole sweep), --run-budget, --hours, --price")
         if any(a.key == key for a in axes) or any(f.partition("=")[0] == key for f in fixed):
             raise UsageError(f"--set {key} is given twice", hint="list its values once: --set KEY=V1,V2")
         values = split_values(value)
@@ -304,9 +307,14 @@ def describe_axes(sweep: Sweep) -> str:
 def view(run: SweepRun, *, live: bool = True, ended_too: bool = False) -> RunView:
     """The combination's state; a launched run's from its host (``live``: a running one; ``ended_too``:
     also one that is over, for its last losses) or from its record."""
-    if run.state in ("pending", "skipped", "failed"):
-        state = {"pending": "pending", "skipped": "skipped", "failed": "failed to launch"}[run.state]
-        return RunView(run, state, None, 0.0)
+    if run.state in ("pending", "skipped"):
+        return RunView(run, run.state, None, 0.0)
+    if run.state == "failed":  # what its pod billed before the launch ended it, when its record says
+        try:
+            spent = runs.load(run.name).cost_usd or 0.0
+        except (NotFoundError, UsageError):
+            spent = 0.0
+        return RunView(run, "failed to launch", None, spent)
     try:
         record = runs.load(run.name)
     except NotFoundError:  # a launch that never wrote its record: nothing was started under the name

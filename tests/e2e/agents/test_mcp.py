@@ -61,6 +61,11 @@ def test_mcp_server_over_stdio(isolated_home, tmp_path):
             failed, text = await call(session, "launch", profile="cpu", provider="local")
             assert failed and "needs a cap" in text and "\n" not in text.strip()
 
+            # The trainer's own copy of the caps is not a setting an agent may pass.
+            failed, text = await call(session, "launch", profile="cpu", provider="local", hours=0.1,
+                                      settings=["limits.budget_usd=1000"])
+            assert failed and "limits are budget_usd and hours" in text
+
             # Over the human's $1 per call: refused after the dry run, before anything is searched or rented.
             failed, text = await call(session, "launch", profile="h100", provider="runpod", budget_usd=5.0,
                                       confirm=True, name="agent-big")

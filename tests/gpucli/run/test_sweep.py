@@ -45,6 +45,9 @@ def test_bad_settings_are_one_line(bad, words):
         sweeps.parse_sets([bad], own=True)
     with pytest.raises(UsageError, match="twice"):
         sweeps.parse_sets(["a=1,2", "a=3"])
+    # the trainer's copy of the caps would override each run's cap (and with it the sweep's budget)
+    with pytest.raises(UsageError, match="limits itself"):
+        sweeps.parse_sets(["limits.budget_usd=1000"])
 
 
 def test_cap_is_the_remaining_budget_shared_among_the_runs_not_started():
