@@ -120,3 +120,18 @@ def test_down_of_the_sweep_ends_every_run_and_starts_no_more(capsys):
     assert sweep.ended and sweep.runs[2].state == "skipped"
     code, out, err = cli(capsys, "sweep", "--name", "long", "--profile", "cpu")
     assert code != 0 and "was ended" in err
+
+
+def test_a_sweep_over_ssh_puts_each_run_in_its_own_folder_on_the_host(capsys, tmp_path, sshd, client_key):
+    code, out, err = cli(capsys, "sweep", "--provider", "ssh", "--host", f"{sshd.user}@127.0.0.1:{sshd.port}",
+                         "--identity", str(client_key[0]), "--python", sys.executable, "--workdir",
+                         str(tmp_path / "host"), "--profile", "cpu", "--name", "viassh", "--poll", "1", *FAST,
+                         "--set", "training.learning_rate=0.0005,0.002", "--steps", "5", "--parallel", "2", "--json")
+    assert code == 0, err
+    status = json.loads(out)
+    assert [r["state"] for r in status["runs"]] == ["finished", "finished"] and status["best"] in ("viassh-1", "viassh-2")
+    for i, lr in ((1, 0.0005), (2, 0.002)):
+        record = runs.load(f"viassh-{i}")
+        assert record.provider == "ssh" and record.workdir == str(tmp_path / "host" / f"viassh-{i}")
+        cfg = yaml.safe_load((tmp_path / "host" / f"viassh-{i}" / "run.yaml").read_text())
+        assert cfg["training"]["learning_rate"] == lr
