@@ -284,6 +284,10 @@ def create_or_continue(name: str, *, axes: tuple[Axis, ...], fixed: tuple[str, .
                              hint="run it again without --set to continue it, or pick another --name")
         if sweep.ended:
             raise UsageError(f"sweep {name} was ended with `gpucli sweep down`", hint="start a new one with --name")
+        for run in sweep.runs:  # a launch refused before it made anything (no offer, a low balance): again
+            if run.state == "failed" and not (runs.runs_dir() / f"{run.name}.json").exists():
+                sweep = sweep.with_run(dataclasses.replace(run, state="pending", cap_usd=None, error=None))
+        save(sweep)
         return sweep, True
     if not axes:
         raise UsageError("a sweep needs a setting with several values", hint="e.g. --set training.learning_rate=3e-4,1e-3")

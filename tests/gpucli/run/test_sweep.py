@@ -165,6 +165,10 @@ def test_a_launch_that_died_before_its_record_is_tried_again_and_a_failed_one_is
     assert sweep.runs[1].error == "no offer matches"
     record = json.loads((sweeps.sweeps_dir() / "sw.json").read_text())
     assert record["runs"][1]["state"] == "failed"
+    # Running the sweep again tries a launch that was refused before it made anything.
+    again, _ = sweeps.create_or_continue("sw", axes=(), fixed=(), budget_usd=None, run_budget_usd=None,
+                                         parallel=2, launch={})
+    assert [r.state for r in again.runs] == ["launched", "pending", "launched"] and again.runs[1].error is None
 
 
 def test_down_of_the_sweep_stops_its_runs_and_starts_no_more():
