@@ -370,6 +370,8 @@ LaunchFn = Callable[[SweepRun, float | None], None]
 
 def step(sweep: Sweep, launch_one: LaunchFn, *, on_event: Callable[[str], None], live: bool = True) -> tuple[Sweep, bool]:
     """One pass: see what runs, start what the slots and the budget allow. ``(sweep, more to do)``."""
+    if sweep.ended or _ended(sweep.name):  # `sweep down` is ending the runs: this pass reads none of them
+        return dataclasses.replace(sweep, ended=True), False
     rows = views(sweep, live=live)
     died = [v.run for v in rows if v.state == "launching"]
     for run in died:  # this driver holds the lock: a launch with no record died with an earlier driver
@@ -378,8 +380,6 @@ def step(sweep: Sweep, launch_one: LaunchFn, *, on_event: Callable[[str], None],
     running = sum(v.running for v in rows)
     committed = sum(v.committed_usd for v in rows)
     pending = [v.run for v in rows if v.run.state == "pending"]
-    if sweep.ended:
-        return sweep, False
     for run in pending:
         if running >= sweep.parallel:
             break
