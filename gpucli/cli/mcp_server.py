@@ -216,6 +216,8 @@ def _launch_args(profile: str, provider: str | None, model: str | None, phase: s
             *_opt("--phase", phase), *_opt("--steps", steps), *_opt("--hours", hours), *_opt("--name", name),
             *_opt("--data", data), *_opt("--spot", spot)]
     for item in settings or []:
+        if str(item).removeprefix("--").strip().startswith("limits."):  # the caps are budget_usd and hours only
+            raise McpRefused(f"setting {item!r} refused: a run's limits are budget_usd and hours")
         args += _opt("--set", item)
     return args
 

@@ -126,6 +126,10 @@ def task_schema() -> dict[str, Any]:
         elif key == "env":
             props[key] = {"type": "object", "propertyNames": {"pattern": _ENV_NAME, "not": {"pattern": "^GPUCLI_"}},
                           "additionalProperties": {"type": ["string", "number"]}}
+        elif key == "sweep":
+            scalar = {"type": ["string", "number"]}
+            props[key] = {"type": "object", "propertyNames": {"pattern": _ENV_NAME, "not": {"pattern": "^GPUCLI_"}},
+                          "additionalProperties": {"anyOf": [scalar, {"type": "array", "items": scalar, "minItems": 1}]}}
         elif key == "env_from_local":
             props[key] = {"type": "array", "items": {"type": "string", "pattern": _ENV_NAME}}
         elif key == "provider":

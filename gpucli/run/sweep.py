@@ -131,6 +131,9 @@ def parse_sets(sets: tuple[str, ...] | list[str], *, own: bool = False) -> tuple
         if own and not _ENV_NAME.match(key):
             raise UsageError(f"--set {item!r}: your own code gets its settings as environment variables; "
                              f"{key!r} is not a variable name", hint="e.g. --set LR=3e-4,1e-3 and $LR in --run")
+        if key.startswith("limits."):  # the trainer's own copy of the caps: the sweep sets each run's
+            raise UsageError(f"--set {key}: a sweep sets each run's limits itself",
+                             hint="--budget (the whole sweep), --run-budget, --hours, --price")
         if any(a.key == key for a in axes) or any(f.partition("=")[0] == key for f in fixed):
             raise UsageError(f"--set {key} is given twice", hint="list its values once: --set KEY=V1,V2")
         values = split_values(value)
@@ -143,6 +146,15 @@ def parse_sets(sets: tuple[str, ...] | list[str], *, own: bool = False) -> tuple
         else:
             fixed.append(f"{key}={values[0]}")
     return tuple(axes), tuple(fixed)
+
+
+def with_file_sets(file_sets: tuple[tuple[str, tuple[str, ...]], ...], axes: tuple[Axis, ...],
+                   fixed: tuple[str, ...]) -> tuple[tuple[Axis, ...], tuple[str, ...]]:
+    """task.yaml's ``sweep:`` under the command line's --set (a key given on both: the command line's)."""
+    given = {a.key for a in axes} | {f.partition("=")[0] for f in fixed}
+    file_axes = tuple(Axis(k, v) for k, v in file_sets if k not in given and len(v) > 1)
+    file_fixed = tuple(f"{k}={v[0]}" for k, v in file_sets if k not in given and len(v) == 1)
+    return file_axes + axes, file_fixed + fixed
 
 
 def combinations(axes: tuple[Axis, ...]) -> list[tuple[tuple[str, str], ...]]:
@@ -272,6 +284,10 @@ def create_or_continue(name: str, *, axes: tuple[Axis, ...], fixed: tuple[str, .
                              hint="run it again without --set to continue it, or pick another --name")
         if sweep.ended:
             raise UsageError(f"sweep {name} was ended with `gpucli sweep down`", hint="start a new one with --name")
+        for run in sweep.runs:  # a launch refused before it made anything (no offer, a low balance): again
+            if run.state == "failed" and not (runs.runs_dir() / f"{run.name}.json").exists():
+                sweep = sweep.with_run(dataclasses.replace(run, state="pending", cap_usd=None, error=None))
+        save(sweep)
         return sweep, True
     if not axes:
         raise UsageError("a sweep needs a setting with several values", hint="e.g. --set training.learning_rate=3e-4,1e-3")
@@ -295,9 +311,14 @@ def describe_axes(sweep: Sweep) -> str:
 def view(run: SweepRun, *, live: bool = True, ended_too: bool = False) -> RunView:
     """The combination's state; a launched run's from its host (``live``: a running one; ``ended_too``:
     also one that is over, for its last losses) or from its record."""
-    if run.state in ("pending", "skipped", "failed"):
-        state = {"pending": "pending", "skipped": "skipped", "failed": "failed to launch"}[run.state]
-        return RunView(run, state, None, 0.0)
+    if run.state in ("pending", "skipped"):
+        return RunView(run, run.state, None, 0.0)
+    if run.state == "failed":  # what its pod billed before the launch ended it, when its record says
+        try:
+            spent = runs.load(run.name).cost_usd or 0.0
+        except (NotFoundError, UsageError):
+            spent = 0.0
+        return RunView(run, "failed to launch", None, spent)
     try:
         record = runs.load(run.name)
     except NotFoundError:  # a launch that never wrote its record: nothing was started under the name
@@ -349,6 +370,8 @@ LaunchFn = Callable[[SweepRun, float | None], None]
 
 def step(sweep: Sweep, launch_one: LaunchFn, *, on_event: Callable[[str], None], live: bool = True) -> tuple[Sweep, bool]:
     """One pass: see what runs, start what the slots and the budget allow. ``(sweep, more to do)``."""
+    if sweep.ended or _ended(sweep.name):  # `sweep down` is ending the runs: this pass reads none of them
+        return dataclasses.replace(sweep, ended=True), False
     rows = views(sweep, live=live)
     died = [v.run for v in rows if v.state == "launching"]
     for run in died:  # this driver holds the lock: a launch with no record died with an earlier driver
@@ -357,8 +380,6 @@ def step(sweep: Sweep, launch_one: LaunchFn, *, on_event: Callable[[str], None],
     running = sum(v.running for v in rows)
     committed = sum(v.committed_usd for v in rows)
     pending = [v.run for v in rows if v.run.state == "pending"]
-    if sweep.ended:
-        return sweep, False
     for run in pending:
         if running >= sweep.parallel:
             break

@@ -38,7 +38,7 @@ from gpucli.errors import NotFoundError, UsageError
 from gpucli.run.secretenv import check_names
 
 KEYS = ("run", "code", "setup", "checkpoints", "data", "profile", "provider", "name", "metrics_regex", "spot",
-        "grace", "limits", "env", "env_from_local")
+        "grace", "limits", "env", "env_from_local", "sweep")
 LIMIT_KEYS = {"budget": "budget_usd", "hours": "max_hours", "stall_minutes": "stall_minutes"}
 PROVIDERS = ("local", "ssh", "runpod", "vast")
 _FLAGS = {"budget_usd": "--budget", "max_hours": "--hours", "stall_minutes": "--stall-minutes", "grace_s": "--grace"}
@@ -71,6 +71,8 @@ class Task:
     grace_s: float | None = None  # SIGTERM to SIGKILL for the job (default: gpucli.run.jobs.own)
     env: tuple[tuple[str, str], ...] = ()
     env_from_local: tuple[str, ...] = ()  # secrets by name (gpucli.run.secretenv); values never kept
+    # `gpucli sweep TASK`: each variable's values (a run per combination; `gpucli launch` ignores it)
+    sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
     source: Path | None = None  # the file it came from
 
     @property
@@ -197,7 +199,24 @@ def parse_task(data: Any, *, file: str = "task.yaml", base: Path = Path(".")) ->
         if isinstance(names, str) or not isinstance(names, (list, tuple)):
             raise TaskError(file, "env_from_local", f"expected a list of variable names, got {names!r}")
         fields["env_from_local"] = check_names(names, where=f"{file}: env_from_local:")
+    if data.get("sweep") is not None:
+        fields["sweep"] = _sweep(file, data["sweep"])
     return Task(**fields)
+
+
+def _sweep(file: str, sweep: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``sweep: {LR: [0.0003, 0.001], LAYERS: [12, 16]}``: environment variables and their values."""
+    if not isinstance(sweep, Mapping):
+        raise TaskError(file, "sweep", f"expected a mapping of NAME: [values], got {sweep!r}")
+    out = []
+    for name, values in sweep.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name) or name.startswith("GPUCLI_"):
+            raise TaskError(file, f"sweep.{name}", "not an environment variable name (GPUCLI_* are gpucli's)")
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        if not values or any(isinstance(v, bool) or not isinstance(v, (str, int, float)) for v in values):
+            raise TaskError(file, f"sweep.{name}", f"expected a list of strings or numbers, got {values!r}")
+        out.append((name, tuple(str(v) for v in values)))
+    return tuple(out)
 
 
 def load_task(path: str | Path) -> Task:

@@ -57,6 +57,8 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
     finally:
         run_cmds.RESOLVED.reset(token)
     req, task = got[0]
+    if task is not None and task.sweep:  # task.yaml's sweep: block, under the command line's --set
+        axes, fixed = sweeps.with_file_sets(task.sweep, axes, fixed)
     if budget is None and get_target(req.provider).cloud:
         raise UsageError("a sweep on a cloud provider needs --budget (the dollars of all its runs together)")
     inputs = sweeps.launch_inputs(req, task)
@@ -102,7 +104,8 @@ def _signature() -> inspect.Signature:
                for p in inspect.signature(run_cmds.launch).parameters.values() if p.name not in _NOT_TAKEN]
     own = {
         "task": (Path | None, typer.Option(None, "--task", metavar="TASK.yaml", help="Your own code's task file "
-                                           "(as `gpucli launch TASK.yaml`).")),
+                                           "(as `gpucli launch TASK.yaml`); its sweep: block (NAME: [values]) "
+                                           "is a --set of each.")),
         "set_": (list[str], typer.Option([], "--set", help="KEY=V1,V2,...: one run per combination of the values "
                                          "(a single value is the same for every run). Bundled trainer: its "
                                          "overrides, e.g. training.learning_rate=3e-4,1e-3; your own code: "

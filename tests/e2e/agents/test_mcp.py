@@ -61,6 +61,11 @@ def test_mcp_server_over_stdio(isolated_home, tmp_path):
             failed, text = await call(session, "launch", profile="cpu", provider="local")
             assert failed and "needs a cap" in text and "\n" not in text.strip()
 
+            # The trainer's own copy of the caps is not a setting an agent may pass.
+            failed, text = await call(session, "launch", profile="cpu", provider="local", hours=0.1,
+                                      settings=["limits.budget_usd=1000"])
+            assert failed and "limits are budget_usd and hours" in text
+
             # Over the human's $1 per call: refused after the dry run, before anything is searched or rented.
             failed, text = await call(session, "launch", profile="h100", provider="runpod", budget_usd=5.0,
                                       confirm=True, name="agent-big")
@@ -101,6 +106,29 @@ def test_mcp_server_over_stdio(isolated_home, tmp_path):
 
                 failed, text = await call(session, "status", run="nope")
                 assert failed and "unknown run 'nope'" in text and "\n" not in text.strip()
+
+                # A sweep: a dry run first, then started in the background, watched, and ended by its name.
+                sweep_args = dict(settings=["training.learning_rate=0.0003,0.001", *TINY], profile="cpu",
+                                  provider="local", steps=400, name="agent-sweep")
+                failed, text = await call(session, "sweep", **sweep_args)
+                assert not failed, text
+                assert json.loads(text)["dry_run"] is True and len(json.loads(text)["runs"]) == 2
+                assert not (Path(isolated_home) / "sweeps" / "agent-sweep.json").exists()
+                failed, text = await call(session, "sweep", **sweep_args, confirm=True)
+                assert not failed, text
+                assert json.loads(text)["sweep"] == "agent-sweep"
+
+                async def sweep_running():
+                    failed, text = await call(session, "sweep_status", name="agent-sweep")
+                    assert not failed, text
+                    return json.loads(text)["runs"][0]["state"] == "running"
+
+                deadline = anyio.current_time() + 180
+                while not await sweep_running():
+                    assert anyio.current_time() < deadline, "the sweep's first run never ran"
+                    await anyio.sleep(1)
+                failed, text = await call(session, "down", run="agent-sweep")
+                assert not failed and json.loads(text)["runs_ended"] == ["agent-sweep-1"], text
 
                 resource = await session.read_resource("gpucli://runs")
                 listing = "\n".join(getattr(c, "text", "") for c in resource.contents)

@@ -15,6 +15,7 @@ import yaml
 
 from gpucli.run import records as runs
 from gpucli.run import sweep as sweeps
+from gpucli.run.targets import open_host
 from tests.support.cli import FAST_TRAINER, cli, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -114,9 +115,29 @@ def test_down_of_the_sweep_ends_every_run_and_starts_no_more(capsys):
             proc.kill()
             proc.wait()
     assert proc.returncode == 0
-    assert runs.load("long-1").status == "stopped" and runs.load("long-2").status == "stopped"
+    for name in ("long-1", "long-2"):
+        record = runs.load(name)
+        # stopped; or failed, when the signal came while the trainer was still preparing its data
+        assert record.status in ("stopped", "failed"), (name, record.status)
+        with open_host(record) as host:
+            assert not host.is_running(record.pid)
     assert not (runs.runs_dir() / "long-3.json").exists()
     sweep = sweeps.load("long")
     assert sweep.ended and sweep.runs[2].state == "skipped"
     code, out, err = cli(capsys, "sweep", "--name", "long", "--profile", "cpu")
     assert code != 0 and "was ended" in err
+
+
+def test_a_sweep_over_ssh_puts_each_run_in_its_own_folder_on_the_host(capsys, tmp_path, sshd, client_key):
+    code, out, err = cli(capsys, "sweep", "--provider", "ssh", "--host", f"{sshd.user}@127.0.0.1:{sshd.port}",
+                         "--identity", str(client_key[0]), "--python", sys.executable, "--workdir",
+                         str(tmp_path / "host"), "--profile", "cpu", "--name", "viassh", "--poll", "1", *FAST,
+                         "--set", "training.learning_rate=0.0005,0.002", "--steps", "5", "--parallel", "2", "--json")
+    assert code == 0, err
+    status = json.loads(out)
+    assert [r["state"] for r in status["runs"]] == ["finished", "finished"] and status["best"] in ("viassh-1", "viassh-2")
+    for i, lr in ((1, 0.0005), (2, 0.002)):
+        record = runs.load(f"viassh-{i}")
+        assert record.provider == "ssh" and record.workdir == str(tmp_path / "host" / f"viassh-{i}")
+        cfg = yaml.safe_load((tmp_path / "host" / f"viassh-{i}" / "run.yaml").read_text())
+        assert cfg["training"]["learning_rate"] == lr

@@ -45,6 +45,9 @@ def test_bad_settings_are_one_line(bad, words):
         sweeps.parse_sets([bad], own=True)
     with pytest.raises(UsageError, match="twice"):
         sweeps.parse_sets(["a=1,2", "a=3"])
+    # the trainer's copy of the caps would override each run's cap (and with it the sweep's budget)
+    with pytest.raises(UsageError, match="limits itself"):
+        sweeps.parse_sets(["limits.budget_usd=1000"])
 
 
 def test_cap_is_the_remaining_budget_shared_among_the_runs_not_started():
@@ -162,6 +165,10 @@ def test_a_launch_that_died_before_its_record_is_tried_again_and_a_failed_one_is
     assert sweep.runs[1].error == "no offer matches"
     record = json.loads((sweeps.sweeps_dir() / "sw.json").read_text())
     assert record["runs"][1]["state"] == "failed"
+    # Running the sweep again tries a launch that was refused before it made anything.
+    again, _ = sweeps.create_or_continue("sw", axes=(), fixed=(), budget_usd=None, run_budget_usd=None,
+                                         parallel=2, launch={})
+    assert [r.state for r in again.runs] == ["launched", "pending", "launched"] and again.runs[1].error is None
 
 
 def test_down_of_the_sweep_stops_its_runs_and_starts_no_more():
@@ -183,3 +190,21 @@ def test_down_of_the_sweep_stops_its_runs_and_starts_no_more():
     assert not more
     sweeps.save(sweep2)
     assert sweeps.load("sw").ended
+
+
+def test_a_task_files_sweep_block_is_a_set_of_each_under_the_command_line(tmp_path):
+    from gpucli.run.task import TaskError, load_task
+
+    task_file = tmp_path / "task.yaml"
+    task_file.write_text("run: python train.py\nsweep:\n  LR: [0.0003, 0.001]\n  DEPTH: [12, 16]\n  MODE: fast\n")
+    task = load_task(task_file)
+    assert task.sweep == (("LR", ("0.0003", "0.001")), ("DEPTH", ("12", "16")), ("MODE", ("fast",)))
+    axes, fixed = sweeps.with_file_sets(task.sweep, *sweeps.parse_sets(["DEPTH=4,8,12"], own=True))
+    assert axes == (sweeps.Axis("LR", ("0.0003", "0.001")), sweeps.Axis("DEPTH", ("4", "8", "12")))
+    assert fixed == ("MODE=fast",)
+    task_file.write_text("run: x\nsweep:\n  GPUCLI_X: [1, 2]\n")
+    with pytest.raises(TaskError, match="sweep.GPUCLI_X"):
+        load_task(task_file)
+    task_file.write_text("run: x\nsweep: [1, 2]\n")
+    with pytest.raises(TaskError, match="sweep: expected a mapping"):
+        load_task(task_file)
