@@ -245,7 +245,11 @@ def _with_overrides(cfg: dict[str, Any], overrides: tuple[str, ...]) -> tuple[di
         for item in overrides:
             if not item.startswith("--") or "=" not in item:
                 raise ConfigError(f"trainer override '{item}' must look like --section.key=value")
-            apply_override(cfg, *parse_override(item))
+            key, value = parse_override(item)
+            if key.split(".")[0] == "limits":  # a cap set here would override --budget/--hours behind their back
+                raise UsageError(f"--set {key}: the run's caps and price are gpucli's to set",
+                                 hint="use --budget, --hours, --steps (and --price for your own machine)")
+            apply_override(cfg, key, value)
         checked = validated_config(copy.deepcopy(cfg))
         check_model(checked, ConfigError)
     except ConfigError as exc:

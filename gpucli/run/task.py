@@ -36,6 +36,7 @@ import yaml
 
 from gpucli.errors import NotFoundError, UsageError
 from gpucli.run.secretenv import check_names
+from trainer.spec.load import load_yaml
 
 KEYS = ("run", "code", "setup", "checkpoints", "data", "profile", "provider", "name", "metrics_regex", "spot",
         "grace", "limits", "env", "env_from_local", "sweep")
@@ -229,7 +230,7 @@ def load_task(path: str | Path) -> Task:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read task file {path}: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)  # 3e-4 is a number, as in YAML 1.2 (trainer.spec.load.NumberLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(top)"

@@ -6,6 +6,7 @@ code the trainer runs."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,27 @@ from trainer.spec.config import Config, ConfigError, _build
 from trainer.spec.validate import validate
 
 
+class NumberLoader(yaml.SafeLoader):
+    """YAML's safe loader reading ``3e-4`` and ``1e5`` as numbers, as YAML 1.2 and every person writing a
+    learning rate do: PyYAML follows YAML 1.1, whose floats need a dot (``3.0e-4``), and took ``3e-4`` for
+    text ("expected a number")."""
+
+
+NumberLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` as YAML, numbers with an exponent and no dot included (:class:`NumberLoader`)."""
+    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_override(arg: str) -> tuple[str, Any]:
     """'--training.max_steps=20' -> ('training.max_steps', 20); values are YAML scalars."""
     body = arg[2:] if arg.startswith("--") else arg
@@ -22,7 +44,7 @@ def parse_override(arg: str) -> tuple[str, Any]:
         raise ConfigError(f"override '{arg}' must look like --section.key=value")
     key, _, text = body.partition("=")
     try:
-        value = yaml.safe_load(text) if text != "" else ""
+        value = load_yaml(text) if text != "" else ""
     except yaml.YAMLError:
         value = text
     return key.strip(), value
@@ -49,7 +71,7 @@ def load_config(path: str | os.PathLike[str] | None, overrides: list[str] | None
         except OSError as e:
             raise ConfigError(f"cannot read config {p}: {e.strerror or e}") from None
         try:
-            loaded = yaml.safe_load(text)
+            loaded = load_yaml(text)
         except yaml.YAMLError as e:
             line = getattr(getattr(e, "problem_mark", None), "line", None)
             where = f" line {line + 1}" if line is not None else ""

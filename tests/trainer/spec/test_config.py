@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainer.spec.config import ConfigError
-from trainer.spec.load import load_config
+from trainer.spec.load import load_config, parse_override
 from trainer.spec.modelspec import ModelSpec
 from trainer.spec.presets import MODELS
 from trainer.spec.resolve import ModelShape, model_spec, resolve_shape
@@ -138,3 +138,17 @@ def test_every_nanochat_depth_is_a_shape_the_trainer_builds():
         spec = lookup(f"d{depth}")
         assert spec is not None and spec_problem(spec) is None, depth
         assert spec.d_model % spec.n_heads == 0 and spec.d_model // spec.n_heads == 128, depth
+
+
+@pytest.mark.parametrize("text,value", [("3e-4", 3e-4), ("1e5", 1e5), ("-2.5E-3", -2.5e-3), ("0.0003", 3e-4),
+                                        ("12", 12), ("1_000", 1000), ("abc", "abc"), ("e5", "e5")])
+def test_an_exponent_without_a_dot_is_a_number(text, value):
+    """`--set training.learning_rate=3e-4` (and `learning_rate: 3e-4` in a file) is the number a person
+    means, not the text YAML 1.1 reads (PyYAML's safe loader wants 3.0e-4)."""
+    from trainer.spec.load import load_yaml
+
+    assert parse_override(f"--training.x={text}") == ("training.x", value)
+    assert load_yaml(f"x: {text}") == {"x": value}
+    cfg = (load_config(None, [f"--training.learning_rate={text}", "--training.max_steps=10"])
+           if isinstance(value, float) and 0 < value < 1 else None)
+    assert cfg is None or cfg.training.learning_rate == pytest.approx(value)
