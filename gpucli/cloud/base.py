@@ -84,6 +84,9 @@ class Offer:
     location: str | None = None
     dlperf: float | None = None
     cuda_max: float | None = None
+    #: The highest CUDA as the provider wrote it ("12.10"), compared per component by queries (RunPod's
+    #: ``cudaVersions``; a float would put 12.10 below 12.4). None where the provider gives a number.
+    cuda_version: str | None = None
     disk_gb: float | None = None
     gpu_display_name: str | None = None  # short marketing name ("RTX 4090") used by queries
     machine_id: str | None = None  # vast machine id; RunPod has none at search time
@@ -123,7 +126,7 @@ class Offer:
         optional = {
             "min_bid": self.spot_price_per_hour_usd, "reliability": self.reliability,
             "inet_down": self.inet_down_mbps, "inet_up": self.inet_up_mbps,
-            "geolocation": self.location, "dlperf": self.dlperf, "cuda_max_good": self.cuda_max,
+            "geolocation": self.location, "dlperf": self.dlperf, "cuda_max_good": self.cuda_version or self.cuda_max,
             "disk_space": self.disk_gb, "verified": self.verified,
             "machine_id": self.machine_id, "host_id": self.host_id,
         }
@@ -215,6 +218,9 @@ class Instance:
     cloud_type: str | None = None
     stopped_usd_per_month: float | None = None  # what it bills per month while stopped (its kept disk)
     ssh_routes: tuple[SshRoute, ...] = ()  # every route the provider offers, best first (vast: direct, proxy)
+    #: The container runs and the provider publishes no SSH port for it (RunPod: ``runtime`` up without a
+    #: public 22/tcp): a host without a public IP, which full SSH needs (pods/configuration/use-ssh.mdx).
+    ssh_unexposed: bool = False
 
     def routes(self) -> tuple[SshRoute, ...]:
         """The routes to try: the provider's list, else the one endpoint it gave."""

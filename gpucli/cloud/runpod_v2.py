@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucli.cloud.base import Instance, InstanceState, Offer
-from gpucli.cloud.query import as_number
+from gpucli.cloud.query import as_number, version_key
 
 #: Hours in a month for turning $/GB/month into $/h (8760 / 12).
 HOURS_PER_MONTH = 730.0
@@ -147,9 +147,10 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
     dc = best_data_center(item)
     if dc is None:
         return None
-    cudas = [as_number(c.get("version")) for c in item.get("cudaVersions") or []
-             if isinstance(c, Mapping) and c.get("available")]
-    cuda_max = max((c for c in cudas if c is not None), default=None)
+    # compared per component ("12.10" > "12.4"), as openapi listGpuTypes compares minCudaVersion
+    cudas = [str(c.get("version")) for c in item.get("cudaVersions") or []
+             if isinstance(c, Mapping) and c.get("available") and version_key(c.get("version")) is not None]
+    cuda_top = max(cudas, key=lambda v: version_key(v) or (), default=None)
     gpu_id = str(item["id"])
     return Offer(
         provider="runpod", offer_id=f"{gpu_id}|{count}|{cloud}|{dc}", gpu_name=gpu_id, gpu_count=count,
@@ -157,9 +158,16 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
         price_per_hour_usd=per_gpu * count + storage_per_hour,
         price_per_gpu_hour_usd=(per_gpu * count + storage_per_hour) / count,  # as vast's dph_total / num_gpus
         gpu_display_name=str(item.get("name") or gpu_id), stock=str(item.get("availability")),
-        location=dc, cuda_max=cuda_max, cloud_type=cloud, data_center_id=dc,
+        location=dc, cuda_max=as_number(cuda_top), cuda_version=cuda_top, cloud_type=cloud, data_center_id=dc,
         storage_usd_per_hour=storage_per_hour,
     )
+
+
+def next_page(body: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """The continuation of a v2 list answer: ``(cursor or None, says-there-is-more)``."""
+    cursor = body.get("nextCursor") or body.get("next_cursor") or body.get("cursor")
+    more = body.get("truncated") is True or body.get("hasMore") is True
+    return (str(cursor) if cursor else None), more
 
 
 def parse_pod(pod: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
@@ -198,4 +206,5 @@ def parse_pod(pod: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
         data_center_id=str(pod["dataCenterId"]) if pod.get("dataCenterId") else None,
         cloud_type=str(pod["cloud"]) if pod.get("cloud") else None,
         stopped_usd_per_month=None if volume_gb is None else stopped_usd_per_month(volume_gb),
+        ssh_unexposed=state is InstanceState.RUNNING and host is None,
     )

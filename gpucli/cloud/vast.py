@@ -52,6 +52,7 @@ from gpucli.cloud.http import AuthError, HttpResponse, NetworkError, RequestMayb
 from gpucli.cloud.query import Query, as_number, parse_query
 from gpucli.cloud.vastbill import MAX_PAGES as MAX_CHARGE_PAGES
 from gpucli.cloud.vastbill import billed_in, charges_params
+from gpucli.cloud.vastwords import GONE, instance_answer
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,9 @@ class VastProvider(ApiProvider):
     def get(self, instance_id: str) -> Instance:
         resp = self.http.request("GET", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  params={"owner": "me"}, what="show instance")
-        if resp.status == 404 or _error_code(resp) == "no_such_instance":
+        # Gone on vast's words for it only; its 404 ``auth_error`` (a revoked key) never gets here: the
+        # HTTP helper raises AuthError for it (gpucli/cloud/vastwords.py).
+        if instance_answer(resp.status, resp.body) == GONE:
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
         _raise_for_error(resp, what="show instance")
         inst = resp.body.get("instances") if isinstance(resp.body, Mapping) else None
@@ -288,10 +291,11 @@ class VastProvider(ApiProvider):
     def terminate(self, instance_id: str) -> None:
         resp = self.http.request("DELETE", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  what="destroy instance")
-        # Gone only on vast's own words for it (``no_such_instance``): a bare 404 (a wrong URL, a proxy)
+        # Gone only on vast's own words for it (``not_found`` "Instance not found", destroy_instance.yaml
+        # L64-78, or ``no_such_instance``; gpucli/cloud/vastwords.py): a bare 404 (a wrong URL, a proxy)
         # proves nothing. Done only on ``{"success": true}`` (vast-cli destroy_instance reads it): a 200
         # that is not JSON is a failure, retried and reported, never "terminated".
-        if _error_code(resp) == "no_such_instance":
+        if instance_answer(resp.status, resp.body) == GONE:
             log.info("vast.ai instance %s already gone", instance_id)
             return
         _raise_unless_success(resp, what="destroy instance")
@@ -299,7 +303,7 @@ class VastProvider(ApiProvider):
     def stop(self, instance_id: str) -> None:
         resp = self.http.request("PUT", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  json_body={"state": "stopped"}, idempotent=True, what="stop instance")
-        if _error_code(resp) == "no_such_instance":
+        if instance_answer(resp.status, resp.body) == GONE:
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
         _raise_unless_success(resp, what="stop instance")
 

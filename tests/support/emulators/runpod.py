@@ -115,6 +115,13 @@ class RunPodEmulator(EmulatorBase):
         self.volume_ids: list[str] = []  # ids the next created volumes get
         self.volume_create_fails = 0  # the next N volume creates answer 500 (a test control)
         self.pod_info: dict[str, dict[str, Any]] = {}  # id -> cloud, dc, disk, mounts, status
+        #: (cloud, data centre) pairs this account may not use: createPod there answers 403 "Your account
+        #: cannot access the requested pool." (openapi createPod error table: "Skip this candidate").
+        self.closed_pools: set[tuple[str, str]] = set()
+        #: ``GET /v2/pods`` page size (None: one page). The spec shows no paging; v2 clients follow a
+        #: cursor (gipper 0.5.0, SkyPilot PR#10846); the ``nextCursor``/``truncated`` envelope is
+        #: runpod-mcp PR#46's, this emulator's choice for the shape.
+        self.pods_page_size: int | None = None
         self._routes()
         install_graphql(self)
 
@@ -249,6 +256,8 @@ class RunPodEmulator(EmulatorBase):
                        and (not min_cuda or _cuda(d["cuda"]) >= _cuda(min_cuda))), None)
             if c.no_capacity or dc is None:
                 return problem(400, "Bad Request", NO_CAPACITY_DETAIL)
+            if (cloud, dc["id"]) in self.closed_pools:
+                return problem(403, "Forbidden", "Your account cannot access the requested pool.")
             dc["stock"][cloud][gtype["id"]] -= count
         disk = int(spec.get("disk") or 0)
         volume_gb = int(persistent["size"]) if persistent else 0
@@ -283,9 +292,15 @@ class RunPodEmulator(EmulatorBase):
             return Reply(200, self._render(pod, advance=True))
 
     def _list(self, c: RouteCall) -> Reply:
-        self._log("listPods", {})
+        self._log("listPods", dict(c.query))
         with self.lock:
-            return Reply(200, {"pods": [self._render(p, advance=False) for p in self.pods.values()]})
+            pods = [self._render(p, advance=False) for p in self.pods.values()]
+        if not self.pods_page_size:
+            return Reply(200, {"pods": pods})
+        start = int(c.query.get("cursor") or 0)
+        end = start + self.pods_page_size
+        more = end < len(pods)
+        return Reply(200, {"pods": pods[start:end], "truncated": more, "nextCursor": str(end) if more else None})
 
     def _delete(self, c: RouteCall) -> Reply:
         self._log("deletePod", {"id": c.groups["id"]})
@@ -368,6 +383,9 @@ class RunPodEmulator(EmulatorBase):
                     {"private": 22, "public": sshd.port, "type": "tcp", "ip": "127.0.0.1"}]}
                 direct = {"host": "127.0.0.1", "port": sshd.port, "username": "root",
                           "command": f"ssh root@127.0.0.1 -p {sshd.port}"}
+                if b.no_public_ip:  # a host without a public IP (use-ssh.mdx L110): no 22/tcp published
+                    runtime["ports"] = [{"private": 22, "public": None, "type": "tcp", "ip": None}]
+                    direct = None
         status = "EXITED" if (pod.stopped or pod.exited) else ("RUNNING" if runtime else "PROVISIONING")
         mounts = info.get("mounts") or {}
         return {

@@ -6,7 +6,8 @@ answering ``{"success": true, "new_contract": N}``, where a bid is the ``price``
 ``min_bid`` creates a *stopped* contract and still reports an error carrying ``new_contract``;
 ``GET /api/v0/instances/{id}/`` -> ``{"instances": obj|null}``; ``GET /api/v1/instances/`` paged by
 ``next_token`` (25 per page); the v0 collection answers 410 (the SkyPilot claim, unverified);
-``DELETE /api/v0/instances/{id}/`` with ``no_such_instance``; ``ports`` as a Docker map with a string
+``DELETE /api/v0/instances/{id}/`` of a gone instance 404 ``not_found`` "Instance not found"
+(destroy_instance.yaml L64-78); a wrong key 404 ``auth_error`` (show_charges.yaml); ``ports`` as a Docker map with a string
 ``HostPort``; ``actual_status`` null -> loading -> running. The no-capacity answer (``no_such_ask``) and
 the HTTP statuses of errors are this emulator's choices where the reference records none.
 
@@ -156,7 +157,9 @@ class VastEmulator(EmulatorBase):
         self.net = VastNet(self)
 
     def unauthorized(self) -> Reply:
-        return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
+        # A wrong or revoked key: 404 ``auth_error`` "Invalid user key" (vast-ai/docs show_charges.yaml
+        # 404; jhammant/AIonDemandCluster PR#1 "a wrong/revoked key comes back as HTTP 404").
+        return Reply(404, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
 
     def forbidden(self, endpoint: str) -> Reply:
         return Reply(403, {"success": False, "error": "forbidden",
@@ -372,8 +375,8 @@ class VastEmulator(EmulatorBase):
         self.net.close()
 
     def _terminate(self, pod_id: str, body: Any, by: str) -> Reply:
-        if self.end_pod(pod_id, "terminated", by) is None:
-            return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
+        if self.end_pod(pod_id, "terminated", by) is None:  # destroy_instance.yaml L64-78
+            return Reply(404, {"success": False, "error": "not_found", "msg": "Instance not found"})
         return Reply(200, {"success": True})
 
     def _stop(self, pod_id: str, body: Any, by: str) -> Reply:
