@@ -253,6 +253,16 @@ class Billed:
     bandwidth_usd: float = 0.0  # data moved in and out, inside total_usd
 
 
+@dataclass(frozen=True)
+class Contract:
+    """A rental's terms that can change under a run: when it ends (vast stops an instance at its rental
+    end date, faq/instances.mdx L13) and a higher price the host asks that is not accepted (vast-cli
+    vastai/api/price_increase.py: pending increases are accepted per contract, never by gpucli)."""
+
+    ends_at_epoch_s: float | None = None
+    price_increase: str | None = None  # "GPU $0.400/h -> $0.520/h", not accepted
+
+
 class InstanceNotFound(ProviderError):
     """The provider does not know this instance id (never created, or already gone)."""
 
@@ -337,6 +347,10 @@ class Provider(ABC):
     def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
         """What the pod created at ``since_epoch_s`` has been billed so far, where the provider reports
         it per pod (None: it does not). Read-only."""
+        return None
+
+    def contract(self, instance_id: str) -> Contract | None:
+        """The pod's rental terms where they can end or change under a run (vast), else None. Read-only."""
         return None
 
     def balance_usd(self) -> float | None:

@@ -39,6 +39,7 @@ from gpucli.cloud.base import (
     DEFAULT_LAUNCH_DISK_GB,
     LABEL_PREFIX,
     Billed,
+    Contract,
     CreateAnswerLost,
     Instance,
     InstanceNotFound,
@@ -52,6 +53,7 @@ from gpucli.cloud.http import AuthError, HttpResponse, NetworkError, RequestMayb
 from gpucli.cloud.query import Query, as_number, parse_query
 from gpucli.cloud.vastbill import MAX_PAGES as MAX_CHARGE_PAGES
 from gpucli.cloud.vastbill import billed_in, charges_params
+from gpucli.cloud.vastcontract import PENDING_PATH, contract_of
 from gpucli.cloud.vastwords import GONE, instance_answer
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
 
@@ -90,6 +92,7 @@ class VastProvider(ApiProvider):
         ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
         ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
         ("balance", "REST v0 GET /api/v0/users/current"),
+        ("rental terms", "REST v0 GET /api/v0/instances/pending-price-increases/ (shown, never accepted)"),
         ("charges", "REST v0 GET /api/v0/charges/ (compute, storage, bandwidth per instance)"),
         ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
     )
@@ -156,6 +159,14 @@ class VastProvider(ApiProvider):
             if found is not None or not token:
                 return found
         return None
+
+    def contract(self, instance_id: str) -> Contract | None:
+        """The rental's end date and a price increase its host asks (gpucli/cloud/vastcontract.py)."""
+        resp = self.http.request("GET", f"/api/v0/instances/{_safe_id(instance_id)}/", params={"owner": "me"},
+                                 what="show instance")
+        inst = resp.body.get("instances") if resp.ok and isinstance(resp.body, Mapping) else None
+        pending = self.http.request("GET", PENDING_PATH, what="show pending price increases")
+        return contract_of(inst, pending.body if pending.ok else None, instance_id)
 
     def balance_usd(self) -> float | None:
         resp = self.http.request("GET", "/api/v0/users/current", what="show user")

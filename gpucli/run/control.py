@@ -171,6 +171,9 @@ def live_status(record: RunRecord) -> RunStatus:
     failed is recorded so, with the cost metered on the pod (elapsed x price). A run no longer running
     also says what its stopped pod or kept volume bills per month."""
     st = with_billed(_live_status(record), provider_billed(record))
+    ask = getattr(get_target(record.provider), "contract_note", None)
+    if ask is not None and record.active and record.instance_id:
+        st = dataclasses.replace(st, contract_note=ask(record, now_epoch_s=time.time()))
     if st.kept_usd_per_month is None and st.state not in ("running", "starting", "provisioning"):
         kept = kept_storage(record, ended=True)
         if kept is not None:

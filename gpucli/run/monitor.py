@@ -112,6 +112,7 @@ class RunStatus:
     restarts: int | None = None  # container starts after the first (vast: outbid, then resumed in place)
     billed_usd: float | None = None  # what the provider says the pod has billed so far (vast: its charges)
     bandwidth_usd: float | None = None  # of which data moved in and out (vast bills it per byte)
+    contract_note: str | None = None  # the rental's end and a price increase asked, not accepted (vast)
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import logging
 import os
 import shutil
@@ -194,10 +195,11 @@ class CloudTarget:
         return f"gpucli-runs/{run}"  # relative to the login directory
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
+               disk_gb: int | None = None, query: str | None = None, hours: float | None = None) -> list[Offer]:
         """``disk_gb``: the disk the pod will be created with, so that a provider pricing storage into
         the hourly rate (vast ``allocated_storage``) quotes what it will bill. ``query``: the launch's
-        ``--query`` (vast query words)."""
+        ``--query`` (vast query words). ``hours``: the run's planned hours, for providers whose rentals
+        end at a date (vast ``duration``)."""
         raise NotImplementedError
 
     def pod_api_env(self) -> dict[str, str]:
@@ -231,7 +233,8 @@ class CloudTarget:
         offer's $/GB (vast bills bandwidth)."""
         client = client or self.client()
         gpu = catalog.gpus[gpu_id]
-        offers = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query)
+        offers = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query,
+                                           hours=hours)
                   if o.gpu_count == n_gpus and (not spot or o.spot_price_per_hour_usd is not None)]
         if not offers:
             raise NoCapacityError(f"no {self.name} offers for {n_gpus}x {gpu.name}" + (" (spot)" if spot else ""),
@@ -410,6 +413,29 @@ class CloudTarget:
         except GpucliError as exc:  # a missing key, a provider fault: the status goes on without it
             log.info("could not read what %s billed pod %s: %s", self.name, record.instance_id, exc)
             return None
+
+    def contract_note(self, record: RunRecord, *, now_epoch_s: float) -> str | None:
+        """The live pod's rental end and any higher price its host asks (vast), in one line; None
+        where the provider has no such terms or cannot be asked now. Read-only: nothing is accepted."""
+        if not record.instance_id or not record.active:
+            return None
+        try:
+            terms = self.client().contract(record.instance_id)
+        except GpucliError as exc:
+            log.info("could not read the rental terms of %s pod %s: %s", self.name, record.instance_id, exc)
+            return None
+        if terms is None:
+            return None
+        parts = []
+        if terms.ends_at_epoch_s is not None:
+            left_h = (terms.ends_at_epoch_s - now_epoch_s) / 3600.0
+            when = dt.datetime.fromtimestamp(terms.ends_at_epoch_s, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            parts.append(f"ends {when} ({left_h:.1f} h left): the provider stops the instance then and may "
+                         "delete it 48 h later")
+        if terms.price_increase:
+            parts.append(f"the host asks a higher price ({terms.price_increase}), NOT accepted: accept or "
+                         "refuse it in the provider's console; unaccepted, the rental is not extended")
+        return "; ".join(parts) or None
 
     def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
         """What the run's ended pod keeps billing per month, and what: a stopped pod's disk (RunPod:

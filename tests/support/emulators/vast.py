@@ -59,7 +59,10 @@ def _offer(oid: int, gpu: str, n: int, ram_mb: int, dph: float, min_bid: float, 
             "static_ip": True, "storage_cost": 0.1, "verification": "verified" if verified else "unverified",
             "verified": verified, "external": False,
             # $/GB in and out (search_offers.yaml L144-148); the values are invented, varying per host
-            "inet_up_cost": round(0.002 + (oid % 7) * 0.003, 4), "inet_down_cost": round(0.001 + (oid % 5) * 0.002, 4)}
+            "inet_up_cost": round(0.002 + (oid % 7) * 0.003, 4), "inet_down_cost": round(0.001 + (oid % 5) * 0.002, 4),
+            # seconds the offer stays rentable from now: its contract's end (search_offers.yaml L104-106,
+            # faq/instances.mdx L13); 60 days unless a test shortens it
+            "duration": 60 * 86400.0}
 
 
 OFFERS: list[dict[str, Any]] = [
@@ -151,10 +154,21 @@ class VastEmulator(EmulatorBase):
         self.account_keys: list[dict[str, Any]] = []
         self.balance_usd: float | None = 42.5
         self.runtypes: dict[str, str] = {}  # pod id -> runtype it was created with
+        self.offer_durations: dict[str, float] = {}  # pod id -> its offer's duration (s) when rented
         self.direct_ports: dict[str, bool] = {}  # pod id -> its machine has direct ports
         # Each route a metered forwarder (bandwidth billed; GET /api/v0/charges/), and the fault switch
         # ``net.silent`` (a route that accepts TCP and never answers): tests/support/emulators/vastnet.py.
         self.net = VastNet(self)
+        #: Price increases hosts ask on live contracts (vast-cli vastai/api/price_increase.py row shape);
+        #: ``price_answers`` records every accept/reject PUT (gpucli must never send one).
+        self.price_increases: list[dict[str, Any]] = []
+        self.price_answers: list[tuple[str, Any]] = []
+        self.add_route("GET", r"/api/v0/instances/pending-price-increases/", "pending",
+                       lambda c: Reply(200, {"success": True, "count": len(self.price_increases), "truncated": False,
+                                             "pending_price_increases": list(self.price_increases)}))
+        self.add_route("PUT", r"/api/v0/instances/(?P<verb>accept|reject)-price-increase/", "price",
+                       lambda c: (self.price_answers.append((c.groups["verb"], c.body)),
+                                  Reply(200, {"success": True}))[1])
 
     def unauthorized(self) -> Reply:
         # A wrong or revoked key: 404 ``auth_error`` "Invalid user key" (vast-ai/docs show_charges.yaml
@@ -305,6 +319,7 @@ class VastEmulator(EmulatorBase):
             for entry in self.account_keys:  # new instances take the account's keys
                 pod.add_key(str(entry["public_key"]))
             self.runtypes[pod_id] = runtype
+            self.offer_durations[pod_id] = float(_num(offer.get("duration")) or 60 * 86400.0)
             self.direct_ports[pod_id] = (_num(offer.get("direct_port_count")) or 0) > 0
             self.add_pod(pod)
             self.net.created(pod, offer)
@@ -330,6 +345,8 @@ class VastEmulator(EmulatorBase):
             "actual_status": None, "ssh_host": None, "ssh_port": None, "ports": {},
             "direct_port_start": -1, "direct_port_end": -1, "is_bid": pod.spot,
             "storage_cost": 0.1, "disk_space": pod.disk_gb,
+            # the rental end date, locked at rent from the offer's (faq/instances.mdx L13)
+            "end_date": pod.created_at + self.offer_durations.get(pod.pod_id, 60 * 86400.0),
         }
         if pod.stopped:
             inst.update(actual_status="stopped", intended_status="stopped", cur_state="stopped",
