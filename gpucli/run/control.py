@@ -25,7 +25,7 @@ from gpucli.run import records as runs
 from gpucli.run.clusterend import end_clusters_of_ended
 from gpucli.run.gpuwatch import read_report
 from gpucli.run.lifecycle import Notice, NoticeFn
-from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
+from gpucli.run.monitor import RunStatus, parse_rows, read_head, status_of, stop_trainer
 from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
 from gpucli.run.nodes import stop_watchdogs
 from gpucli.run.overlayrent import stray_overlays
@@ -234,7 +234,7 @@ def _live_status(record: RunRecord) -> RunStatus:
             ps = get_target(record.provider).pod_state(record)
         except GpucliError:
             ps = None
-        return RunStatus(state=ps.describe if ps is not None else f"unreachable ({exc})")
+        return RunStatus(state=ps.describe if ps is not None else f"unreachable ({one_line(str(exc))})")
     with host:
         st = status_of(host, record)
         prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
@@ -258,10 +258,17 @@ def _container_restarts(host: Host, record: RunRecord) -> int | None:
     try:
         if not host.exists(f"{record.workdir}/{RESTARTS}"):
             return None
-        text = host.read_file(f"{record.workdir}/{RESTARTS}").decode(errors="replace")
+        text = read_head(host, f"{record.workdir}/{RESTARTS}").decode(errors="replace")
     except GpucliError:
         return None
     return sum(1 for line in text.splitlines() if line.strip()) or None
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A failure as one line for a table cell: its first line (a library's traceback or a pod's text
+    never spreads over the status), shortened."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
 def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None

@@ -190,7 +190,7 @@ _STR = ("name", "provider", "created_at", "profile", "phase", "model", "workdir"
 _OPT_STR = ("gpu", "instance_id", "label", "started_at", "ended_at", "end_reason", "message", "pid_ident",
             "watchdog_ident", "launcher")
 _OPT_POS_INT = ("pid", "watchdog_pid", "n_gpus")
-_OPT_NUMBER = ("cost_usd", "loss")
+_OPT_NUMBER = ("cost_usd", "loss", "price_per_hour_usd")  # the last: records before limits held it
 
 
 def _is_int(v: Any) -> bool:
