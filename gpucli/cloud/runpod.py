@@ -42,6 +42,7 @@ from gpucli.cloud.runpod_v2 import (
     CONTAINER_DISK_GB,
     MIN_VOLUME_DISK_GB,
     VOLUME_MAX_GB,
+    VOLUME_TYPE,
     NetworkVolume,
     best_data_center,
     is_problem_404,
@@ -348,9 +349,9 @@ class RunPodProvider(ApiProvider):
                                                      "the console and pass its name")
 
     def create_volume(self, name: str, size_gb: int, data_center_id: str) -> NetworkVolume:
-        """``POST /v2/network-volumes {name, size, dataCenter}`` -> 201 (migrate-from-v1.mdx: v1's
+        """``POST /v2/network-volumes {name, size, dataCenter, type: STANDARD}`` -> 201 (migrate-from-v1.mdx: v1's
         ``dataCenterId`` is ``dataCenter`` in v2). A lost answer is looked up by name before giving up."""
-        body = {"name": name, "size": int(size_gb), "dataCenter": data_center_id}
+        body = {"name": name, "size": int(size_gb), "dataCenter": data_center_id, "type": VOLUME_TYPE}
         try:
             resp = self._v2("POST", "/network-volumes", json_body=body, idempotent=False, what="create network volume")
         except RequestMaybeSent as exc:

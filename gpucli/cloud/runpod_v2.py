@@ -36,6 +36,10 @@ VOLUME_DISK_STOPPED_USD_PER_GB_MONTH = 0.20  # pods/pricing.mdx L47, stopped
 VOLUME_USD_PER_GB_MONTH = 0.07
 VOLUME_USD_PER_GB_MONTH_OVER_1TB = 0.05
 VOLUME_MAX_GB = 4000
+#: The storage tier gpucli creates, always named: "When omitted ... the requested data center's default
+#: (primary) storage tier" (openapi CreateNetworkVolumeRequest.type), which may be high-performance,
+#: "priced at a premium" (high-performance-storage.mdx L42, L55-58): the quote would not be the bill.
+VOLUME_TYPE = "STANDARD"
 #: The container disk gpucli asks for: the image's writable layer and pip caches only. The run folder
 #: lives on the volume disk (``mounts.persistent``), which a stop keeps (pods/pricing.mdx L46-47).
 CONTAINER_DISK_GB = 20
@@ -98,14 +102,20 @@ class NetworkVolume:
     size_gb: int | None
     data_center_id: str | None
     created: bool = False  # created by this launch (it stays after the run: it holds the data)
+    #: ``VolumeType`` STANDARD | HIGH_PERFORMANCE (openapi NetworkVolume, required). Only STANDARD has a
+    #: published flat price; high-performance storage is "priced at a premium ... varies by data centre"
+    #: (storage/high-performance-storage.mdx L55-58), so it is not quoted as if it were standard.
+    volume_type: str | None = VOLUME_TYPE
 
     @property
     def usd_per_month(self) -> float | None:
-        return None if self.size_gb is None else volume_usd_per_month(self.size_gb)
+        if self.size_gb is None or self.volume_type != VOLUME_TYPE:
+            return None
+        return volume_usd_per_month(self.size_gb)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.volume_id, "name": self.name, "size_gb": self.size_gb,
-                "data_center_id": self.data_center_id, "created": self.created}
+                "data_center_id": self.data_center_id, "created": self.created, "type": self.volume_type}
 
 
 def parse_volume(item: Mapping[str, Any]) -> NetworkVolume | None:
@@ -113,8 +123,10 @@ def parse_volume(item: Mapping[str, Any]) -> NetworkVolume | None:
         return None
     size = item.get("size")
     dc = item.get("dataCenter") or item.get("dataCenterId")
+    kind = item.get("type")
     return NetworkVolume(volume_id=str(item["id"]), name=str(item.get("name") or item["id"]),
-                         size_gb=size if isinstance(size, int) else None, data_center_id=str(dc) if dc else None)
+                         size_gb=size if isinstance(size, int) else None, data_center_id=str(dc) if dc else None,
+                         volume_type=str(kind) if kind else None)
 
 
 def best_data_center(gpu: Mapping[str, Any]) -> str | None:

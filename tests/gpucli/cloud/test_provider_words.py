@@ -133,3 +133,17 @@ def test_runpod_cuda_versions_compare_per_component(runpod_emulator):
     rp = get_provider("runpod", policy=FAST)
     found = rp.search_offers(parse_query("gpu_name=RTX_4090 num_gpus=1 cuda_max_good>=12.4"))
     assert found and all(o.data_center_id == "EU-RO-1" for o in found)
+
+
+def test_runpod_network_volume_is_created_standard_and_quoted_at_that_price(runpod_emulator):
+    """openapi CreateNetworkVolumeRequest.type: omitted -> the data centre's default tier, which may be
+    high-performance ("priced at a premium", high-performance-storage.mdx L42, L55-58)."""
+    runpod_emulator.default_volume_type["EU-RO-1"] = "HIGH_PERFORMANCE"
+    rp = get_provider("runpod", policy=FAST)
+    volume = rp.create_volume("words-vol", 50, "EU-RO-1")
+    sent = [b for op, b in runpod_emulator.calls if op == "createNetworkVolume"]
+    assert sent[-1]["type"] == "STANDARD" and runpod_emulator.volumes[volume.volume_id]["type"] == "STANDARD"
+    assert volume.volume_type == "STANDARD" and volume.usd_per_month == pytest.approx(50 * 0.07)
+    fast = runpod_emulator.create_volume("hps", "EU-RO-1", 50, volume_type="HIGH_PERFORMANCE")
+    found = rp.find_volume(fast)
+    assert found.volume_type == "HIGH_PERFORMANCE" and found.usd_per_month is None  # never quoted as standard

@@ -118,6 +118,7 @@ class RunPodEmulator(EmulatorBase):
         #: (cloud, data centre) pairs this account may not use: createPod there answers 403 "Your account
         #: cannot access the requested pool." (openapi createPod error table: "Skip this candidate").
         self.closed_pools: set[tuple[str, str]] = set()
+        self.default_volume_type: dict[str, str] = {}  # data centre -> its default tier (STANDARD if absent)
         #: ``GET /v2/pods`` page size (None: one page). The spec shows no paging; v2 clients follow a
         #: cursor (gipper 0.5.0, SkyPilot PR#10846); the ``nextCursor``/``truncated`` envelope is
         #: runpod-mcp PR#46's, this emulator's choice for the shape.
@@ -426,7 +427,12 @@ class RunPodEmulator(EmulatorBase):
             return problem(400, "Bad Request", f"could not allocate {size} GB in {dc}")
         with self.lock:
             volume_id = self.volume_ids.pop(0) if self.volume_ids else None
-        volume_id = self.create_volume(name, dc, size, volume_id=volume_id)
+        # "When omitted ... the requested data center's default (primary) storage tier" (openapi
+        # CreateNetworkVolumeRequest.type); ``default_volume_type`` says which tier that is per centre.
+        kind = body.get("type") or self.default_volume_type.get(dc, "STANDARD")
+        if kind not in ("STANDARD", "HIGH_PERFORMANCE"):
+            return problem(422, "Unprocessable Entity", "invalid request", ["type: STANDARD or HIGH_PERFORMANCE"])
+        volume_id = self.create_volume(name, dc, size, volume_id=volume_id, volume_type=kind)
         return Reply(201, dict(self.volumes[volume_id]))
 
     def _delete_volume(self, c: RouteCall) -> Reply:
@@ -436,11 +442,11 @@ class RunPodEmulator(EmulatorBase):
 
     # -- test controls -----------------------------------------------------------------------------
     def create_volume(self, name: str, data_center_id: str = "EU-RO-1", size_gb: int = 50, *,
-                      volume_id: str | None = None) -> str:
+                      volume_id: str | None = None, volume_type: str = "STANDARD") -> str:
         """A network volume; its store is a folder of this emulator (what its pods see at the mount)."""
         volume_id = volume_id or "".join(self._rng.choice(string.ascii_lowercase + string.digits) for _ in range(10))
         self.volumes[volume_id] = {"id": volume_id, "name": name, "size": size_gb, "dataCenter": data_center_id,
-                                   "type": "STANDARD"}
+                                   "type": volume_type}
         self.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
         return volume_id
 
