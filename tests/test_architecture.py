@@ -246,6 +246,7 @@ RUN_FLOORS = {
     "webhook": 0, "secretenv": 0,
     "records": 1, "userconfig": 1, "schemas": 1,
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
+    "runid": 1.7,  # one run folder, one run: its id written by the launch, checked by every opener
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
