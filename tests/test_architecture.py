@@ -259,6 +259,7 @@ RUN_FLOORS = {
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "multinode": 8.5,  # starting, watching and ending a run over several machines
+    "podrescue": 8.6,  # a resume copies the old pod's newest checkpoint home before it ends the pod
     "lifecycle": 9,
     "control": 10, "follow": 10,
 }

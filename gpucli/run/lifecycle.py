@@ -28,6 +28,7 @@ from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
 from gpucli.run.owner import this_launcher
+from gpucli.run.podrescue import take_newest_from_old_pod
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.secretenv import resolve as secrets_present
@@ -283,6 +284,8 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume
     restore = metrics = None
     if target.cloud:
+        if not from_scratch and not on_volume:  # the old pod's newest checkpoint first, verified (gpucli/run/podrescue.py)
+            take_newest_from_old_pod(record, job, on_step=on_step)
         restore = job.restore_point(record.name)
         metrics = mirror_root(record.name) / "metrics.jsonl"
         if restore is None and not from_scratch and not on_volume:
