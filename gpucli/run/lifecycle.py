@@ -224,7 +224,8 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
             with_workdir = getattr(provision, "with_workdir", None)
             if with_workdir is not None:  # vast: the instance's onstart runs the run's resume.sh
                 provision = with_workdir(resolved.workdir)
-            ssh = provision(on_created=on_created, on_event=on_event)
+            started = record  # the record as this launch wrote it (saved above)
+            ssh = provision(on_created=on_created, on_event=on_event, cancelled=lambda: ended_elsewhere(started))
             billed = getattr(provision, "billed_usd_per_hour", None)
             if billed:  # the price is what is billed: budget, watchdog cap and cost records use it
                 request = (inputs or {}).get("request") or {}
@@ -244,6 +245,16 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
         raise
+
+
+def ended_elsewhere(record: RunRecord) -> bool:
+    """Whether another command (``gpucli down``) ended the run this launch is starting: its saved
+    record no longer says the launch's own state."""
+    try:
+        saved = runs.load(record.name)
+    except GpucliError:
+        return False
+    return saved.status not in ("provisioning", "starting") and saved.created_at == record.created_at
 
 
 def host_alive(record: RunRecord) -> bool:

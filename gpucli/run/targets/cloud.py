@@ -157,12 +157,13 @@ class CloudProvisioner:
         """What the created pod bills per hour, as the provider said right after create (None before)."""
         return self.billed[-1] if self.billed else None
 
-    def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None]) -> SshTarget:
+    def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None],
+                 cancelled: Callable[[], bool] = lambda: False) -> SshTarget:
         try:
             return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
                                          ready_timeout_s=self.ready_timeout_s, on_created=on_created,
                                          on_event=on_event, volume=self.volume, force=self.force, billed=self.billed,
-                                         workdir=self.workdir)
+                                         workdir=self.workdir, cancelled=cancelled)
         except GpucliError as exc:
             if self.volume is not None and self.volume.created:
                 exc.message = f"{exc.message}; {created_volume_note(self.volume)}"
@@ -290,7 +291,8 @@ class CloudTarget:
     def provision(self, run: str, plan: CloudPlan, *, image: str | None, disk_gb: int, ready_timeout_s: float,
                   on_created: Callable[[str], None], on_event: Callable[[str], None],
                   client: Provider | None = None, volume: NetworkVolume | None = None, force: bool = False,
-                  billed: list[float] | None = None, workdir: str | None = None) -> SshTarget:
+                  billed: list[float] | None = None, workdir: str | None = None,
+                  cancelled: Callable[[], bool] = lambda: False) -> SshTarget:
         """Create a pod for the run from ``plan`` and wait (``ready_timeout_s`` per offer) for SSH.
 
         ``on_created`` gets every new pod id before any wait. Whatever a failed attempt created is
@@ -324,7 +326,7 @@ class CloudTarget:
         result = provision_with_retries(client, spec, plan.offers,
                                         on_created=lambda inst: on_created(inst.instance_id), on_event=on_event,
                                         ready_timeout_s=ready_timeout_s, poll_interval_s=poll_s,
-                                        max_offers=MAX_OFFERS, keep_overpriced=force)
+                                        max_offers=MAX_OFFERS, keep_overpriced=force, cancelled=cancelled)
         inst = result.instance
         if billed is not None and result.billed_usd_per_hour:
             billed.append(result.billed_usd_per_hour)
