@@ -434,6 +434,13 @@ class VastEmulator(EmulatorBase):
         if self.end_pod(pod_id, "preempted", "outbid") is None:
             raise KeyError(pod_id)
 
+    def expire(self, pod_id: str) -> None:
+        """The rental end date is reached: "the rental contract expires and the instance is stopped"
+        (faq/instances.mdx L13); it keeps billing storage until destroyed ("may be deleted 48 hours after
+        expiration", instance-types.mdx L49 - not modelled: a test destroys it or asserts it stays)."""
+        if self.end_pod(pod_id, "expired", "contract end") is None:
+            raise KeyError(pod_id)
+
     def resume(self, pod_id: str) -> None:
         """Priority returns: a paused interruptible instance "resume[s] automatically"
         (guides/instances/choosing/instance-types.mdx L78, L93). The container starts again, so its
