@@ -265,6 +265,7 @@ RUN_FLOORS = {
     "records": 1, "userconfig": 1, "schemas": 1,
     "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
+    "runid": 1.7,  # one run folder, one run: its id written by the launch, checked by every opener
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
@@ -281,6 +282,7 @@ RUN_FLOORS = {
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "multinode": 8.5,  # starting, watching and ending a run over several machines
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
+    "podrescue": 8.6,  # a resume copies the old pod's newest checkpoint home before it ends the pod
     "lifecycle": 9,
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,

@@ -113,6 +113,8 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
     if st.billed_usd is not None:
         rows.append(("billed by " + record.provider, money(st.billed_usd)
                      + (f" (bandwidth {money(st.bandwidth_usd)})" if st.bandwidth_usd else "")))
+    if st.contract_note:
+        rows.append(("rental", st.contract_note))
     if st.restarts:
         rows.append(("preemptions", f"{st.restarts} (the instance was paused and started again; the run "
                                     "resumed from its newest checkpoint on the instance)"))

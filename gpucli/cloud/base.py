@@ -126,7 +126,7 @@ class Offer:
         optional = {
             "min_bid": self.spot_price_per_hour_usd, "reliability": self.reliability,
             "inet_down": self.inet_down_mbps, "inet_up": self.inet_up_mbps,
-            "geolocation": self.location, "dlperf": self.dlperf, "cuda_max_good": self.cuda_max,
+            "geolocation": self.location, "dlperf": self.dlperf, "cuda_max_good": self.cuda_version or self.cuda_max,
             "disk_space": self.disk_gb, "verified": self.verified,
             "machine_id": self.machine_id, "host_id": self.host_id,
         }
@@ -218,6 +218,9 @@ class Instance:
     cloud_type: str | None = None
     stopped_usd_per_month: float | None = None  # what it bills per month while stopped (its kept disk)
     ssh_routes: tuple[SshRoute, ...] = ()  # every route the provider offers, best first (vast: direct, proxy)
+    #: The container runs and the provider publishes no SSH port for it (RunPod: ``runtime`` up without a
+    #: public 22/tcp): a host without a public IP, which full SSH needs (pods/configuration/use-ssh.mdx).
+    ssh_unexposed: bool = False
 
     def routes(self) -> tuple[SshRoute, ...]:
         """The routes to try: the provider's list, else the one endpoint it gave."""
@@ -248,6 +251,16 @@ class Billed:
 
     total_usd: float
     bandwidth_usd: float = 0.0  # data moved in and out, inside total_usd
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A rental's terms that can change under a run: when it ends (vast stops an instance at its rental
+    end date, faq/instances.mdx L13) and a higher price the host asks that is not accepted (vast-cli
+    vastai/api/price_increase.py: pending increases are accepted per contract, never by gpucli)."""
+
+    ends_at_epoch_s: float | None = None
+    price_increase: str | None = None  # "GPU $0.400/h -> $0.520/h", not accepted
 
 
 class InstanceNotFound(ProviderError):
@@ -334,6 +347,10 @@ class Provider(ABC):
     def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
         """What the pod created at ``since_epoch_s`` has been billed so far, where the provider reports
         it per pod (None: it does not). Read-only."""
+        return None
+
+    def contract(self, instance_id: str) -> Contract | None:
+        """The pod's rental terms where they can end or change under a run (vast), else None. Read-only."""
         return None
 
     def balance_usd(self) -> float | None:

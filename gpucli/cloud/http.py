@@ -28,7 +28,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpucli import __version__
-from gpucli.errors import ProviderError
+from gpucli.cloud.vastwords import is_auth_answer
+from gpucli.errors import NoCapacityError, ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,15 @@ USER_AGENT = f"gpucli/{__version__}"
 
 
 class AuthError(ProviderError):
-    """HTTP 401/403: the key is wrong or lacks permission."""
+    """HTTP 401/403 (vast: also 404 ``auth_error``): the key is wrong or lacks permission. ``status``
+    and ``detail`` (the answer, shortened; never the key) let a caller whose provider gives a status
+    another meaning on one route read it that way (RunPod createPod 403: see :class:`PoolRefusedError`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, status: int | None = None,
+                 detail: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.detail = detail
 
 
 class RateLimitError(ProviderError):
@@ -51,6 +60,12 @@ class RateLimitError(ProviderError):
 
 class QuotaExceededError(RateLimitError):
     """vast.ai's daily search quota is used up; it resets at UTC midnight. Never retried."""
+
+
+class PoolRefusedError(NoCapacityError):
+    """RunPod ``createPod`` HTTP 403: "Your account cannot access the requested pool. | Skip this
+    candidate, keep going." (runpod/docs api-reference-v2/openapi.json, createPod's error table). That
+    offer is closed to this account, the key is fine: the next offer is tried."""
 
 
 class NetworkError(ProviderError):
@@ -232,9 +247,10 @@ class HttpClient:
                 if status == 403 and "1010" in text:
                     raise ProviderError(f"{self.service} refused gpucli's User-Agent (HTTP 403, Cloudflare "
                                         "error 1010)", hint="a proxy or old gpucli may be rewriting it")
-                if status in (401, 403):
+                if is_auth_answer(status, body):  # vast answers a revoked key 404 auth_error (vastwords.py)
                     raise AuthError(f"{self.service} rejected the API key (HTTP {status})",
-                                    hint=f"check it with `gpucli keys set {self.service_key_name}`")
+                                    hint=f"check it with `gpucli keys set {self.service_key_name}`",
+                                    status=status, detail=_short(text))
                 if status == 429 and is_search_quota_exceeded(body, text):
                     raise QuotaExceededError(
                         f"{self.service} daily search quota exceeded; it resets at UTC midnight",

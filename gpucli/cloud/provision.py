@@ -58,6 +58,13 @@ class Attempt:
 
 #: A pod billed more than this fraction above its quote is not used (issue: "the price is what is billed").
 PRICE_TOLERANCE = 0.05
+#: How long a running pod may publish no SSH port before it is given up. Full SSH needs "an instance
+#: that supports a public IP address" (runpod/docs pods/configuration/use-ssh.mdx L110) and REST v2 has
+#: no filter for one (``supportPublicIp`` is gone: runpod-plugins-official runpod-migrate
+#: breaking-changes.md, Class 3), so a Community host without one runs and never exposes 22/tcp.
+#: Waiting the whole ``--ready-timeout`` for it, three times, bills three pods for nothing.
+UNEXPOSED_GRACE_S = 180.0
+UNEXPOSED_REASON = "running without a public SSH port"
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ def provision_with_retries(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     keep_overpriced: bool = False,
+    unexposed_grace_s: float = UNEXPOSED_GRACE_S,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> ProvisionResult:
     """Create a pod from the first workable offer and return it once SSH answers.
 
@@ -137,7 +146,15 @@ def provision_with_retries(
     attempts: list[Attempt] = []
     left_running: list[str] = []
     created_ids: list[str] = []
+    unexposed_clouds: set[str] = set()  # clouds whose hosts ran without a public SSH port: not tried again
     for offer in list(offers)[: max(1, max_offers)]:
+        if cancelled():
+            _end_cancelled(provider, spec.label, created_ids, on_event, sleep, left_running)
+        if offer is not None and offer.cloud_type in unexposed_clouds:
+            attempts.append(Attempt(offer.offer_id, None, False, f"skipped: a {offer.cloud_type} pod ran "
+                                                                 "without a public SSH port"))
+            on_event(attempts[-1].reason)
+            continue
         this_spec = spec if offer is None else replace(
             spec, offer_id=offer.offer_id, gpu_name=offer.gpu_name,
             cloud_type=offer.cloud_type if spec.network_volume_id is None else spec.cloud_type,
@@ -190,7 +207,11 @@ def provision_with_retries(
             on_event(f"pod {inst.instance_id} bills ${billed:.4f}/h (quote ${quote or 0:.4f}/h)")
         on_event(f"created {provider.name} pod {inst.instance_id}; waiting up to {ready_timeout_s:.0f} s for SSH")
         ready, reason = _wait_ready(provider, inst, ready_timeout_s, poll_interval_s, ssh_check, clock, sleep,
-                                    on_event)
+                                    on_event, unexposed_grace_s=unexposed_grace_s, cancelled=cancelled)
+        if reason == CANCELLED or (ready is not None and cancelled()):
+            _end_cancelled(provider, spec.label, created_ids, on_event, sleep, left_running)
+        if ready is None and reason.startswith(UNEXPOSED_REASON) and offer is not None and offer.cloud_type:
+            unexposed_clouds.add(offer.cloud_type)
         if ready is not None:
             attempts.append(Attempt(offer_id, inst.instance_id, True, "ready"))
             # A create whose answer was lost earlier may have made a pod after all; only one is kept.
@@ -210,6 +231,26 @@ def provision_with_retries(
                           left_running=left_running)
 
 
+class ProvisionCancelled(ProviderError):
+    """The run was ended (``gpucli down``) while its launch was creating or waiting for a pod."""
+
+
+CANCELLED = "the run was ended while its pod was starting"
+
+
+def _end_cancelled(provider: Provider, label: str, created_ids: list[str], on_event: Callable[[str], None],
+                   sleep: Callable[[float], None], left_running: list[str]) -> None:
+    """The run was ended elsewhere (``gpucli down``) during the launch: end every pod this launch made
+    (each id, then the label), create nothing more, and raise."""
+    for pod_id in created_ids:
+        if not _terminate(provider, pod_id, sleep):
+            left_running.append(pod_id)
+    _sweep_label(provider, label, keep=None, on_event=on_event, sleep=sleep, left_running=left_running)
+    left = f"; still running: {', '.join(left_running)} (end them by hand)" if left_running else ""
+    raise ProvisionCancelled(f"the run was ended (gpucli down) while its pod was starting: the launch ended "
+                             f"every pod it had created{left}")
+
+
 def _sweep_label(provider: Provider, label: str, *, keep: str | None, on_event: Callable[[str], None],
                  sleep: Callable[[float], None], left_running: list[str]) -> None:
     """Terminate every pod carrying ``label`` except ``keep``; failures go to ``left_running``."""
@@ -226,11 +267,15 @@ def _sweep_label(provider: Provider, label: str, *, keep: str | None, on_event: 
 def _wait_ready(provider: Provider, inst: Instance, timeout_s: float, poll_s: float,
                 ssh_check: Callable[[Instance], bool] | None, clock: Callable[[], float],
                 sleep: Callable[[float], None], on_event: Callable[[str], None] = lambda msg: None,
-                ) -> tuple[Instance | None, str]:
+                *, unexposed_grace_s: float = UNEXPOSED_GRACE_S,
+                cancelled: Callable[[], bool] = lambda: False) -> tuple[Instance | None, str]:
     deadline = clock() + timeout_s
+    unexposed_since: float | None = None
     last = inst
     silent: list[SshRoute] = []  # routes that gave no banner yet: tried after the others
     while True:
+        if cancelled():
+            return None, CANCELLED
         try:
             last = provider.get(inst.instance_id)
         except InstanceNotFound:
@@ -242,6 +287,12 @@ def _wait_ready(provider: Provider, inst: Instance, timeout_s: float, poll_s: fl
         else:
             if last.state.is_dead:
                 return None, f"pod went {last.state.value} ({last.raw_status})"
+            if last.ssh_unexposed:
+                unexposed_since = clock() if unexposed_since is None else unexposed_since
+                if clock() - unexposed_since >= unexposed_grace_s:
+                    return None, f"{UNEXPOSED_REASON} after {unexposed_grace_s:.0f} s (a host without a public IP)"
+            else:
+                unexposed_since = None
             if last.ssh_ready:
                 if ssh_check is None:
                     return last, "ready"

@@ -395,6 +395,17 @@ def _same(field: str, actual: Any, expected: Any) -> bool:
     return False
 
 
+def version_key(value: Any) -> tuple[int, ...] | None:
+    """A dotted version as its numeric components (``"12.10"`` -> (12, 10)); None if not one."""
+    parts = str(value).strip().split(".")
+    if isinstance(value, bool) or not all(p.isdigit() for p in parts):
+        return None
+    key = [int(p) for p in parts]
+    while len(key) > 1 and key[-1] == 0:  # 12.4 == 12.4.0
+        key.pop()
+    return tuple(key)
+
+
 def _compare(field: str, actual: Any, op: str, expected: Any) -> bool:
     if op == "eq":
         return _same(field, actual, expected)
@@ -404,6 +415,13 @@ def _compare(field: str, actual: Any, op: str, expected: Any) -> bool:
         items = expected if isinstance(expected, tuple) else (expected,)
         found = any(_same(field, actual, item) for item in items)
         return found if op == "in" else not found
+    if field == "cuda_max_good" and isinstance(actual, str):
+        # A version string ("12.10") is compared per component, never as a float (openapi listGpuTypes:
+        # "compared numerically per component"): 12.10 > 12.4.
+        a_ver, e_ver = version_key(actual), version_key(expected)
+        if a_ver is None or e_ver is None:
+            return False
+        return {"gt": a_ver > e_ver, "gte": a_ver >= e_ver, "lt": a_ver < e_ver}.get(op, a_ver <= e_ver)
     a_num, e_num = as_number(actual), as_number(expected)
     if a_num is None or e_num is None:
         return False

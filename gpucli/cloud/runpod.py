@@ -36,15 +36,17 @@ from gpucli.cloud.base import (
 )
 from gpucli.cloud.bootguard import RUNPOD_IMAGES, start_args
 from gpucli.cloud.credentials import runpod_base_url
-from gpucli.cloud.http import HttpResponse, RequestMaybeSent
+from gpucli.cloud.http import AuthError, HttpResponse, PoolRefusedError, RequestMaybeSent
 from gpucli.cloud.query import Query, as_number, sort_by_order
 from gpucli.cloud.runpod_v2 import (
     CONTAINER_DISK_GB,
     MIN_VOLUME_DISK_GB,
     VOLUME_MAX_GB,
+    VOLUME_TYPE,
     NetworkVolume,
     best_data_center,
     is_problem_404,
+    next_page,
     parse_gpu_type,
     parse_pod,
     parse_volume,
@@ -60,6 +62,7 @@ __all__ = ["VOLUME_MAX_GB", "NetworkVolume", "RunPodProvider", "SPOT_REFUSED", "
 
 SERVICE = "RunPod"
 DEFAULT_GPU_COUNTS = (1, 2, 4, 8)
+MAX_POD_PAGES = 200  # far beyond any account gpucli serves; a cursor that never ends is an error
 CLOUDS = ("SECURE", "COMMUNITY")  # openapi ``Cloud``; network volumes are Secure Cloud only
 #: The CUDA the default image is built for (runpod/pytorch:1.0.2-cu1281-...: gpucli/run/targets/runpod.py):
 #: the catalogue's availability is read for hosts at or above it.
@@ -199,6 +202,11 @@ class RunPodProvider(ApiProvider):
             resp = self._v2("POST", "/pods", json_body=body, what="create pod", idempotent=False)
         except RequestMaybeSent as exc:
             raise CreateAnswerLost(f"RunPod create pod: {exc.message}", label=spec.label) from None
+        except AuthError as exc:
+            if exc.status == 403:  # createPod: "cannot access the requested pool ... Skip this candidate"
+                raise PoolRefusedError(f"RunPod: this account cannot use the pool of offer {spec.offer_id or '?'} "
+                                       f"(HTTP 403 {exc.detail})".rstrip(), hint="the next offer is tried") from None
+            raise
         if resp.status in (400, 404) and _no_capacity(resp):
             raise NoCapacityError(f"RunPod has no capacity for this request: {problem_detail(resp.body, resp.text)}",
                                   hint="try another GPU type, count or data centre")
@@ -218,12 +226,29 @@ class RunPodProvider(ApiProvider):
         return parse_pod(self._expect(resp, 200, what="get pod"), ssh_user=self.ssh_user)
 
     def list_instances(self) -> list[Instance]:
-        """``GET /v2/pods`` -> ``{"pods": [...]}``; any other answer is an error, never "no pods"."""
-        body = self._expect(self._v2("GET", "/pods", what="list pods"), 200, what="list pods")
-        pods = body.get("pods")
-        if not isinstance(pods, list):
-            raise ProviderError("RunPod list pods: no 'pods' list in the answer")
-        out = [parse_pod(p, ssh_user=self.ssh_user) for p in pods if isinstance(p, Mapping)]
+        """``GET /v2/pods`` -> ``{"pods": [...]}``, read to its last page; any other answer is an error,
+        never "no pods". The spec shows no paging (openapi ``listPods``), but v2 clients page it
+        (gipper 0.5.0: "pod listing walks every page"; SkyPilot PR#10846 follows a cursor) and RunPod's
+        own v2 client reads ``truncated`` + ``nextCursor`` envelopes (runpod/runpod-mcp PR#46): a
+        continuation is followed, and a page that says it is cut short without one is an error, so a
+        stray sweep never takes one page for the account."""
+        out: list[Instance] = []
+        cursor: str | None = None
+        for _ in range(MAX_POD_PAGES):
+            body = self._expect(self._v2("GET", "/pods", params={"cursor": cursor} if cursor else None,
+                                         what="list pods"), 200, what="list pods")
+            pods = body.get("pods")
+            if not isinstance(pods, list):
+                raise ProviderError("RunPod list pods: no 'pods' list in the answer")
+            out += [parse_pod(p, ssh_user=self.ssh_user) for p in pods if isinstance(p, Mapping)]
+            cursor, more = next_page(body)
+            if cursor is None:
+                if more:
+                    raise ProviderError("RunPod list pods: the answer says it is cut short but gives no cursor "
+                                        "to read the rest", hint="list the pods in the RunPod console")
+                break
+        else:
+            raise ProviderError(f"RunPod list pods: still more after {MAX_POD_PAGES} pages")
         return [i for i in out if i.label and i.label.startswith(LABEL_PREFIX)]
 
     def terminate(self, instance_id: str) -> None:
@@ -325,9 +350,9 @@ class RunPodProvider(ApiProvider):
                                                      "the console and pass its name")
 
     def create_volume(self, name: str, size_gb: int, data_center_id: str) -> NetworkVolume:
-        """``POST /v2/network-volumes {name, size, dataCenter}`` -> 201 (migrate-from-v1.mdx: v1's
+        """``POST /v2/network-volumes {name, size, dataCenter, type: STANDARD}`` -> 201 (migrate-from-v1.mdx: v1's
         ``dataCenterId`` is ``dataCenter`` in v2). A lost answer is looked up by name before giving up."""
-        body = {"name": name, "size": int(size_gb), "dataCenter": data_center_id}
+        body = {"name": name, "size": int(size_gb), "dataCenter": data_center_id, "type": VOLUME_TYPE}
         try:
             resp = self._v2("POST", "/network-volumes", json_body=body, idempotent=False, what="create network volume")
         except RequestMaybeSent as exc:

@@ -19,13 +19,12 @@ The only place RunPod's raw dicts are read. Sources (runpod/docs, snapshot 2026-
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpucli.cloud.base import Instance, InstanceState, Offer
-from gpucli.cloud.query import as_number
+from gpucli.cloud.query import as_number, version_key
 
 #: Hours in a month for turning $/GB/month into $/h (8760 / 12).
 HOURS_PER_MONTH = 730.0
@@ -37,6 +36,10 @@ VOLUME_DISK_STOPPED_USD_PER_GB_MONTH = 0.20  # pods/pricing.mdx L47, stopped
 VOLUME_USD_PER_GB_MONTH = 0.07
 VOLUME_USD_PER_GB_MONTH_OVER_1TB = 0.05
 VOLUME_MAX_GB = 4000
+#: The storage tier gpucli creates, always named: "When omitted ... the requested data center's default
+#: (primary) storage tier" (openapi CreateNetworkVolumeRequest.type), which may be high-performance,
+#: "priced at a premium" (high-performance-storage.mdx L42, L55-58): the quote would not be the bill.
+VOLUME_TYPE = "STANDARD"
 #: The container disk gpucli asks for: the image's writable layer and pip caches only. The run folder
 #: lives on the volume disk (``mounts.persistent``), which a stop keeps (pods/pricing.mdx L46-47).
 CONTAINER_DISK_GB = 20
@@ -99,14 +102,20 @@ class NetworkVolume:
     size_gb: int | None
     data_center_id: str | None
     created: bool = False  # created by this launch (it stays after the run: it holds the data)
+    #: ``VolumeType`` STANDARD | HIGH_PERFORMANCE (openapi NetworkVolume, required). Only STANDARD has a
+    #: published flat price; high-performance storage is "priced at a premium ... varies by data centre"
+    #: (storage/high-performance-storage.mdx L55-58), so it is not quoted as if it were standard.
+    volume_type: str | None = VOLUME_TYPE
 
     @property
     def usd_per_month(self) -> float | None:
-        return None if self.size_gb is None else volume_usd_per_month(self.size_gb)
+        if self.size_gb is None or self.volume_type != VOLUME_TYPE:
+            return None
+        return volume_usd_per_month(self.size_gb)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.volume_id, "name": self.name, "size_gb": self.size_gb,
-                "data_center_id": self.data_center_id, "created": self.created}
+                "data_center_id": self.data_center_id, "created": self.created, "type": self.volume_type}
 
 
 def parse_volume(item: Mapping[str, Any]) -> NetworkVolume | None:
@@ -114,8 +123,10 @@ def parse_volume(item: Mapping[str, Any]) -> NetworkVolume | None:
         return None
     size = item.get("size")
     dc = item.get("dataCenter") or item.get("dataCenterId")
+    kind = item.get("type")
     return NetworkVolume(volume_id=str(item["id"]), name=str(item.get("name") or item["id"]),
-                         size_gb=size if isinstance(size, int) else None, data_center_id=str(dc) if dc else None)
+                         size_gb=size if isinstance(size, int) else None, data_center_id=str(dc) if dc else None,
+                         volume_type=str(kind) if kind else None)
 
 
 def best_data_center(gpu: Mapping[str, Any]) -> str | None:
@@ -148,12 +159,10 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
     dc = best_data_center(item)
     if dc is None:
         return None
-    # cudaVersions[].version is "major.minor" text, compared per component (openapi GpuType and
-    # gpu.minCudaVersion: "compared numerically rather than as a decimal — so 12.11 is above 12.2").
-    cudas = [str(c["version"]) for c in item.get("cudaVersions") or []
-             if isinstance(c, Mapping) and c.get("available") and re.fullmatch(r"\d+(\.\d+)?", str(c.get("version")))]
-    newest = max(cudas, key=lambda v: tuple(int(p) for p in v.split(".")), default=None)
-    cuda_max = as_number(newest) if newest else None
+    # compared per component ("12.10" > "12.4"), as openapi listGpuTypes compares minCudaVersion
+    cudas = [str(c.get("version")) for c in item.get("cudaVersions") or []
+             if isinstance(c, Mapping) and c.get("available") and version_key(c.get("version")) is not None]
+    cuda_top = max(cudas, key=lambda v: version_key(v) or (), default=None)
     gpu_id = str(item["id"])
     return Offer(
         provider="runpod", offer_id=f"{gpu_id}|{count}|{cloud}|{dc}", gpu_name=gpu_id, gpu_count=count,
@@ -161,9 +170,16 @@ def parse_gpu_type(item: Mapping[str, Any], count: int, cloud: str, *, storage_p
         price_per_hour_usd=per_gpu * count + storage_per_hour,
         price_per_gpu_hour_usd=(per_gpu * count + storage_per_hour) / count,  # as vast's dph_total / num_gpus
         gpu_display_name=str(item.get("name") or gpu_id), stock=str(item.get("availability")),
-        location=dc, cuda_max=cuda_max, cuda_version=newest, cloud_type=cloud, data_center_id=dc,
+        location=dc, cuda_max=as_number(cuda_top), cuda_version=cuda_top, cloud_type=cloud, data_center_id=dc,
         storage_usd_per_hour=storage_per_hour,
     )
+
+
+def next_page(body: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """The continuation of a v2 list answer: ``(cursor or None, says-there-is-more)``."""
+    cursor = body.get("nextCursor") or body.get("next_cursor") or body.get("cursor")
+    more = body.get("truncated") is True or body.get("hasMore") is True
+    return (str(cursor) if cursor else None), more
 
 
 def parse_pod(pod: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
@@ -202,4 +218,5 @@ def parse_pod(pod: Mapping[str, Any], *, ssh_user: str = "root") -> Instance:
         data_center_id=str(pod["dataCenterId"]) if pod.get("dataCenterId") else None,
         cloud_type=str(pod["cloud"]) if pod.get("cloud") else None,
         stopped_usd_per_month=None if volume_gb is None else stopped_usd_per_month(volume_gb),
+        ssh_unexposed=state is InstanceState.RUNNING and host is None,
     )

@@ -39,6 +39,7 @@ from gpucli.cloud.base import (
     DEFAULT_LAUNCH_DISK_GB,
     LABEL_PREFIX,
     Billed,
+    Contract,
     CreateAnswerLost,
     Instance,
     InstanceNotFound,
@@ -52,6 +53,8 @@ from gpucli.cloud.http import AuthError, HttpResponse, NetworkError, RequestMayb
 from gpucli.cloud.query import Query, as_number, parse_query
 from gpucli.cloud.vastbill import MAX_PAGES as MAX_CHARGE_PAGES
 from gpucli.cloud.vastbill import billed_in, charges_params
+from gpucli.cloud.vastcontract import PENDING_PATH, contract_of
+from gpucli.cloud.vastwords import GONE, instance_answer
 from gpucli.errors import NoCapacityError, ProviderError, UsageError
 
 log = logging.getLogger(__name__)
@@ -89,6 +92,7 @@ class VastProvider(ApiProvider):
         ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
         ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
         ("balance", "REST v0 GET /api/v0/users/current"),
+        ("rental terms", "REST v0 GET /api/v0/instances/pending-price-increases/ (shown, never accepted)"),
         ("charges", "REST v0 GET /api/v0/charges/ (compute, storage, bandwidth per instance)"),
         ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
     )
@@ -155,6 +159,14 @@ class VastProvider(ApiProvider):
             if found is not None or not token:
                 return found
         return None
+
+    def contract(self, instance_id: str) -> Contract | None:
+        """The rental's end date and a price increase its host asks (gpucli/cloud/vastcontract.py)."""
+        resp = self.http.request("GET", f"/api/v0/instances/{_safe_id(instance_id)}/", params={"owner": "me"},
+                                 what="show instance")
+        inst = resp.body.get("instances") if resp.ok and isinstance(resp.body, Mapping) else None
+        pending = self.http.request("GET", PENDING_PATH, what="show pending price increases")
+        return contract_of(inst, pending.body if pending.ok else None, instance_id)
 
     def balance_usd(self) -> float | None:
         resp = self.http.request("GET", "/api/v0/users/current", what="show user")
@@ -248,7 +260,9 @@ class VastProvider(ApiProvider):
     def get(self, instance_id: str) -> Instance:
         resp = self.http.request("GET", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  params={"owner": "me"}, what="show instance")
-        if resp.status == 404 or _error_code(resp) == "no_such_instance":
+        # Gone on vast's words for it only; its 404 ``auth_error`` (a revoked key) never gets here: the
+        # HTTP helper raises AuthError for it (gpucli/cloud/vastwords.py).
+        if instance_answer(resp.status, resp.body) == GONE:
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
         _raise_for_error(resp, what="show instance")
         inst = resp.body.get("instances") if isinstance(resp.body, Mapping) else None
@@ -288,10 +302,11 @@ class VastProvider(ApiProvider):
     def terminate(self, instance_id: str) -> None:
         resp = self.http.request("DELETE", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  what="destroy instance")
-        # Gone only on vast's own words for it (``no_such_instance``): a bare 404 (a wrong URL, a proxy)
+        # Gone only on vast's own words for it (``not_found`` "Instance not found", destroy_instance.yaml
+        # L64-78, or ``no_such_instance``; gpucli/cloud/vastwords.py): a bare 404 (a wrong URL, a proxy)
         # proves nothing. Done only on ``{"success": true}`` (vast-cli destroy_instance reads it): a 200
         # that is not JSON is a failure, retried and reported, never "terminated".
-        if _error_code(resp) == "no_such_instance":
+        if instance_answer(resp.status, resp.body) == GONE:
             log.info("vast.ai instance %s already gone", instance_id)
             return
         _raise_unless_success(resp, what="destroy instance")
@@ -299,7 +314,7 @@ class VastProvider(ApiProvider):
     def stop(self, instance_id: str) -> None:
         resp = self.http.request("PUT", f"/api/v0/instances/{_safe_id(instance_id)}/",
                                  json_body={"state": "stopped"}, idempotent=True, what="stop instance")
-        if _error_code(resp) == "no_such_instance":
+        if instance_answer(resp.status, resp.body) == GONE:
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
         _raise_unless_success(resp, what="stop instance")
 

@@ -39,9 +39,12 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 # A number right after one of these words names the step ("epoch=0-step=200": 200, not 0).
-_KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?(\d+)", re.IGNORECASE)
+# Steps are ASCII digits, at most 18 of them (a pod's name of thousands of digits, or of other scripts'
+# digits, is no step: int() refuses past 4300 digits with a ValueError).
+_KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?([0-9]{1,18})(?![0-9])",
+                           re.IGNORECASE)
 # Otherwise the first number that is not a rank or a shard index ("optim_000500_rank0.pt": 500).
-_NUMBER = re.compile(r"(?<![A-Za-z\d])(?<!rank)(?<!rank_)(?<!of)(?<!of_)(\d+)")
+_NUMBER = re.compile(r"(?<![A-Za-z0-9])(?<!rank)(?<!rank_)(?<!of)(?<!of_)([0-9]{1,18})(?![0-9])")
 _SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
 # What loggers write beside checkpoints (TensorBoard events, Lightning's CSV and hparams): never a checkpoint
 _LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")

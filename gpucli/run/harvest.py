@@ -134,8 +134,10 @@ def download_checkpoint(host: Host, ck: CheckpointInfo, target: Path, *, with_op
     missing = [n for n in [*names, "meta.json"] if n not in present]
     if missing:
         raise TransferError(f"{ck.name}: {untrusted.shown(missing[0])} is not a regular file on the pod")
-    untrusted.local_path(target.parent, target.name)
-    untrusted.local_path(target.parent, tmp.name)
+    # an earlier copy at ``target`` (a second fetch-best, mirror or serve) is replaced only once the new
+    # one is complete and verified (swap_into_place); a partial folder of a cut download is continued
+    untrusted.local_path(target.parent, target.name, folder=True)
+    untrusted.local_path(target.parent, tmp.name, folder=True)
     for n in [*names, *(more or {}), "meta.json"]:
         untrusted.local_path(tmp, n)
     tmp.mkdir(parents=True, exist_ok=True)
@@ -260,8 +262,10 @@ def download_files(host: Host, root: str, hashes: Mapping[str, str], target: Pat
     """Download ``hashes``' files from ``root`` into ``target`` through its partial folder, renamed into
     place when all are verified. Files already in ``keep`` with the same hash are copied, not fetched."""
     tmp = partial_dir(target)
-    untrusted.local_path(target.parent, target.name)
-    untrusted.local_path(target.parent, tmp.name)
+    # an earlier copy at ``target`` (a second fetch-best, mirror or serve) is replaced only once the new
+    # one is complete and verified (swap_into_place); a partial folder of a cut download is continued
+    untrusted.local_path(target.parent, target.name, folder=True)
+    untrusted.local_path(target.parent, tmp.name, folder=True)
     for rel in hashes:  # every name the pod listed lands inside the folder, before any byte is written
         untrusted.local_path(tmp, rel)
     tmp.mkdir(parents=True, exist_ok=True)
@@ -310,7 +314,7 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, p
     if step is None:  # the overwritten file: the last step logged before it was written
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and r.get("time", 0) <= ck.mtime + 1]
         step = max(steps, default=-1)
-    target = untrusted.local_path(dest, f"{record.name}-{ck.name}")
+    target = untrusted.local_path(dest, f"{record.name}-{ck.name}", folder=True)
     size = download_files(host, root, hashes, target, progress=progress)
     info = CheckpointInfo(name=ck.name, path=root, step=step, val_loss=ck.val_loss, train_loss=None, kind="own",
                           files=dict(hashes), meta={"reason": choice.reason})

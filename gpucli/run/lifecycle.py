@@ -28,7 +28,8 @@ from gpucli.run.monitor import status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
 from gpucli.run.notice import EventFn, Notice, NoticeFn, StepFn
-from gpucli.run.owner import this_launcher
+from gpucli.run.owner import ended_elsewhere, this_launcher
+from gpucli.run.podrescue import take_newest_from_old_pod
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
 from gpucli.run.secretenv import resolve as secrets_present
@@ -203,19 +204,26 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
     else:
         record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
                               launcher=this_launcher(), message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
-    save(record)  # written before anything waits
+    latest = [record]
+
+    def keep(saved: RunRecord) -> Any:  # the newest record, pids included, is what a failure saves
+        latest[0] = saved
+        return save(saved)
+
+    keep(record)  # written before anything waits
     try:
         if provision is not None:
             def on_created(instance_id: str) -> None:
                 nonlocal record
                 assert record is not None  # saved above, before anything waits
                 record = record.with_(instance_id=instance_id)
-                save(record)
+                keep(record)
 
             with_workdir = getattr(provision, "with_workdir", None)
             if with_workdir is not None:  # vast: the instance's onstart runs the run's resume.sh
                 provision = with_workdir(resolved.workdir)
-            ssh = provision(on_created=on_created, on_event=on_event)
+            started = record  # the record as this launch wrote it (saved above)
+            ssh = provision(on_created=on_created, on_event=on_event, cancelled=lambda: ended_elsewhere(started, runs.load))
             billed = getattr(provision, "billed_usd_per_hour", None)
             if billed:  # the price is what is billed: budget, watchdog cap and cost records use it
                 request = (inputs or {}).get("request") or {}
@@ -224,17 +232,19 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
                 resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(price_per_hour_usd=price))
                 record = record.with_(limits=resolved.limits)
         record = record.with_(ssh=ssh, status="starting")
-        save(record)
+        keep(record)
         with get_target(record.provider).open(record) as host:
             if record.ssh is not None and host.host_key:
                 record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
-                save(record)
-            return start_on(host, job, resolved, record, on_event=on_event, save=save, restore=restore,
+                keep(record)
+            return start_on(host, job, resolved, record, on_event=on_event, save=keep, restore=restore,
                             metrics=metrics)
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         checked = getattr(exc, "preflight", None) or record.preflight  # a failed preflight's figures (gpucli.run.preflight)
-        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500], preflight=checked))
+        # latest[0]: with every pid the job's start recorded (a launch stopped during --setup leaves the job,
+        # its setup and the watchdog running: `down` must find them)
+        save(latest[0].with_(status="failed", ended_at=runs.now_iso(), message=message[:500], preflight=checked))
         raise
 
 
@@ -278,6 +288,9 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume
     restore = metrics = None
     if target.cloud or moving:
+        if not from_scratch and old_target.cloud and not on_volume:
+            # the old pod's newest checkpoint first, verified (gpucli/run/podrescue.py)
+            take_newest_from_old_pod(record, job, on_step=on_step)
         if not from_scratch:  # the store's newest whole checkpoint, when newer than the mirror's
             store.pull_newest(record, on_step)
         restore = job.restore_point(record.name)

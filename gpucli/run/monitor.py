@@ -8,8 +8,10 @@ checkpoints are :mod:`gpucli.run.checkpoints` and :mod:`gpucli.run.harvest`.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import json
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,13 +47,16 @@ def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], bytes]:
 
 
 def read_all_rows(host: Host, workdir: str) -> list[dict[str, Any]]:
-    """The run's metrics rows, streamed: at most what the file held when the read started (a file that
-    keeps growing cannot keep the command reading) and its last :data:`MAX_ROWS_BYTES` of it."""
+    """The run's metrics rows, streamed and bounded: at most what the file held when the read started (a
+    file that keeps growing cannot keep the command reading), its last :data:`MAX_ROWS_BYTES`, and of
+    each kind of row (train, val, event, ...) the newest :data:`MAX_ROWS_PER_KIND`, in file order. A pod
+    whose metrics never end costs a bounded read and bounded memory, whatever it writes."""
     path = f"{workdir}/metrics.jsonl"
-    rows: list[dict[str, Any]] = []
     end = _size(host, path)
     if end is None:
-        return rows
+        return []
+    kept: dict[str, deque[tuple[int, dict[str, Any]]]] = {}
+    seq = 0
     offset, tail = max(0, end - MAX_ROWS_BYTES), b""
     first = offset > 0  # started mid-line: the first piece is not a row
     while offset < end:
@@ -61,15 +66,26 @@ def read_all_rows(host: Host, workdir: str) -> list[dict[str, Any]]:
         got, tail = parse_rows(tail + data)
         if first and got:
             got, first = got[1:], False
-        rows.extend(got)
+        for row in got:
+            kind = str(row.get("kind"))[:32]
+            if kind not in kept and len(kept) >= MAX_KINDS:
+                continue  # a pod inventing kinds by the thousand: the first ones are kept
+            kept.setdefault(kind, deque(maxlen=MAX_ROWS_PER_KIND)).append((seq, row))
+            seq += 1
         offset = offset2
-    return rows
+    return [row for _, row in heapq.merge(*kept.values(), key=lambda pair: pair[0])]
 
 
 #: A metrics line longer than this is not one of the trainer's rows (they are a few hundred bytes).
 MAX_ROW_BYTES = 1 << 20
-#: The most of metrics.jsonl read at once (its end): far more than a long run writes.
-MAX_ROWS_BYTES = 512 << 20
+#: The most of metrics.jsonl read at once (its end): ~200k rows of a few hundred bytes, far more than a
+#: status needs. With the per-kind cap below, what a command holds stays bounded whatever a pod writes.
+MAX_ROWS_BYTES = 64 << 20
+#: The newest rows of each kind kept (train rows every step of a long run; val rows and events are few).
+MAX_ROWS_PER_KIND = 50_000
+MAX_KINDS = 16
+#: The most of a small pod-written file (status.json, the restarts list) read.
+SMALL_FILE_BYTES = 64 << 10
 #: The most of console.log read for its last lines.
 LOG_TAIL_BYTES = 256 << 10
 
@@ -112,6 +128,7 @@ class RunStatus:
     restarts: int | None = None  # container starts after the first (vast: outbid, then resumed in place)
     billed_usd: float | None = None  # what the provider says the pod has billed so far (vast: its charges)
     bandwidth_usd: float | None = None  # of which data moved in and out (vast bills it per byte)
+    contract_note: str | None = None  # the rental's end and a price increase asked, not accepted (vast)
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,
@@ -179,6 +196,13 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         last_event=events[-1].get("event") if events else None, log_tail=log_tail)
 
 
+def read_head(host: Host, path: str, limit: int = SMALL_FILE_BYTES) -> bytes:
+    """The first ``limit`` bytes of a small file the pod writes (status.json, restarts): a pod that
+    makes it huge costs a bounded read."""
+    data, _ = host.read_from(path, 0, limit)
+    return data
+
+
 def log_tail(host: Host, workdir: str, lines: int = 15) -> tuple[str, ...]:
     """The end of the trainer's console output (stdout and stderr: tracebacks land here; the
     trainer's own train.log holds its log lines only)."""
@@ -208,7 +232,7 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
     phase = None
     if alive and (record.launch or {}).get("own") and not any(r.get("kind") == "train" for r in rows):
         try:
-            phase = json.loads(host.read_file(f"{record.workdir}/status.json")).get("phase")
+            phase = json.loads(read_head(host, f"{record.workdir}/status.json")).get("phase")
         except (GpucliError, OSError, ValueError, AttributeError):
             phase = None
     return summarize(record, rows, alive=alive, log_tail=tail, phase=phase)

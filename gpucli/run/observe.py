@@ -16,7 +16,7 @@ from gpucli.cloud.base import TERMINATE_PENDING, Billed
 from gpucli.errors import GpucliError, TransferError
 from gpucli.run import records as runs
 from gpucli.run.gpuwatch import read_report
-from gpucli.run.monitor import RunStatus, parse_rows, status_of
+from gpucli.run.monitor import RunStatus, parse_rows, read_head, status_of
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end_record, status_of_own_end
@@ -173,6 +173,9 @@ def observe(record: RunRecord) -> Observed:
     running also says what its stopped pod or kept volume bills per month. Nothing is saved or ended."""
     seen = _observe(record)
     st = with_billed(seen.status, provider_billed(record))
+    ask = getattr(get_target(record.provider), "contract_note", None)  # vast: the rental's end and price changes
+    if ask is not None and record.active and record.instance_id:
+        st = dataclasses.replace(st, contract_note=ask(record, now_epoch_s=time.time()))
     if st.kept_usd_per_month is None and st.state not in ("running", "starting", "provisioning"):
         kept = kept_storage(record, ended=True)
         if kept is not None:
@@ -222,7 +225,7 @@ def _observe(record: RunRecord) -> Observed:
             ps = get_target(record.provider).pod_state(record)
         except GpucliError:
             ps = None
-        return Observed(RunStatus(state=ps.describe if ps is not None else f"unreachable ({exc})"))
+        return Observed(RunStatus(state=ps.describe if ps is not None else f"unreachable ({one_line(str(exc))})"))
     with host:
         st = status_of(host, record)
         prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
@@ -248,7 +251,14 @@ def _container_restarts(host: Host, record: RunRecord) -> int | None:
     try:
         if not host.exists(f"{record.workdir}/{RESTARTS}"):
             return None
-        text = host.read_file(f"{record.workdir}/{RESTARTS}").decode(errors="replace")
+        text = read_head(host, f"{record.workdir}/{RESTARTS}").decode(errors="replace")
     except GpucliError:
         return None
     return sum(1 for line in text.splitlines() if line.strip()) or None
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A failure as one line for a table cell: its first line (a library's traceback or a pod's text
+    never spreads over the status), shortened."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."

@@ -37,7 +37,7 @@ from gpucli.run.nodes import NodeSpec
 from gpucli.run.records import RunRecord
 from gpucli.run.targets import Stray, get_target
 from gpucli.run.targets.cloud import ssh_keypair
-from gpucli.run.targets.vast import launch_filters
+from gpucli.run.targets.vast import launch_filters, rental_hours
 from gpucli.settings import pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
 
@@ -58,6 +58,11 @@ def _client() -> VastProvider:
     return get_provider("vast")  # type: ignore[return-value]
 
 
+def _planned_hours(resolved: Any) -> float | None:
+    known = [h for h in (resolved.planned.hours, resolved.limits.max_hours) if h]  # as lifecycle.offer_ask
+    return min(known) if known else None
+
+
 def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | None = None) -> tuple[str, list[Offer]]:
     """The cluster and its ``nodes`` offers (one per machine) with the profile's GPUs each; one line
     when no cluster has that many."""
@@ -68,7 +73,8 @@ def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | Non
     by_cluster: dict[str, list[Offer]] = {}
     for vname in gpu.vast_names or (gpu.name,):
         q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={resolved.n_gpus} "
-                        + launch_filters(disk, getattr(target, "min_cuda", None), req.query))
+                        + launch_filters(disk, getattr(target, "min_cuda", None), req.query,
+                                         hours=rental_hours(_planned_hours(resolved))))
         for cid, offers in cluster_offers(client, q, disk_gb=disk).items():
             by_cluster.setdefault(cid, []).extend(o for o in offers if o.gpu_count == resolved.n_gpus)
     return choose_cluster(by_cluster, nodes, f"{resolved.n_gpus}x {gpu.name}")

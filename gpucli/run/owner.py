@@ -18,10 +18,11 @@ import contextlib
 import importlib.util
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from gpucli.errors import GpucliError
 from gpucli.run.procs import PROCID
 
 if TYPE_CHECKING:
@@ -123,3 +124,13 @@ def handover_path(workdir: str) -> str:
 
 __all__ = ["LAUNCHING", "Terminated", "handover_path", "launcher_alive", "marker_path", "orphaned",
            "signals_interrupt", "this_launcher"]
+
+
+def ended_elsewhere(record: RunRecord, load: Callable[[str], RunRecord]) -> bool:
+    """Whether another command (``gpucli down``) ended the run this launch is starting: its saved
+    record (``load``) no longer says the launch's own state."""
+    try:
+        saved = load(record.name)
+    except GpucliError:
+        return False
+    return saved.status not in LAUNCHING and saved.created_at == record.created_at

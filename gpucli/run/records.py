@@ -187,6 +187,9 @@ class RunRecord:
     loss: float | None = None  # the training loss at that step
     # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
     launcher: str | None = None
+    #: This run's identity, written into its folder on the host (``run.id``) by the launch and checked by
+    #: every command that opens the folder: a folder of an earlier run of the same name never answers.
+    run_id: str | None = None
     nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.nodes)
     link: LinkProbe | None = None  # the nodes' link as measured at launch (ssh hosts without --link-gbps)
     env_build_s: float | None = None  # seconds setup_pod.sh took for the trainer's environment (built or reused)
@@ -256,9 +259,9 @@ class BadRecord(UsageError):
 
 _STR = ("name", "provider", "created_at", "profile", "phase", "model", "workdir", "status", "python")
 _OPT_STR = ("gpu", "instance_id", "label", "started_at", "ended_at", "end_reason", "message", "pid_ident",
-            "watchdog_ident", "launcher")
+            "watchdog_ident", "launcher", "run_id")
 _OPT_POS_INT = ("pid", "watchdog_pid", "n_gpus")
-_OPT_NUMBER = ("cost_usd", "loss", "env_build_s")
+_OPT_NUMBER = ("cost_usd", "loss", "env_build_s", "price_per_hour_usd")  # the last: records before limits held it
 
 
 def _is_int(v: Any) -> bool:

@@ -27,6 +27,7 @@ from gpucli.run.launch import ResolvedLaunch
 from gpucli.run.owner import handover_path, marker_path, this_launcher
 from gpucli.run.procs import PROCID, identify
 from gpucli.run.records import RunRecord, RunState, now_iso, parse_iso
+from gpucli.run.runid import claim_command, new_run_id
 from gpucli.run.secretenv import resolve
 from gpucli.run.targets.podside import write_watchdog_env
 from gpucli.settings import (
@@ -97,7 +98,7 @@ def record_for(resolved: ResolvedLaunch) -> RunRecord:
         name=resolved.name, provider=resolved.provider, created_at=now_iso(), profile=resolved.profile,
         phase=resolved.phase, model=resolved.model.name, n_gpus=resolved.n_gpus, gpu=resolved.gpu_id,
         workdir=resolved.workdir, status=RunState.PROVISIONING, label=resolved.label, limits=resolved.limits,
-        planned=resolved.planned, python=resolved.python)
+        planned=resolved.planned, python=resolved.python, run_id=new_run_id())
 
 
 def start_job(host: Host, resolved: ResolvedLaunch, record: RunRecord, command: str, *, what: str, on_event: EventFn,
@@ -147,6 +148,11 @@ def watch_from_now(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, s
     or when the launch shows no sign of life (a SIGKILLed laptop process never hands over).
     ``watch_args``: a node's watch of its peers in a run over several machines (gpucli.run.nodes)."""
     wd = resolved.workdir
+    if record.run_id:  # the folder is this run's before anything is written in it (gpucli/run/runid.py)
+        res = host.run(claim_command(wd, record.run_id, time.strftime("%Y%m%d-%H%M%S")), timeout_s=60)
+        moved = next((ln[6:] for ln in res.stdout.splitlines() if ln.startswith("MOVED ")), None)
+        if moved:
+            on_event(f"the host had a folder of an earlier run named {record.name}: moved aside to {moved}")
     host.run(f"mkdir -p -- {shlex.quote(wd)}/code && rm -f -- {shlex.quote(handover_path(wd))} "
              f"&& touch -- {shlex.quote(marker_path(wd))}", timeout_s=60)
     watchdog_pid = start_watchdog(host, resolved, record, watch_args)

@@ -65,9 +65,10 @@ def shown(rel: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def local_path(root: Path, rel: Any) -> Path:
+def local_path(root: Path, rel: Any, *, folder: bool = False) -> Path:
     """``root/rel``, checked: ``rel`` is a safe relative name and no existing part between ``root``
-    and the file is a symlink, or anything but a folder (the file itself: absent or a regular file).
+    and the file is a symlink, or anything but a folder (the file itself: absent or a regular file;
+    with ``folder``, absent or a real folder: an earlier copy that a new download replaces).
     An :class:`UnsafeRemoteName` otherwise."""
     problem = name_problem(rel)
     if problem:
@@ -85,7 +86,8 @@ def local_path(root: Path, rel: Any) -> Path:
         except OSError as exc:
             raise UnsafeRemoteName(f"refused {shown(rel)!r}: {here} cannot be checked ({exc.strerror})") from None
         last = i == len(parts) - 1
-        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
+        want_file = last and not folder
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) if want_file else stat.S_ISDIR(st.st_mode)):
             kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a plain file or folder"
             raise UnsafeRemoteName(f"refused {shown(rel)!r}: {here} is {kind}",
                                    hint="nothing from the pod is written through a link")

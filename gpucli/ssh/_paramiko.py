@@ -56,6 +56,7 @@ def load() -> Any:
     for ssh_config ``Match exec`` (which gpucli never parses), and that costs ~0.2 s of every SSH
     command's start-up on these machines. Other importers of invoke are unaffected afterwards."""
     if "paramiko" in sys.modules:
+        _quiet_transport_logs()  # imported by someone else first: still never its tracebacks on stderr
         return sys.modules["paramiko"]
     blocked = "invoke" not in sys.modules
     if blocked:
@@ -65,15 +66,17 @@ def load() -> Any:
     finally:
         if blocked:
             del sys.modules["invoke"]
-    # paramiko's transport thread logs a failed handshake (a host that never sends an SSH banner) as
-    # ERROR lines with a traceback; with no handler anywhere Python prints them on stderr. The failure
-    # reaches the user once, as the one-line ConnectionFailed the caller raises.
-    import logging
+    _quiet_transport_logs()
+    return paramiko
 
+
+def _quiet_transport_logs() -> None:
+    """paramiko's transport thread logs a failed handshake (a host that never sends an SSH banner, a
+    frozen pod) as ERROR lines with a traceback; with no handler anywhere Python prints them on stderr.
+    The failure reaches the user once, as the one-line ConnectionFailed the caller raises."""
     logger = logging.getLogger("paramiko")
     if not logger.handlers:
         logger.addHandler(logging.NullHandler())
-    return paramiko
 
 
 def fallback(reason: str) -> None:

@@ -234,13 +234,21 @@ def manifest_command(remote_dir: str) -> str:
 
 
 def parse_manifest(raw: bytes) -> dict[str, RemoteFile]:
+    """The listing ``manifest_command`` printed. A record that is not ``size mtime relpath`` (a host
+    whose ``find`` prints something else, or a pod that lies) is a TransferError, never a ValueError."""
     files: dict[str, RemoteFile] = {}
     for rec in raw.split(b"\0"):
         if not rec:
             continue
-        size_s, mtime_s, rel_b = rec.split(b" ", 2)
-        rel = rel_b.decode("utf-8", "surrogateescape")  # what os.fsdecode does on Linux, faster
-        files[rel] = RemoteFile(rel, int(size_s), int(mtime_s.partition(b".")[0]))  # whole seconds
+        fields = rec.split(b" ", 2)
+        mtime_whole = fields[1].partition(b".")[0] if len(fields) == 3 else b""
+        if len(fields) != 3 or not fields[2] or not fields[0].isdigit() or len(fields[0]) > 20 \
+                or not mtime_whole.lstrip(b"-").isdigit() or len(mtime_whole) > 20:
+            shown = rec[:80].decode("utf-8", "replace").encode("unicode_escape").decode()
+            raise TransferError(f"the host's file listing is not what find prints (record {shown!r})",
+                                hint="the host's find or the folder may be damaged")
+        rel = fields[2].decode("utf-8", "surrogateescape")  # what os.fsdecode does on Linux, faster
+        files[rel] = RemoteFile(rel, int(fields[0]), int(mtime_whole))  # whole seconds
     return files
 
 

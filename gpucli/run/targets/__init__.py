@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpucli.errors import UnknownNameError
+from gpucli.run.runid import check_folder
 from gpucli.run.targets.base import Host, PodState, Provisioner, Stray, Target
 from gpucli.run.targets.local import LocalHost, LocalTarget
 from gpucli.run.targets.runpod import RunPodTarget
@@ -36,5 +37,12 @@ def get_target(name: str) -> Target:
 
 
 def open_host(record: RunRecord, *, connect_timeout_s: float = 20.0) -> Host:
-    """A connected host for a run record (this machine, or SSH with the pinned key)."""
-    return get_target(record.provider).open(record, connect_timeout_s=connect_timeout_s)
+    """A connected host for a run record (this machine, or SSH with the pinned key), whose run folder
+    is this run's (its ``run.id``: :func:`gpucli.run.runid.check_folder`)."""
+    host = get_target(record.provider).open(record, connect_timeout_s=connect_timeout_s)
+    try:
+        check_folder(host, record)
+    except BaseException:
+        host.__exit__(None, None, None)
+        raise
+    return host

@@ -107,7 +107,11 @@ class Provisioner(Protocol):
     @property
     def max_price_per_hour_usd(self) -> float: ...
 
-    def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None]) -> SshTarget: ...
+    def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None],
+                 cancelled: Callable[[], bool] = ...) -> SshTarget:
+        """``cancelled``: asked before each create and at each poll; True (the run was ended by `gpucli
+        down` meanwhile) ends every pod this call made and raises."""
+        ...
 
 
 class Target(Protocol):

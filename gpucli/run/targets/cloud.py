@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import logging
 import os
 import shutil
@@ -165,12 +166,13 @@ class CloudProvisioner:
         """What the created pod bills per hour, as the provider said right after create (None before)."""
         return self.billed[-1] if self.billed else None
 
-    def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None]) -> SshTarget:
+    def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None],
+                 cancelled: Callable[[], bool] = lambda: False) -> SshTarget:
         try:
             return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
                                          ready_timeout_s=self.ready_timeout_s, on_created=on_created,
                                          on_event=on_event, volume=self.volume, force=self.force, billed=self.billed,
-                                         workdir=self.workdir)
+                                         workdir=self.workdir, cancelled=cancelled)
         except GpucliError as exc:
             if self.volume is not None and self.volume.created:
                 exc.message = f"{exc.message}; {created_volume_note(self.volume)}"
@@ -203,10 +205,11 @@ class CloudTarget:
         return f"gpucli-runs/{run}"  # relative to the login directory
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
+               disk_gb: int | None = None, query: str | None = None, hours: float | None = None) -> list[Offer]:
         """``disk_gb``: the disk the pod will be created with, so that a provider pricing storage into
         the hourly rate (vast ``allocated_storage``) quotes what it will bill. ``query``: the launch's
-        ``--query`` (vast query words)."""
+        ``--query`` (vast query words). ``hours``: the run's planned hours, for providers whose rentals
+        end at a date (vast ``duration``)."""
         raise NotImplementedError
 
     def required_cuda(self, gpu: Gpu) -> str | None:
@@ -247,7 +250,8 @@ class CloudTarget:
         client = client or self.client()
         gpu = catalog.gpus[gpu_id]
         need = self.required_cuda(gpu)
-        found = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query)
+        found = [o for o in self.search(client, gpu, n_gpus, spot=spot, limit=limit, disk_gb=disk_gb, query=query,
+                                        hours=hours)
                  if o.gpu_count == n_gpus and (not spot or o.spot_price_per_hour_usd is not None)]
         # a host whose driver is older than the build the GPU needs: its pod would start and never train
         offers = [o for o in found if cuda_at_least(o.cuda_version, need)]
@@ -307,7 +311,8 @@ class CloudTarget:
     def provision(self, run: str, plan: CloudPlan, *, image: str | None, disk_gb: int, ready_timeout_s: float,
                   on_created: Callable[[str], None], on_event: Callable[[str], None],
                   client: Provider | None = None, volume: NetworkVolume | None = None, force: bool = False,
-                  billed: list[float] | None = None, workdir: str | None = None) -> SshTarget:
+                  billed: list[float] | None = None, workdir: str | None = None,
+                  cancelled: Callable[[], bool] = lambda: False) -> SshTarget:
         """Create a pod for the run from ``plan`` and wait (``ready_timeout_s`` per offer) for SSH.
 
         ``on_created`` gets every new pod id before any wait. Whatever a failed attempt created is
@@ -341,7 +346,7 @@ class CloudTarget:
         result = provision_with_retries(client, spec, plan.offers,
                                         on_created=lambda inst: on_created(inst.instance_id), on_event=on_event,
                                         ready_timeout_s=ready_timeout_s, poll_interval_s=poll_s,
-                                        max_offers=MAX_OFFERS, keep_overpriced=force)
+                                        max_offers=MAX_OFFERS, keep_overpriced=force, cancelled=cancelled)
         inst = result.instance
         if billed is not None and result.billed_usd_per_hour:
             billed.append(result.billed_usd_per_hour)
@@ -430,6 +435,29 @@ class CloudTarget:
         except GpucliError as exc:  # a missing key, a provider fault: the status goes on without it
             log.info("could not read what %s billed pod %s: %s", self.name, record.instance_id, exc)
             return None
+
+    def contract_note(self, record: RunRecord, *, now_epoch_s: float) -> str | None:
+        """The live pod's rental end and any higher price its host asks (vast), in one line; None
+        where the provider has no such terms or cannot be asked now. Read-only: nothing is accepted."""
+        if not record.instance_id or not record.active:
+            return None
+        try:
+            terms = self.client().contract(record.instance_id)
+        except GpucliError as exc:
+            log.info("could not read the rental terms of %s pod %s: %s", self.name, record.instance_id, exc)
+            return None
+        if terms is None:
+            return None
+        parts = []
+        if terms.ends_at_epoch_s is not None:
+            left_h = (terms.ends_at_epoch_s - now_epoch_s) / 3600.0
+            when = dt.datetime.fromtimestamp(terms.ends_at_epoch_s, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            parts.append(f"ends {when} ({left_h:.1f} h left): the provider stops the instance then and may "
+                         "delete it 48 h later")
+        if terms.price_increase:
+            parts.append(f"the host asks a higher price ({terms.price_increase}), NOT accepted: accept or "
+                         "refuse it in the provider's console; unaccepted, the rental is not extended")
+        return "; ".join(parts) or None
 
     def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
         """What the run's ended pod keeps billing per month, and what: a stopped pod's disk (RunPod:

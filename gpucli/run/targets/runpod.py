@@ -78,8 +78,9 @@ class RunPodTarget(CloudTarget):
         return dataclasses.replace(provision, volume=volume, plan=secure_plan(client, provision))
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
-        # One catalog read per cloud for this count; offers come pinned to cloud and data centre.
+               disk_gb: int | None = None, query: str | None = None, hours: float | None = None) -> list[Offer]:
+        # A RunPod pod has no contract end (it runs until stopped or the balance runs out): ``hours``
+        # is not a filter here. One catalog read per cloud for this count; offers come pinned to cloud and data centre.
         # --query filters the offers here (fields RunPod's catalog does not report are skipped).
         ids = {i.lower() for i in gpu.runpod_ids}
         words = f"num_gpus={n_gpus}" + (f" {query}" if query else "")

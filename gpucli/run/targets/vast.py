@@ -20,6 +20,24 @@ if TYPE_CHECKING:
 MIN_RELIABILITY = 0.95
 MIN_INET_DOWN_MBPS = 100
 
+#: A rental must outlast the run. "Every offer has a maximum rental duration ... When the rental end
+#: date is reached, the rental contract expires and the instance is stopped" (vast-ai/docs
+#: guides/reference/faq/instances.mdx L13), and "Expired instances may be deleted 48 hours after
+#: expiration" (guides/instances/choosing/instance-types.mdx L49) - with the checkpoints a stopped run
+#: keeps. The search's ``duration`` is the "minimum required rental duration in seconds (the offer must
+#: be available for at least this long from now)" (api-reference/openapi/yaml/search_offers.yaml
+#: L104-106). gpucli asks for the run's planned hours times this margin (estimates run long; a resume
+#: after a preemption adds time), at least ``MIN_RENTAL_HOURS`` when the run has no planned length.
+RENTAL_MARGIN = 1.5
+MIN_RENTAL_HOURS = 24.0
+
+
+def rental_hours(planned_hours: float | None) -> float:
+    """The rental time an offer must have left for a run planned to take ``planned_hours``."""
+    if planned_hours is None or not planned_hours > 0:
+        return MIN_RENTAL_HOURS
+    return max(planned_hours * RENTAL_MARGIN, planned_hours + 2.0)
+
 
 class VastTarget(CloudTarget):
     name = "vast"
@@ -41,20 +59,21 @@ class VastTarget(CloudTarget):
         return {"GPUCLI_VAST_URL": vast_base_url()}
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
-               disk_gb: int | None = None, query: str | None = None) -> list[Offer]:
+               disk_gb: int | None = None, query: str | None = None, hours: float | None = None) -> list[Offer]:
         offers: list[Offer] = []
         for vname in gpu.vast_names or (gpu.name,):
             q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={n_gpus} "
                             + launch_filters(disk_gb, self.required_cuda(gpu), os.environ.get("GPUCLI_OFFER_QUERY"),
-                                             query))
+                                             query, hours=rental_hours(hours)))
             # allocated_storage = the launch's --disk: vast's dph_total then includes that storage.
             offers += client.search_offers(q, spot=spot, limit=limit * 4, disk_gb=disk_gb)
         return offers
 
 
-def launch_filters(disk_gb: float | None, min_cuda: str | None, *overrides: str | None) -> str:
+def launch_filters(disk_gb: float | None, min_cuda: str | None, *overrides: str | None,
+                   hours: float | None = None) -> str:
     """The launch's own offer filters in vast query words: disk >= the launch disk, a driver that runs
-    the image's CUDA, reliability and download speed. Each of ``overrides`` (vast query words: the
+    the image's CUDA, reliability, download speed and (``hours``) the rental time left on the offer. Each of ``overrides`` (vast query words: the
     ``GPUCLI_OFFER_QUERY`` environment variable, then the launch's ``--query``) replaces, field by field,
     what comes before it: gpucli's defaults, then the earlier override."""
     words = {"reliability": f"reliability>={MIN_RELIABILITY}", "inet_down": f"inet_down>={MIN_INET_DOWN_MBPS}"}
@@ -62,6 +81,8 @@ def launch_filters(disk_gb: float | None, min_cuda: str | None, *overrides: str 
         words["disk_space"] = f"disk_space>={float(disk_gb):g}"
     if min_cuda:
         words["cuda_max_good"] = f"cuda_max_good>={min_cuda}"
+    if hours:
+        words["duration"] = f"duration>={hours / 24.0:.6g}"  # query words count days (vastai CLI)
     for override in overrides:
         if override and override.strip():
             given: dict[str, list[str]] = {}

@@ -55,6 +55,11 @@ def test_resume_continues_a_preempted_spot_run_from_the_mirror(provider, request
     code, out, err = cli(capsys, "status", name, "--json")
     assert code == 0 and json.loads(out)["state"].startswith("preempted")
 
+    # The preempted instance still exists and may hold newer checkpoints: resume never ends it unread
+    # (issue 41 point 5); ending it is the user's explicit step.
+    code, out, err = cli(capsys, "resume", name)
+    assert code == 2 and "still exists" in err and f"gpucli down {name}" in err
+    assert cli(capsys, "down", name)[0] == 0
     code, out, err = cli(capsys, "resume", name)
     assert code == 0, err
     second = runs.load(name)
@@ -90,6 +95,7 @@ def test_resume_without_a_mirror_refuses_unless_from_scratch(runpod_emulator, ca
     assert code == 0, err
     record = runs.load(name)
     lose_the_pod(emu, record)
+    assert cli(capsys, "down", name)[0] == 0  # the stopped pod ended deliberately (resume never ends it unread)
     code, _, err = cli(capsys, "resume", name)
     assert code == 2 and "no mirrored checkpoint" in err and "--from-scratch" in err
     assert runs.load(name).instance_id == record.instance_id  # nothing rented

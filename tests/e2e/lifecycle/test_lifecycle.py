@@ -77,6 +77,16 @@ def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> 
     stop_step = final_rows[-1]["step"]
     assert any(c.step == stop_step and c.kind in ("emergency", "regular") for c in cks), [(c.step, c.kind) for c in cks]
     assert runs.load(name).status == "stopped"
+    # Doing it twice works (issue 41 point 11): fetch-best over the first copy brings the best again,
+    # replacing the old copy only once the new one is complete (nothing half-made is left beside it).
+    code, out, err = cli(capsys, "fetch-best", name, "--dest", str(dest), "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["dest"] == got["dest"] and fetched_whole(Path(again["dest"]))["val_loss"] == again["val_loss"]
+    assert sorted(p.name for p in dest.iterdir()) == [folder.name]
+    for _ in range(2):  # the mirror too
+        code, out, err = cli(capsys, "mirror", name)
+        assert code == 0, err
     # Following a run that is over ends at once, with how it ended.
     code, out, _ = cli(capsys, "tail", name)
     assert code == 0 and f"run {name} finished at step {stop_step} (signal)" in out

@@ -193,7 +193,7 @@ def test_vast_round_trip_with_real_ssh(vast_emulator, client_key):
     assert client_key[1] in body["onstart"]
     assert vp.find_by_label("gpucli-v1").instance_id == inst.instance_id
     vp.terminate(inst.instance_id)
-    vp.terminate(inst.instance_id)  # no_such_instance is success
+    vp.terminate(inst.instance_id)  # 404 not_found "Instance not found" (destroy_instance.yaml) is success
     assert vast_emulator.ledger.alive() == set() and vast_emulator.running_sshd_count() == 0
 
 

@@ -131,6 +131,7 @@ class PodBehaviour:
     stuck: bool = False  # never becomes running (runtime null forever / stuck "loading")
     exit_after_polls: int | None = None  # after this many polls the container exits
     bad_state: str = "exited"  # vast: exited | offline | unknown ; RunPod: EXITED
+    no_public_ip: bool = False  # RunPod: runs, but its host has no public IP: 22/tcp never published
 
 
 # --- pods -------------------------------------------------------------------------------------------

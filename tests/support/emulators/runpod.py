@@ -118,6 +118,14 @@ class RunPodEmulator(EmulatorBase):
         self.volume_ids: list[str] = []  # ids the next created volumes get
         self.volume_create_fails = 0  # the next N volume creates answer 500 (a test control)
         self.pod_info: dict[str, dict[str, Any]] = {}  # id -> cloud, dc, disk, mounts, status
+        #: (cloud, data centre) pairs this account may not use: createPod there answers 403 "Your account
+        #: cannot access the requested pool." (openapi createPod error table: "Skip this candidate").
+        self.closed_pools: set[tuple[str, str]] = set()
+        self.default_volume_type: dict[str, str] = {}  # data centre -> its default tier (STANDARD if absent)
+        #: ``GET /v2/pods`` page size (None: one page). The spec shows no paging; v2 clients follow a
+        #: cursor (gipper 0.5.0, SkyPilot PR#10846); the ``nextCursor``/``truncated`` envelope is
+        #: runpod-mcp PR#46's, this emulator's choice for the shape.
+        self.pods_page_size: int | None = None
         self._routes()
         install_graphql(self)
 
@@ -252,6 +260,8 @@ class RunPodEmulator(EmulatorBase):
                        and (not min_cuda or _cuda(d["cuda"]) >= _cuda(min_cuda))), None)
             if c.no_capacity or dc is None:
                 return problem(400, "Bad Request", NO_CAPACITY_DETAIL)
+            if (cloud, dc["id"]) in self.closed_pools:
+                return problem(403, "Forbidden", "Your account cannot access the requested pool.")
             dc["stock"][cloud][gtype["id"]] -= count
         disk = int(spec.get("disk") or 0)
         volume_gb = int(persistent["size"]) if persistent else 0
@@ -286,9 +296,15 @@ class RunPodEmulator(EmulatorBase):
             return Reply(200, self._render(pod, advance=True))
 
     def _list(self, c: RouteCall) -> Reply:
-        self._log("listPods", {})
+        self._log("listPods", dict(c.query))
         with self.lock:
-            return Reply(200, {"pods": [self._render(p, advance=False) for p in self.pods.values()]})
+            pods = [self._render(p, advance=False) for p in self.pods.values()]
+        if not self.pods_page_size:
+            return Reply(200, {"pods": pods})
+        start = int(c.query.get("cursor") or 0)
+        end = start + self.pods_page_size
+        more = end < len(pods)
+        return Reply(200, {"pods": pods[start:end], "truncated": more, "nextCursor": str(end) if more else None})
 
     def _delete(self, c: RouteCall) -> Reply:
         self._log("deletePod", {"id": c.groups["id"]})
@@ -371,6 +387,9 @@ class RunPodEmulator(EmulatorBase):
                     {"private": 22, "public": sshd.port, "type": "tcp", "ip": "127.0.0.1"}]}
                 direct = {"host": "127.0.0.1", "port": sshd.port, "username": "root",
                           "command": f"ssh root@127.0.0.1 -p {sshd.port}"}
+                if b.no_public_ip:  # a host without a public IP (use-ssh.mdx L110): no 22/tcp published
+                    runtime["ports"] = [{"private": 22, "public": None, "type": "tcp", "ip": None}]
+                    direct = None
         status = "EXITED" if (pod.stopped or pod.exited) else ("RUNNING" if runtime else "PROVISIONING")
         mounts = info.get("mounts") or {}
         return {
@@ -411,7 +430,12 @@ class RunPodEmulator(EmulatorBase):
             return problem(400, "Bad Request", f"could not allocate {size} GB in {dc}")
         with self.lock:
             volume_id = self.volume_ids.pop(0) if self.volume_ids else None
-        volume_id = self.create_volume(name, dc, size, volume_id=volume_id)
+        # "When omitted ... the requested data center's default (primary) storage tier" (openapi
+        # CreateNetworkVolumeRequest.type); ``default_volume_type`` says which tier that is per centre.
+        kind = body.get("type") or self.default_volume_type.get(dc, "STANDARD")
+        if kind not in ("STANDARD", "HIGH_PERFORMANCE"):
+            return problem(422, "Unprocessable Entity", "invalid request", ["type: STANDARD or HIGH_PERFORMANCE"])
+        volume_id = self.create_volume(name, dc, size, volume_id=volume_id, volume_type=kind)
         return Reply(201, dict(self.volumes[volume_id]))
 
     def _delete_volume(self, c: RouteCall) -> Reply:
@@ -421,11 +445,11 @@ class RunPodEmulator(EmulatorBase):
 
     # -- test controls -----------------------------------------------------------------------------
     def create_volume(self, name: str, data_center_id: str = "EU-RO-1", size_gb: int = 50, *,
-                      volume_id: str | None = None) -> str:
+                      volume_id: str | None = None, volume_type: str = "STANDARD") -> str:
         """A network volume; its store is a folder of this emulator (what its pods see at the mount)."""
         volume_id = volume_id or "".join(self._rng.choice(string.ascii_lowercase + string.digits) for _ in range(10))
         self.volumes[volume_id] = {"id": volume_id, "name": name, "size": size_gb, "dataCenter": data_center_id,
-                                   "type": "STANDARD"}
+                                   "type": volume_type}
         self.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
         return volume_id
 

@@ -6,7 +6,8 @@ answering ``{"success": true, "new_contract": N}``, where a bid is the ``price``
 ``min_bid`` creates a *stopped* contract and still reports an error carrying ``new_contract``;
 ``GET /api/v0/instances/{id}/`` -> ``{"instances": obj|null}``; ``GET /api/v1/instances/`` paged by
 ``next_token`` (25 per page); the v0 collection answers 410 (the SkyPilot claim, unverified);
-``DELETE /api/v0/instances/{id}/`` with ``no_such_instance``; ``ports`` as a Docker map with a string
+``DELETE /api/v0/instances/{id}/`` of a gone instance 404 ``not_found`` "Instance not found"
+(destroy_instance.yaml L64-78); a wrong key 404 ``auth_error`` (show_charges.yaml); ``ports`` as a Docker map with a string
 ``HostPort``; ``actual_status`` null -> loading -> running. The no-capacity answer (``no_such_ask``) and
 the HTTP statuses of errors are this emulator's choices where the reference records none.
 
@@ -60,7 +61,10 @@ def _offer(oid: int, gpu: str, n: int, ram_mb: int, dph: float, min_bid: float, 
             "static_ip": True, "storage_cost": 0.1, "verification": "verified" if verified else "unverified",
             "verified": verified, "external": False,
             # $/GB in and out (search_offers.yaml L144-148); the values are invented, varying per host
-            "inet_up_cost": round(0.002 + (oid % 7) * 0.003, 4), "inet_down_cost": round(0.001 + (oid % 5) * 0.002, 4)}
+            "inet_up_cost": round(0.002 + (oid % 7) * 0.003, 4), "inet_down_cost": round(0.001 + (oid % 5) * 0.002, 4),
+            # seconds the offer stays rentable from now: its contract's end (search_offers.yaml L104-106,
+            # faq/instances.mdx L13); 60 days unless a test shortens it
+            "duration": 60 * 86400.0}
 
 
 OFFERS: list[dict[str, Any]] = [
@@ -152,13 +156,26 @@ class VastEmulator(EmulatorBase):
         self.account_keys: list[dict[str, Any]] = []
         self.balance_usd: float | None = 42.5
         self.runtypes: dict[str, str] = {}  # pod id -> runtype it was created with
+        self.offer_durations: dict[str, float] = {}  # pod id -> its offer's duration (s) when rented
         self.direct_ports: dict[str, bool] = {}  # pod id -> its machine has direct ports
         # Each route a metered forwarder (bandwidth billed; GET /api/v0/charges/), and the fault switch
         # ``net.silent`` (a route that accepts TCP and never answers): tests/support/emulators/vastnet.py.
         self.net = VastNet(self)
+        #: Price increases hosts ask on live contracts (vast-cli vastai/api/price_increase.py row shape);
+        #: ``price_answers`` records every accept/reject PUT (gpucli must never send one).
+        self.price_increases: list[dict[str, Any]] = []
+        self.price_answers: list[tuple[str, Any]] = []
+        self.add_route("GET", r"/api/v0/instances/pending-price-increases/", "pending",
+                       lambda c: Reply(200, {"success": True, "count": len(self.price_increases), "truncated": False,
+                                             "pending_price_increases": list(self.price_increases)}))
+        self.add_route("PUT", r"/api/v0/instances/(?P<verb>accept|reject)-price-increase/", "price",
+                       lambda c: (self.price_answers.append((c.groups["verb"], c.body)),
+                                  Reply(200, {"success": True}))[1])
 
     def unauthorized(self) -> Reply:
-        return Reply(401, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
+        # A wrong or revoked key: 404 ``auth_error`` "Invalid user key" (vast-ai/docs show_charges.yaml
+        # 404; jhammant/AIonDemandCluster PR#1 "a wrong/revoked key comes back as HTTP 404").
+        return Reply(404, {"success": False, "error": "auth_error", "msg": "Invalid user key"})
 
     def forbidden(self, endpoint: str) -> Reply:
         return Reply(403, {"success": False, "error": "forbidden",
@@ -304,6 +321,7 @@ class VastEmulator(EmulatorBase):
             for entry in self.account_keys:  # new instances take the account's keys
                 pod.add_key(str(entry["public_key"]))
             self.runtypes[pod_id] = runtype
+            self.offer_durations[pod_id] = float(_num(offer.get("duration")) or 60 * 86400.0)
             self.direct_ports[pod_id] = (_num(offer.get("direct_port_count")) or 0) > 0
             self.add_pod(pod)
             self.net.created(pod, offer)
@@ -329,6 +347,8 @@ class VastEmulator(EmulatorBase):
             "actual_status": None, "ssh_host": None, "ssh_port": None, "ports": {},
             "direct_port_start": -1, "direct_port_end": -1, "is_bid": pod.spot,
             "storage_cost": 0.1, "disk_space": pod.disk_gb,
+            # the rental end date, locked at rent from the offer's (faq/instances.mdx L13)
+            "end_date": pod.created_at + self.offer_durations.get(pod.pod_id, 60 * 86400.0),
         }
         if pod.stopped:
             inst.update(actual_status="stopped", intended_status="stopped", cur_state="stopped",
@@ -374,8 +394,8 @@ class VastEmulator(EmulatorBase):
         self.net.close()
 
     def _terminate(self, pod_id: str, body: Any, by: str) -> Reply:
-        if self.end_pod(pod_id, "terminated", by) is None:
-            return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
+        if self.end_pod(pod_id, "terminated", by) is None:  # destroy_instance.yaml L64-78
+            return Reply(404, {"success": False, "error": "not_found", "msg": "Instance not found"})
         return Reply(200, {"success": True})
 
     def _stop(self, pod_id: str, body: Any, by: str) -> Reply:
@@ -414,6 +434,13 @@ class VastEmulator(EmulatorBase):
                 # source says either way; keeping it is this emulator's choice).
                 pod.keep_port = pod.sshd.port
         if self.end_pod(pod_id, "preempted", "outbid") is None:
+            raise KeyError(pod_id)
+
+    def expire(self, pod_id: str) -> None:
+        """The rental end date is reached: "the rental contract expires and the instance is stopped"
+        (faq/instances.mdx L13); it keeps billing storage until destroyed ("may be deleted 48 hours after
+        expiration", instance-types.mdx L49 - not modelled: a test destroys it or asserts it stays)."""
+        if self.end_pod(pod_id, "expired", "contract end") is None:
             raise KeyError(pod_id)
 
     def resume(self, pod_id: str) -> None:
