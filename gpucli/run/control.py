@@ -25,7 +25,7 @@ from gpucli.run import records as runs
 from gpucli.run.clusterend import end_clusters_of_ended
 from gpucli.run.gpuwatch import read_report
 from gpucli.run.lifecycle import Notice, NoticeFn
-from gpucli.run.monitor import RunStatus, parse_rows, status_of, stop_trainer
+from gpucli.run.monitor import RunStatus, best_val, parse_rows, status_of, stop_trainer
 from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
 from gpucli.run.nodes import stop_watchdogs
 from gpucli.run.overlayrent import stray_overlays
@@ -57,6 +57,7 @@ def recorded_status(record: RunRecord) -> RunStatus:
     kept = kept_storage(record)
     return RunStatus(state=record.status, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
                      step=record.step, loss=record.loss, max_steps=record.limits.max_steps,
+                     best_val_loss=record.best_val_loss, best_val_step=record.best_val_step,
                      kept_usd_per_month=kept[0] if kept else None, kept_note=kept[1] if kept else None)
 
 
@@ -240,9 +241,9 @@ def _live_status(record: RunRecord) -> RunStatus:
         gpus = read_report(host, record)
     if restarts:
         st = dataclasses.replace(st, restarts=restarts)
-    if record.active and st.state in ("finished", "failed"):
+    if record.active and (st.state in ("finished", "failed") or (st.state == "stopped" and st.finished_reason)):
         runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
-                               cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)))
+                               cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss), **best_val(st)))
         end_rented(record, on_warn=_quiet)  # its cluster, if it has one: no pod can end it (gpucli/run/clusterend.py)
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         runs.save(record.with_(cost_usd=st.cost_usd))
@@ -311,6 +312,7 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
             was_running = stop_trainer(host, record, on_event=on_step)
             last = status_of(host, record)  # the step and loss it ended at, for `ls`
             record = record.with_(step=last.step if last.step is not None else record.step,
+                                  **(best_val(last) if last.best_val_loss is not None else {}),
                                   loss=_finite(last.loss) if last.loss is not None else record.loss)
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -114,6 +115,17 @@ class RunStatus:
     bandwidth_usd: float | None = None  # of which data moved in and out (vast bills it per byte)
 
 
+#: The trainer's ``finished`` reasons that are a cap of the run's (``trainer/train.py``, ``stop_reason``);
+#: the own-code runner writes ``stopped by cap: ...`` or ``stopped by you`` (``gpucli/pod/jobrun.py``).
+CAP_REASONS = ("max_hours", "max_cost")
+
+
+def end_state(reason: str) -> str:
+    """``stopped`` for an end a cap or a person made, else ``finished``: a run cut short by its cap did
+    not finish its training."""
+    return "stopped" if reason in CAP_REASONS or reason.startswith("stopped ") else "finished"
+
+
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,
               now: dt.datetime | None = None, log_tail: tuple[str, ...] = (), phase: str | None = None) -> RunStatus:
     """The run's state from its rows; ``phase``: the own-code runner's (``setup``/``run`` in its
@@ -152,7 +164,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         if not log_tail and isinstance(finished.get("log_tail"), list):
             log_tail = tuple(str(x) for x in finished["log_tail"])
     elif finished is not None:
-        state = "finished"
+        state = end_state(failed_reason)
     elif record.status in ("stopped", "failed", "finished"):
         state = record.status
     elif alive is False:
@@ -177,6 +189,15 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         finished_reason=finished.get("reason") if finished else None, process_alive=alive,
         story=str(finished["story"]) if finished and isinstance(finished.get("story"), str) else None,
         last_event=events[-1].get("event") if events else None, log_tail=log_tail)
+
+
+def best_val(st: RunStatus) -> dict[str, Any]:
+    """The best validation the status knows, as the run record keeps it for `ls`."""
+    loss = st.best_val_loss
+    ok = isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss)
+    step = st.best_val_step
+    return {"best_val_loss": float(loss) if ok else None,  # type: ignore[arg-type]
+            "best_val_step": step if ok and isinstance(step, int) and step >= 0 else None}
 
 
 def log_tail(host: Host, workdir: str, lines: int = 15) -> tuple[str, ...]:
