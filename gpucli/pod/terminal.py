@@ -193,9 +193,17 @@ class Exceptions:
     def __init__(self) -> None:
         self.found: str | None = None
         self.in_tb = False
+        self.by_rank: dict[str, str] = {}  # torchrun's "[rankN]: " lines: each rank's last exception
+        self.rank: str | None = None
+        self.root_cause = False
 
     def add(self, raw: str) -> None:
-        line = re.sub(r"^\[(?:rank|default)\d+\]:\s?", "", raw.rstrip())
+        prefix = re.match(r"^\[(?:rank|default)(\d+)\]:\s?", raw)
+        if prefix is None and self._root_cause(raw.strip()):
+            return
+        if prefix is not None and prefix.group(1) != self.rank:
+            self.rank, self.in_tb = prefix.group(1), False  # another rank's lines: its own traceback
+        line = raw.rstrip()[prefix.end():] if prefix is not None else raw.rstrip()
         if line.endswith(_TRACEBACK):  # perhaps after a progress bar on the same line (stderr, no newline)
             self.in_tb = True
             return
@@ -204,7 +212,24 @@ class Exceptions:
         if _EXC.match(line):
             if self.found is None or not _LAUNCHER.match(line):
                 self.found = line.strip()[:300]
+            if prefix is not None:
+                self.by_rank[prefix.group(1)] = line.strip()[:300]
             self.in_tb = False
+
+    def _root_cause(self, line: str) -> bool:
+        """torchrun's failure report names the rank that failed first ("Root Cause (first observed
+        failure):" then "rank      : 0 (local_rank: 0)", torch/distributed/elastic/multiprocessing/errors);
+        the other ranks' exceptions after it are their peers going away. That rank's exception is the one."""
+        if line.startswith("Root Cause (first observed failure)"):
+            self.root_cause = True
+            return True
+        m = re.match(r"^rank\s*:\s*(\d+)\b", line) if self.root_cause else None
+        if m:
+            self.root_cause = False
+            if m.group(1) in self.by_rank:
+                self.found = self.by_rank[m.group(1)]
+            return True
+        return False
 
 
 def exception_line(lines: list[str]) -> str | None:

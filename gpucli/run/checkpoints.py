@@ -46,6 +46,14 @@ _KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)
 # Otherwise the first number that is not a rank or a shard index ("optim_000500_rank0.pt": 500).
 _NUMBER = re.compile(r"(?<![A-Za-z0-9])(?<!rank)(?<!rank_)(?<!of)(?<!of_)([0-9]{1,18})(?![0-9])")
 _SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
+# What a checkpoint holds only to resume training, not to use the model: the optimizer and scheduler
+# state, RNG and grad-scaler state. Hugging Face Trainer ``optimizer.pt``, ``scheduler.pt``,
+# ``rng_state*.pth``, ``scaler.pt`` (transformers/trainer.py, ``_save_optimizer_and_scheduler``,
+# ``_save_rng_state``); Accelerate ``save_state``: ``optimizer.bin``, ``scheduler.bin``,
+# ``random_states_N.pkl``, ``scaler.pt`` (accelerate/checkpointing.py); DeepSpeed
+# ``*_optim_states.pt``; nanochat ``optim_NNNNNN_rankR.pt`` (nanochat/checkpoint_manager.py).
+_RESUME_ONLY = re.compile(r"^(?:optim(?:izer)?(?:[_.\-].*)?|scheduler(?:[_.\-].*)?|lr_scheduler(?:[_.\-].*)?|"
+                          r"rng_state.*|random_states.*|scaler\.pt|.*_optim_states\.pt)$", re.IGNORECASE)
 # What loggers write beside checkpoints (TensorBoard events, Lightning's CSV and hparams): never a checkpoint
 _LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")
 
@@ -67,6 +75,19 @@ class CheckpointChoice:
     checkpoint: OwnCheckpoint
     reason: str  # shown to the user: why this one
     candidates: tuple[OwnCheckpoint, ...]
+
+
+def resume_only(rel: str) -> bool:
+    """Whether a checkpoint file is state only a resume needs (the optimizer's, the scheduler's, RNG)."""
+    return bool(_RESUME_ONLY.match(rel.rsplit("/", 1)[-1]))
+
+
+def model_files(files: Iterable[str]) -> tuple[str, ...]:
+    """A checkpoint's files without those only a resume needs; all of them when that leaves none (a
+    checkpoint that is one file, Lightning's ``.ckpt`` or LitGPT's ``lit_model.pth``, holds both)."""
+    files = tuple(files)
+    kept = tuple(f for f in files if not resume_only(f))
+    return kept or files
 
 
 def step_in_name(name: str) -> int | None:

@@ -19,7 +19,7 @@ from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, ProviderError, UsageError
 from gpucli.run import procs, reconcile, store
 from gpucli.run import records as runs
-from gpucli.run.monitor import RunStatus, status_of, stop_trainer
+from gpucli.run.monitor import RunStatus, best_val, status_of, stop_trainer
 from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
 from gpucli.run.nodes import stop_watchdogs
 from gpucli.run.notice import Notice, NoticeFn
@@ -94,6 +94,7 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
             store.flush(host, record, on_step)  # a run with --store: its last checkpoint there before the pod ends
             last = status_of(host, record)  # the step and loss it ended at, for `ls`
             record = record.with_(step=last.step if last.step is not None else record.step,
+                                  **(best_val(last) if last.best_val_loss is not None else {}),
                                   loss=_finite(last.loss) if last.loss is not None else record.loss)
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))

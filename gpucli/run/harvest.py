@@ -36,6 +36,7 @@ from gpucli.run.checkpoints import (
     group_checkpoints,
     hf_best,
     list_checkpoints,
+    model_files,
     nanochat_best,
     nanochat_metas,
     newest_trainer_state,
@@ -283,10 +284,11 @@ def download_files(host: Host, root: str, hashes: Mapping[str, str], target: Pat
     return total
 
 
-def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, progress: Any = None,
-                      on_event: EventFn = _quiet) -> FetchResult:
+def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, with_optimizer: bool = False,
+                      progress: Any = None, on_event: EventFn = _quiet) -> FetchResult:
     """fetch-best for own code: :func:`gpucli.run.checkpoints.choose_checkpoint` picks from a listing of
-    ``root`` (the --checkpoints folder on the host) and the run's metrics rows."""
+    ``root`` (the --checkpoints folder on the host) and the run's metrics rows; the optimizer, scheduler
+    and RNG state only ``with_optimizer`` (:func:`gpucli.run.checkpoints.model_files`)."""
     tune_heap_for_downloads()  # ~15 % faster per GiB; a process-wide choice, made by the downloading command
     listing = host.list_files(root) if host.exists(root) else {}
     rows = read_all_rows(host, record.workdir)
@@ -309,7 +311,10 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, p
                             hint="the job writes them under --checkpoints (GPUCLI_CHECKPOINTS)")
     ck = choice.checkpoint
     on_event(f"best checkpoint: {ck.name} ({choice.reason})")
-    hashes = remote_sha256(host, root, ck.files)
+    files = ck.files if with_optimizer else model_files(ck.files)
+    if len(files) < len(ck.files):
+        on_event(f"left out {len(ck.files) - len(files)} optimizer/scheduler/RNG file(s): --with-optimizer brings them")
+    hashes = remote_sha256(host, root, files)
     step = ck.step
     if step is None:  # the overwritten file: the last step logged before it was written
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and r.get("time", 0) <= ck.mtime + 1]

@@ -24,7 +24,7 @@ from gpucli.run.harvest import mirror_root
 from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, folder_bytes, resolve
 from gpucli.run.money import balance_guard
-from gpucli.run.monitor import status_of, trainer_alive
+from gpucli.run.monitor import best_val, status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
 from gpucli.run.notice import EventFn, Notice, NoticeFn, StepFn
@@ -436,10 +436,11 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 if mirror:
                     job_of(record).mirror(host, record, on_event=info)
                 st = status_of(host, record)
-            if st.state in ("finished", "failed") and (st.finished_reason or cluster_of(record)):
+            if (st.state in ("finished", "failed") or (st.state == "stopped" and st.finished_reason)) \
+                    and (st.finished_reason or cluster_of(record)):
                 # "failed": the user's own command exited non-zero; a new pod would fail the same way
                 runs.save(record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
-                                       cost_usd=st.cost_usd, step=st.step,
+                                       cost_usd=st.cost_usd, step=st.step, **best_val(st),
                                        loss=st.loss if isinstance(st.loss, (int, float)) else None))
                 _end_cluster(record, on_notice)
                 info(f"{name}: {st.state} ({st.finished_reason}); stopped watching")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -131,6 +132,17 @@ class RunStatus:
     contract_note: str | None = None  # the rental's end and a price increase asked, not accepted (vast)
 
 
+#: The trainer's ``finished`` reasons that are a cap of the run's (``trainer/train.py``, ``stop_reason``);
+#: the own-code runner writes ``stopped by cap: ...`` or ``stopped by you`` (``gpucli/pod/jobrun.py``).
+CAP_REASONS = ("max_hours", "max_cost")
+
+
+def end_state(reason: str) -> str:
+    """``stopped`` for an end a cap or a person made, else ``finished``: a run cut short by its cap did
+    not finish its training."""
+    return "stopped" if reason in CAP_REASONS or reason.startswith("stopped ") else "finished"
+
+
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,
               now: dt.datetime | None = None, log_tail: tuple[str, ...] = (), phase: str | None = None) -> RunStatus:
     """The run's state from its rows; ``phase``: the own-code runner's (``setup``/``run`` in its
@@ -169,7 +181,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
         if not log_tail and isinstance(finished.get("log_tail"), list):
             log_tail = tuple(str(x) for x in finished["log_tail"])
     elif finished is not None:
-        state = "finished"
+        state = end_state(failed_reason)
     elif record.status in ("stopped", "failed", "finished"):
         state = record.status
     elif alive is False:
@@ -201,6 +213,15 @@ def read_head(host: Host, path: str, limit: int = SMALL_FILE_BYTES) -> bytes:
     makes it huge costs a bounded read."""
     data, _ = host.read_from(path, 0, limit)
     return data
+
+
+def best_val(st: RunStatus) -> dict[str, Any]:
+    """The best validation the status knows, as the run record keeps it for `ls`."""
+    loss = st.best_val_loss
+    ok = isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss)
+    step = st.best_val_step
+    return {"best_val_loss": float(loss) if ok else None,  # type: ignore[arg-type]
+            "best_val_step": step if ok and isinstance(step, int) and step >= 0 else None}
 
 
 def log_tail(host: Host, workdir: str, lines: int = 15) -> tuple[str, ...]:

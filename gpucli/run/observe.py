@@ -16,7 +16,7 @@ from gpucli.cloud.base import TERMINATE_PENDING, Billed
 from gpucli.errors import GpucliError, TransferError
 from gpucli.run import records as runs
 from gpucli.run.gpuwatch import read_report
-from gpucli.run.monitor import RunStatus, parse_rows, read_head, status_of
+from gpucli.run.monitor import RunStatus, best_val, parse_rows, read_head, status_of
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end_record, status_of_own_end
@@ -43,6 +43,7 @@ def recorded_status(record: RunRecord) -> RunStatus:
     kept = kept_storage(record)
     return RunStatus(state=record.status, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
                      step=record.step, loss=record.loss, max_steps=record.limits.max_steps,
+                     best_val_loss=record.best_val_loss, best_val_step=record.best_val_step,
                      kept_usd_per_month=kept[0] if kept else None, kept_note=kept[1] if kept else None)
 
 
@@ -235,10 +236,11 @@ def _observe(record: RunRecord) -> Observed:
     if restarts:
         st = dataclasses.replace(st, restarts=restarts)
     due = None
-    if record.active and st.state in ("finished", "failed"):
+    if record.active and (st.state in ("finished", "failed") or (st.state == "stopped" and st.finished_reason)):
         # its cluster, if it has one, is to be ended too: no pod can end it (gpucli/run/clusterend.py)
         due = Due(record, save=record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
-                                            cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss)),
+                                            cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss),
+                                            **best_val(st)),
                   end_rented=True)
     elif not record.active and record.cost_usd is None and st.cost_usd is not None:
         due = Due(record, save=record.with_(cost_usd=st.cost_usd))

@@ -185,6 +185,8 @@ class RunRecord:
     previous_instances: tuple[str, ...] = ()  # pods this run had before a resume
     step: int | None = None  # the last training step seen, kept when the run ends (for `ls`)
     loss: float | None = None  # the training loss at that step
+    best_val_loss: float | None = None  # the lowest validation loss (nanochat: val_bpb) seen, kept for `ls`
+    best_val_step: int | None = None  # the step it was measured at
     # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
     launcher: str | None = None
     #: This run's identity, written into its folder on the host (``run.id``) by the launch and checked by
@@ -261,7 +263,8 @@ _STR = ("name", "provider", "created_at", "profile", "phase", "model", "workdir"
 _OPT_STR = ("gpu", "instance_id", "label", "started_at", "ended_at", "end_reason", "message", "pid_ident",
             "watchdog_ident", "launcher", "run_id")
 _OPT_POS_INT = ("pid", "watchdog_pid", "n_gpus")
-_OPT_NUMBER = ("cost_usd", "loss", "env_build_s", "price_per_hour_usd")  # the last: records before limits held it
+_OPT_NUMBER = ("cost_usd", "loss", "env_build_s", "best_val_loss",
+               "price_per_hour_usd")  # the last: records before limits held it
 
 
 def _is_int(v: Any) -> bool:
@@ -292,8 +295,9 @@ def _problem(data: Any) -> str | None:
     for key in _OPT_POS_INT:
         if (data.get(key) is not None or key == "n_gpus") and not (_is_int(data.get(key)) and data[key] > 0):
             return f"'{key}' is not a positive whole number"
-    if data.get("step") is not None and not (_is_int(data["step"]) and data["step"] >= 0):
-        return "'step' is not a whole number"
+    for key in ("step", "best_val_step"):
+        if data.get(key) is not None and not (_is_int(data[key]) and data[key] >= 0):
+            return f"'{key}' is not a whole number"
     for key in _OPT_NUMBER:
         if data.get(key) is not None and not _is_number(data[key]):
             return f"'{key}' is not a finite number"

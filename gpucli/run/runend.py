@@ -19,7 +19,7 @@ from typing import Any
 
 from gpucli.run import records as runs
 from gpucli.run.harvest import mirror_root
-from gpucli.run.monitor import RunStatus
+from gpucli.run.monitor import RunStatus, end_state
 from gpucli.run.records import RunRecord
 
 #: Finish reasons that are not the trainer's own decision.
@@ -55,9 +55,11 @@ def _number(value: Any) -> float | None:
 
 
 def own_end_record(record: RunRecord) -> RunRecord | None:
-    """The record as the run's own end says it now is (finished, with its reason, step, loss and cost),
-    or None when nothing on this side says it finished by itself. Reads only; never asks a provider."""
-    if record.status == "finished" and record.end_reason not in NOT_OWN:
+    """The record as the run's own end says it now is (finished, or stopped when its cap ended it, with
+    its reason, step, loss and cost), or None when nothing on this side says it ended by itself. Reads
+    only; never asks a provider."""
+    by_cap = record.status == "stopped" and end_state(record.end_reason or "") == "stopped"
+    if (record.status == "finished" or by_cap) and record.end_reason not in NOT_OWN:
         return record
     end = _mirrored_end(mirror_root(record.name))
     if end is None or end.get("reason") in NOT_OWN or not isinstance(end.get("reason"), str):
@@ -65,21 +67,22 @@ def own_end_record(record: RunRecord) -> RunRecord | None:
     step = end.get("step") if isinstance(end.get("step"), int) else record.step
     loss = _number(end.get("train_loss"))
     cost = _number(end.get("cost_usd"))
-    return record.with_(status="finished", ended_at=record.ended_at or runs.now_iso(), end_reason=end["reason"],
-                        step=step, loss=loss if loss is not None else record.loss,
+    return record.with_(status=end_state(end["reason"]), ended_at=record.ended_at or runs.now_iso(),
+                        end_reason=end["reason"], step=step, loss=loss if loss is not None else record.loss,
                         cost_usd=cost if cost is not None else record.cost_usd)
 
 
 def status_of_own_end(record: RunRecord) -> RunStatus:
-    """``finished (<reason>)`` from a record :func:`own_end_record` gave."""
-    return RunStatus(state="finished", finished_reason=record.end_reason, step=record.step, loss=record.loss,
+    """``finished (<reason>)`` (or stopped, by a cap) from a record :func:`own_end_record` gave."""
+    return RunStatus(state=record.status, finished_reason=record.end_reason, step=record.step, loss=record.loss,
                      cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
                      max_steps=record.limits.max_steps)
 
 
 def own_end(record: RunRecord) -> RunStatus | None:
-    """``finished (<reason>)`` when the run's own end record says it finished by itself (the record is
-    then saved as finished); None when nothing on this side says so. Never asks a provider."""
+    """``finished (<reason>)`` when the run's own end record says it ended by itself (the record is
+    then saved as finished, or stopped when its cap ended it); None when nothing on this side says so.
+    Never asks a provider."""
     saved = own_end_record(record)
     if saved is None:
         return None

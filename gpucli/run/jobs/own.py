@@ -180,7 +180,7 @@ class OwnCode:
     def fetch_best(self, host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
                    progress: Any = None, on_event: EventFn) -> FetchResult:
         return harvest.fetch_best_folder(host, record, self.checkpoints_dir(record.workdir), dest,
-                                         progress=progress, on_event=on_event)
+                                         with_optimizer=with_optimizer, progress=progress, on_event=on_event)
 
     def mirror(self, host: Host, record: RunRecord, *, keep: int = 2, progress: Any = None,
                on_event: EventFn) -> MirrorResult:

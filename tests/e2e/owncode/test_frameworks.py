@@ -1,4 +1,4 @@
-"""The real Hugging Face Trainer and Lightning Trainer, run unchanged through `gpucli launch` (tiny models
+"""The real Hugging Face Trainer, Lightning Trainer and LitGPT's pretrain, run unchanged through `gpucli launch` (tiny models
 from a config, a tokenizer trained here): the rows in `tail --json` are the losses the framework
 recorded at its steps, fetch-best brings back the checkpoint the framework names best and it loads with
 the framework, and a crash or a cap ends with the right one-line story."""
@@ -32,7 +32,7 @@ def quick_watchdog(monkeypatch):
 def code_folder(tmp_path: Path) -> Path:
     code = tmp_path / "code"
     code.mkdir()
-    for f in FRAMEWORKS.glob("*.py"):
+    for f in [*FRAMEWORKS.glob("*.py"), *FRAMEWORKS.glob("*.yaml")]:
         shutil.copy(f, code / f.name)
     return code
 
@@ -103,10 +103,30 @@ def test_hours_cap_fires_on_time_and_says_so(capsys, tmp_path, monkeypatch):
     launch(capsys, tmp_path, "hf-cap", "hf_clm.py --steps 5000 --sleep 0.2", "--checkpoints", "out",
            "--hours", "0.005")
     finished_rows(capsys, "hf-cap", timeout_s=120)
-    story = status_json(capsys, "hf-cap")["story"]
-    m = re.fullmatch(r"stopped by cap: max_hours 0.005 h at (\d+) s", story or "")
-    assert m, story
+    st = status_json(capsys, "hf-cap")
+    m = re.fullmatch(r"stopped by cap: max_hours 0.005 h at (\d+) s", st["story"] or "")
+    assert m, st["story"]
     assert 18 <= int(m.group(1)) <= 18 + 5  # within 5 s of the limit, not on a 30 s poll
+    assert st["state"] == "stopped"  # its cap cut the training short: not "finished"
+
+    # ls says what status says: the state and the best validation, while the run is live-checked and
+    # again from the record alone once it is saved as ended
+    for _ in range(2):
+        rc, out, err = cli(capsys, "ls", "--json")
+        assert rc == 0, err
+        row = next(r for r in json.loads(out) if r["run"] == "hf-cap")
+        assert row["state"] == "stopped" and row["best_val_loss"] == pytest.approx(st["best_val_loss"])
+        assert row["best_val_step"] == st["best_val_step"] and row["step"] == st["step"]
+    assert runs.load("hf-cap").status == "stopped"
+
+
+def test_torchrun_failure_says_the_childs_exception(capsys, tmp_path):
+    launch(capsys, tmp_path, "ddp-crash", "-m torch.distributed.run --nproc-per-node 2 ddp_crash.py")
+    rows = finished_rows(capsys, "ddp-crash", timeout_s=300)
+    st = status_json(capsys, "ddp-crash")
+    # torchrun's own ChildFailedError comes last on the console; the cause is rank 0's exception
+    assert st["state"] == "failed" and st["story"] == "failed (exit 1: KeyError: 'missing_column')", st
+    assert max(metric_rows(rows, "train", "loss")) == 4
 
 
 def _lightning_best(code: Path) -> tuple[str, float]:
@@ -125,11 +145,19 @@ def test_lightning_metrics_and_best_checkpoint(capsys, tmp_path, bar):
 
     with open(code / "logs" / "lightning_logs" / "version_0" / "metrics.csv") as fh:
         logged = list(csv.DictReader(fh))
-    assert_same(metric_rows(rows, "train", "loss"),
-                {int(r["step"]): float(r["train_loss"]) for r in logged if r["train_loss"]})
+    # Lightning logs at the optimizer steps done before the batch: its step s is the (s+1)-th step's,
+    # the count its checkpoints carry (epoch=3-step=32.ckpt after 32 steps)
+    train = metric_rows(rows, "train", "loss")
+    want = {int(r["step"]) + 1: float(r["train_loss"]) for r in logged if r["train_loss"]}
+    assert set(want) <= set(train), (sorted(train), sorted(want))
+    for step, value in want.items():  # the bar shows 3 significant digits: a row may be the bar's
+        assert train[step] == pytest.approx(value, rel=5e-3, abs=5e-3), (step, train[step], value)
     assert_same(metric_rows(rows, "val", "val_loss"),
-                {int(r["step"]): float(r["val_loss"]) for r in logged if r["val_loss"]})
-    assert status_json(capsys, name)["story"] == "finished (exit 0)"
+                {int(r["step"]) + 1: float(r["val_loss"]) for r in logged if r["val_loss"]})
+    st = status_json(capsys, name)
+    assert st["story"] == "finished (exit 0)" and max(train) == 32 and st["step"] == 32, (st, sorted(train))
+    rc, out, err = cli(capsys, "tail", name, "--no-follow")
+    assert rc == 0 and f"run {name} finished (exit 0), last step 32" in out, out[-1500:]
 
     best, score = _lightning_best(code)
     assert best != "epoch=3-step=32.ckpt"  # the newest is not the best here
@@ -158,3 +186,40 @@ def test_hf_trainer_over_ssh(capsys, tmp_path, sshd, client_key):
     assert_same(metric_rows(rows, "val", "val_loss"), {e["step"]: e["eval_loss"] for e in history if "eval_loss" in e})
     got = fetch_best(capsys, name, tmp_path / "fetched")
     assert got["checkpoint"] == Path(state["best_model_checkpoint"]).name
+
+
+def test_litgpt_pretrain_steps_and_each_checkpoints_own_validation(capsys, tmp_path):
+    pytest.importorskip("litgpt")
+    code = code_folder(tmp_path)
+    # TORCHDYNAMO_DISABLE: pretrain torch.compiles the model, minutes on a busy CPU for seconds of training
+    cmd = f"TORCHDYNAMO_DISABLE=1 HF_HUB_OFFLINE=1 {sys.executable} -m litgpt pretrain --config litgpt_pretrain.yaml"
+    rc, out, err = cli(capsys, "launch", "--code", str(code), "--run", cmd, "--name", "litgpt", "--checkpoints", "out",
+                       "--provider", "local", "--profile", "cpu")
+    assert rc == 0, err
+    rows = finished_rows(capsys, "litgpt", timeout_s=400)
+    code = Path(runs.load("litgpt").workdir) / "code"
+    import csv
+
+    with open(code / "out" / "logs" / "csv" / "version_0" / "metrics.csv") as fh:
+        logged = list(csv.DictReader(fh))
+    # its CSV is keyed by the micro-batch iteration - 1 (2 per optimizer step); the optimizer step is
+    # iter / 2, the count of its step-NNNNNNNN checkpoints
+    assert_same(metric_rows(rows, "train", "loss"), {int(r["iter"]) // 2: float(r["loss"]) for r in logged if r["loss"]})
+    in_loop = {(int(r["step"]) + 1) // 2: float(r["val_loss"]) for r in logged if r["val_loss"] and int(r["step"]) % 2}
+    assert sorted(in_loop) == [4, 8]
+    assert_same(metric_rows(rows, "val", "val_loss"), in_loop)
+
+    st = status_json(capsys, "litgpt")
+    assert st["story"] == "finished (exit 0)" and st["step"] == 8, st
+    best = min(in_loop, key=lambda k: (in_loop[k], -k))
+    assert st["best_val_step"] == best and st["best_val_loss"] == pytest.approx(in_loop[best], abs=1e-4)
+    rc, out, err = cli(capsys, "tail", "litgpt", "--no-follow")
+    assert rc == 0 and "run litgpt finished (exit 0), last step 8" in out, out[-1500:]
+
+    got = fetch_best(capsys, "litgpt", tmp_path / "fetched")
+    assert got["checkpoint"] == f"step-{best:08d}" and got["val_loss"] == pytest.approx(in_loop[best], abs=1e-4)
+    assert f"{in_loop[best]:.4f} (logged at its step {best})" in got["reason"], got
+    import torch
+
+    state = torch.load(Path(got["dest"]) / got["checkpoint"] / "lit_model.pth", map_location="cpu", weights_only=False)
+    assert state["step_count"] == best and state["iter_num"] == 2 * best

@@ -29,7 +29,7 @@ def quick_watchdog(monkeypatch):
 # kind -> (the checkpoint fetch-best must bring back, the files in it)
 EXPECTED = {
     "nanogpt": ("ckpt.pt", ["ckpt.pt"]),  # one file, overwritten when the val loss improves
-    "nanochat": ("step_10", ["meta_000010.json", "model_000010.pt", "optim_000010_rank0.pt"]),  # val bpb 0.80
+    "nanochat": ("step_10", ["meta_000010.json", "model_000010.pt"]),  # val bpb 0.80; optim_ with --with-optimizer
     "hf": ("checkpoint-20", ["checkpoint-20/model.safetensors", "checkpoint-20/trainer_state.json"]),  # eval 1.9
     "lightning": ("epoch=1-step=20.ckpt", ["epoch=1-step=20.ckpt"]),  # val_loss 1.2 < 1.5
 }
@@ -59,6 +59,10 @@ def test_formats_tail_status_and_fetch_best(capsys, tmp_path, kind):
     ck_root = Path(runs.load(name).workdir) / "code" / "checkpoints"
     for rel in files:
         assert (dest / rel).read_bytes() == (ck_root / rel).read_bytes()
+    if kind == "nanochat":  # the optimizer state only when asked for (a resume needs it, using the model not)
+        code, out, err = cli(capsys, "fetch-best", name, "--dest", str(tmp_path / "with"), "--json", "--with-optimizer")
+        assert code == 0, err
+        assert sorted(json.loads(out)["files"]) == sorted([*files, "optim_000010_rank0.pt"])
 
     code, out, err = cli(capsys, "tail", name, "--no-follow")
     assert code == 0 and f"loss {losses[-1][1]:.4f}"[:9] in out, out

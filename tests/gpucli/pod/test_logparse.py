@@ -130,3 +130,23 @@ def test_loss_spikes():
     assert s.update(2.5) == 1.0  # above 2x the mean of 1.0
     assert s.update(1.9) is None  # the spike did not raise the mean
     assert s.update(float("nan")) is None
+
+
+def test_litgpt_pretrain_lines_give_the_optimizer_step():
+    # litgpt/pretrain.py fit(): 2 micro-batches per optimizer step, validation every 40 steps
+    p = LogParser()
+    rows = [r for line in (
+        "Epoch 1 | iter 1 step 0 | loss train: 6.100, val: n/a | iter time: 10.00 ms remaining time: 0:00:03",
+        "Epoch 1 | iter 2 step 1 | loss train: 6.000, val: n/a | iter time: 12.50 ms (step) remaining time: 0:00:03",
+        "Epoch 1 | iter 80 step 40 | loss train: 5.300, val: n/a | iter time: 10.00 ms (step) remaining time: 0:00:02",
+        "iter 80: val loss 5.2318, val time: 12.00 ms",
+        "Saving checkpoint to 'out/step-00000040/lit_model.pth'",
+        "Epoch 1 | iter 160 step 80 | loss train: 5.100, val: 5.232 | iter time: 10.00 ms (step) remaining time: 0:00:00",
+        "iter 160: val loss 5.8097, val time: 12.00 ms",
+        "Final evaluation | val loss: 5.810 | val ppl: 333.7") for r in p.feed(line)]
+    assert rows == [{"kind": "train", "step": 1, "loss": 6.0, "dt_ms": 12.5},
+                    {"kind": "train", "step": 40, "loss": 5.3, "dt_ms": 10.0},
+                    {"kind": "val", "step": 40, "val_loss": 5.2318},
+                    {"kind": "train", "step": 80, "loss": 5.1, "dt_ms": 10.0},
+                    {"kind": "val", "step": 80, "val_loss": 5.8097},
+                    {"kind": "val", "step": 80, "val_loss": 5.81}]  # the final evaluation: one row per step after Merge

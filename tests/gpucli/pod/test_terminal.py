@@ -86,3 +86,20 @@ def test_exception_line_of_chained_and_torchrun_tracebacks():
     assert exception_line([" 40%|████      | 16/40 [00:00<00:00, 28.90it/s]Traceback (most recent call last):",
                            "  File \"hf_clm.py\", line 52, in on_step_end", "KeyError: 'missing_column'",
                            " 48%|████▊     | 19/40 [00:01<00:01, 17.01it/s]"]) == "KeyError: 'missing_column'"
+
+
+def test_torchrun_report_points_at_the_rank_that_failed_first():
+    # as torchrun 2.13 prints it: rank 0 raises, rank 1 then loses its peer, torchrun's own ChildFailedError last
+    lines = ["[rank0]: Traceback (most recent call last):", "[rank0]:   File \"t.py\", line 3, in <module>",
+             "[rank0]: KeyError: 'missing_column'", "[rank1]: Traceback (most recent call last):",
+             "[rank1]:   File \"t.py\", line 2, in <module>",
+             "[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:29577.",
+             "Traceback (most recent call last):", "  File \"<frozen runpy>\", line 198, in _run_module_as_main",
+             "    raise ChildFailedError(", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+             "============================================================", "t.py FAILED",
+             "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-28_15:10:10",
+             "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 31086) ",
+             "============================================================"]
+    assert exception_line(lines) == "KeyError: 'missing_column'"
+    # no child traceback seen: torchrun's own line is all there is
+    assert exception_line(lines[6:]) == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from gpucli.run.checkpoints import choose_checkpoint, group_checkpoints, step_in_name
+from gpucli.run.checkpoints import choose_checkpoint, group_checkpoints, model_files, step_in_name
 from gpucli.ssh import RemoteFile
 
 
@@ -114,3 +114,27 @@ def test_checkpoints_inside_lightning_version_folders():
                                          {"kind": "val", "step": 31, "val_loss": 2.5}])
     assert [c.step for c in choice.candidates] == [16, 32]
     assert choice.checkpoint.files == ("version_0/checkpoints/epoch=1-step=16.ckpt",)
+
+
+def test_each_litgpt_checkpoint_is_scored_by_its_own_validation():
+    listing = {f"step-{s:08d}/{f}": (10, 1.0) for s in (40, 80) for f in ("lit_model.pth", "model_config.yaml")}
+    rows = [{"kind": "val", "step": 40, "val_loss": 5.2318}, {"kind": "val", "step": 80, "val_loss": 5.8097}]
+    choice = choose_checkpoint(listing, rows)
+    assert choice is not None and choice.checkpoint.name == "step-00000040"
+    assert choice.reason == "lowest val_loss 5.2318 (logged at its step 40)"
+    assert [(c.step, c.val_loss) for c in choice.candidates] == [(40, 5.2318), (80, 5.8097)]
+
+
+def test_model_files_leave_out_what_only_a_resume_needs():
+    hf = ["checkpoint-20/model.safetensors", "checkpoint-20/config.json", "checkpoint-20/optimizer.pt",
+          "checkpoint-20/scheduler.pt", "checkpoint-20/rng_state.pth", "checkpoint-20/scaler.pt",
+          "checkpoint-20/trainer_state.json"]
+    assert model_files(hf) == ("checkpoint-20/model.safetensors", "checkpoint-20/config.json",
+                               "checkpoint-20/trainer_state.json")
+    assert model_files(["model_000500.pt", "meta_000500.json", "optim_000500_rank0.pt"]) == \
+        ("model_000500.pt", "meta_000500.json")
+    assert model_files(["ckpt/optimizer.bin", "ckpt/model.safetensors", "ckpt/random_states_0.pkl",
+                        "ckpt/zero_pp_rank_0_mp_rank_00_optim_states.pt"]) == ("ckpt/model.safetensors",)
+    # one file holding both (Lightning's .ckpt, LitGPT's lit_model.pth): brought as it is
+    assert model_files(["epoch=3-step=32.ckpt"]) == ("epoch=3-step=32.ckpt",)
+    assert model_files(["optimizer.pt"]) == ("optimizer.pt",)

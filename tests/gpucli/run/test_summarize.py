@@ -41,3 +41,15 @@ def test_projected_total_is_the_nearest_cap_without_a_step_count():
     st = summarize(record(budget_usd=5.0, max_hours=4.0), [], alive=True, now=NOW)
     assert abs(st.cost_usd - 2.0) < 1e-9 and abs(st.projected_cost_usd - 5.0) < 1e-9
     assert summarize(record(), [], alive=True, now=NOW).projected_cost_usd is None  # no cap: unknown
+
+
+def test_a_run_its_cap_or_a_person_stopped_did_not_finish():
+    for reason in ("stopped by cap: max_hours 0.005 h at 18 s", "stopped by you", "max_hours", "max_cost"):
+        rows = [{"kind": "train", "step": 3, "loss": 2.0}, {"kind": "val", "step": 2, "val_loss": 1.5},
+                {"kind": "event", "event": "finished", "reason": reason}]
+        st = summarize(record(), rows, alive=False, now=NOW)
+        assert st.state == "stopped" and st.finished_reason == reason, reason
+        assert (st.step, st.best_val_loss, st.best_val_step) == (3, 1.5, 2)
+    for reason in ("exit 0", "max_steps", "early_stop"):
+        rows = [{"kind": "event", "event": "finished", "reason": reason}]
+        assert summarize(record(), rows, alive=False, now=NOW).state == "finished", reason
