@@ -256,6 +256,7 @@ RUN_FLOORS = {
     "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
+    "execjob": 6,  # a command on a run's machine, in its folder and environment
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "multinode": 8.5,  # starting, watching and ending a run over several machines

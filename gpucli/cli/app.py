@@ -21,6 +21,7 @@ import typer.main
 from gpucli import __version__
 from gpucli.cli.commands import (
     access_cmds,
+    box_cmds,
     calibrate_cmd,
     catalog_cmds,
     config_cmd,
@@ -78,6 +79,7 @@ export_cmd.register(app)
 doctor_cmd.register(app)
 access_cmds.register(app)
 config_cmd.register(app)
+box_cmds.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:
@@ -159,6 +161,7 @@ SHORT_HELP = {
     "keys": "API keys and tokens (stored 0600, never printed).",
     "notify": "Telegram alerts: a test message, and the events runs send.",
     "config": "Your launch defaults: provider, profile, disk, image.",
+    "exec": "Run a command on a run's machine, in its folder and env.",
 }
 
 
