@@ -262,6 +262,8 @@ RUN_FLOORS = {
     "multinode": 8.5,  # starting, watching and ending a run over several machines
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
     "lifecycle": 9,
+    "envstamp": 7.5,  # the machine's environment set up once per setup script and Python
+    "warm": 9.2,  # the next run on a machine a run already has (launch --on)
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
 }

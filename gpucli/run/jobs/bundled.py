@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpucli.errors import GpucliError
 from gpucli.run import harvest
 from gpucli.run.datasources import stage_data
+from gpucli.run.envstamp import ensure_environment
 from gpucli.run.requirements import check_trainer_requirements
 from gpucli.run.resumescript import write_resume_script
 from gpucli.run.start import (
-    POD_SETUP,
     metrics_until,
     run_yaml_now,
     secrets_env,
@@ -81,13 +80,8 @@ class BundledTrainer:
         target = get_target(resolved.provider)
         # exec starts in the login directory, so a relative workdir works as it is.
         host.run(f"mkdir -p -- {shlex.quote(wd)}/code {shlex.quote(wd)}/data", timeout_s=60)
-        if target.bootstrap:
-            on_event("bootstrapping the pod (setup_pod.sh)")
-            host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
-            res = host.run(f"cd {shlex.quote(wd)} && sh ./setup_pod.sh {shlex.quote(resolved.python)}",
-                           timeout_s=900, check=False)
-            if res.exit_code != 0:
-                raise GpucliError(f"pod bootstrap failed: {(res.stderr or res.stdout).strip()[-300:]}")
+        if target.bootstrap:  # once per machine, script and Python (a next run on it skips it)
+            ensure_environment(host, wd, resolved.python, on_event, stamped=not resolved.volume)
         on_event(check_trainer_requirements(host, resolved, pod=target.bootstrap).describe)
         on_event("syncing the trainer code")
         host.sync_up(trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
