@@ -245,6 +245,7 @@ RUN_FLOORS = {
     "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
     "webhook": 0, "secretenv": 0,
     "records": 1, "userconfig": 1, "schemas": 1,
+    "machines": 1.2,  # which runs share a machine, and its money counted once
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
@@ -263,7 +264,8 @@ RUN_FLOORS = {
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
     "lifecycle": 9,
     "envstamp": 7.5,  # the machine's environment set up once per setup script and Python
-    "warm": 9.2,  # the next run on a machine a run already has (launch --on)
+    "warm": 9.2,
+    "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle  # the next run on a machine a run already has (launch --on)
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
 }

@@ -162,6 +162,7 @@ SHORT_HELP = {
     "notify": "Telegram alerts: a test message, and the events runs send.",
     "config": "Your launch defaults: provider, profile, disk, image.",
     "exec": "Run a command on a run's machine, in its folder and env.",
+    "up": "A dev box: environment ready, no job, ends itself when idle.",
 }
 
 

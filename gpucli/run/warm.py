@@ -34,6 +34,7 @@ from gpucli.run.datasources import POD_FETCH
 from gpucli.run.jobs import job_for
 from gpucli.run.launch import LaunchRequest, check_disk, resolve
 from gpucli.run.lifecycle import PreparedLaunch, cleanup_failed, start_run
+from gpucli.run.machines import is_box, machine_root
 from gpucli.run.monitor import trainer_alive
 from gpucli.run.records import RunRecord
 from gpucli.run.secretenv import resolve as secrets_present
@@ -78,15 +79,6 @@ class Machine:
     @property
     def profile(self) -> str:
         return self.base.profile
-
-
-def machine_root(record: RunRecord) -> str:
-    on = (record.launch or {}).get("on")
-    return str(on["machine"]) if isinstance(on, dict) and on.get("machine") else record.name
-
-
-def is_box(record: RunRecord) -> bool:
-    return bool((record.launch or {}).get("box"))
 
 
 def machine(on: str) -> Machine:
