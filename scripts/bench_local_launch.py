@@ -27,7 +27,8 @@ the row) to its arrival in tail; the rows' sources are counted.
     gpucli launch --on coldN --name warmN ...      (code copied there, the prepared corpus reused)
 
 each from the launch command's start to its first training row in ``tail --json``, ROUNDS times (default 3),
-cold and warm alternating.
+cold and warm alternating. ``--warm ROUNDS ssh``: the same over an OpenSSH sshd on 127.0.0.1 (a host gpucli
+sets up: the cold run pays setup_pod.sh, the warm one finds its stamp).
 """
 
 from __future__ import annotations
@@ -173,15 +174,25 @@ def _stopped(name: str, env: dict) -> None:
         time.sleep(0.5)
 
 
-def warm_main(rounds: int) -> int:
+def warm_main(rounds: int, over_ssh: bool) -> int:
     home = Path(tempfile.mkdtemp(prefix="gpucli-bench-warm-"))
     env = dict(os.environ, GPUCLI_HOME=str(home), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     common = ["--profile", "cpu", "--phase", "fast", "--steps", "2000"]
+    where = ["--provider", "local"]
+    server = None
+    if over_ssh:  # an OpenSSH sshd on 127.0.0.1 (the tests' fixture): a host gpucli sets up (setup_pod.sh)
+        sys.path.insert(0, str(REPO))
+        from tests.support.sshd import SshServer, make_keypair
+
+        key, pub = make_keypair(home / "client" / "id_ed25519")
+        server = SshServer.start(home / "sshd", authorized_keys=[pub])
+        where = ["--provider", "ssh", "--host", f"{server.user}@127.0.0.1:{server.port}", "--identity", str(key),
+                 "--python", sys.executable]
     cold, warm = [], []
     try:
         for i in range(rounds):
             t0 = time.monotonic()
-            r = gpucli("launch", "--provider", "local", *common, "--name", f"cold{i}",
+            r = gpucli("launch", *where, *common, "--name", f"cold{i}",
                        "--workdir", str(home / f"m{i}" / f"cold{i}"), env=env)
             if r.returncode != 0:
                 print(r.stderr, file=sys.stderr)
@@ -197,6 +208,8 @@ def warm_main(rounds: int) -> int:
             _stopped(f"warm{i}", env)
             print(f"round {i + 1}: cold {cold[-1]:.1f} s, warm {warm[-1]:.1f} s to the first step", flush=True)
     finally:
+        if server is not None:
+            server.stop()
         shutil.rmtree(home, ignore_errors=True)
     c = sorted(x for x in cold if x is not None)
     w = sorted(x for x in warm if x is not None)
@@ -209,7 +222,8 @@ def warm_main(rounds: int) -> int:
 def main() -> int:
     if "--warm" in sys.argv[1:]:
         rest = sys.argv[sys.argv.index("--warm") + 1:]
-        return warm_main(int(rest[0]) if rest else 3)
+        rounds = next((int(a) for a in rest if a.isdigit()), 3)
+        return warm_main(rounds, "ssh" in rest)
     if "--own" in sys.argv[1:]:
         rest = sys.argv[sys.argv.index("--own") + 1:]
         if rest and rest[0] in FRAMEWORK_RUNS:
