@@ -13,7 +13,6 @@ written, as a launch does before its job starts.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import shlex
 from collections.abc import Callable
@@ -129,11 +128,3 @@ def _ready(host: Host, resolved: Any, record: RunRecord, idle_minutes: float, on
     runs.save(record)
     return record
 
-
-def box_state(host: Host, record: RunRecord) -> dict[str, Any] | None:
-    """What the box's idle watch says now (watchdog.json), or None."""
-    try:
-        data = json.loads(host.read_file(f"{record.workdir}/watchdog.json"))
-    except (GpucliError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

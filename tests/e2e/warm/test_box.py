@@ -105,6 +105,8 @@ def test_a_cloud_box_stops_itself_when_idle(provider, request, capsys, tmp_path)
     assert len(emu.ledger.created()) == 1
     code, out, err = gpucli("exec", "cjob", "--", "echo on-the-box")
     assert code == 0 and out == "on-the-box\n", err
+    assert gpucli("exec", "cbox", "--", "exit 7")[0] == 7  # the box itself: its folder and environment
+    assert gpucli("exec", "cjob", "--", "sh -c 'kill -TERM $$'")[0] == 128 + 15
     job = runs.load("cjob")
     wait_for(lambda: _gone(job.pid), 240, "the job to end")
     # The pod stopped through the provider's API, by the watch on it (stopping takes the watch along, as a
