@@ -95,3 +95,27 @@ def test_a_gone_machine_is_refused_in_one_line(capsys, tmp_path, sshd, client_ke
 def test_on_a_run_that_does_not_exist(capsys):
     code, out, err = cli(capsys, "launch", "--on", "nosuch", "--steps", "4")
     assert code != 0 and "nosuch" in err and "Traceback" not in err
+
+
+def test_prepared_data_is_reused_by_content_hash(capsys, tmp_path):
+    data = tmp_path / "corpus"
+    data.mkdir()
+    (data / "a.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 4000)
+    where = ["--provider", "local", "--workdir", str(tmp_path / "m" / "d1"), "--data", str(data)]
+    code, out, err = cli(capsys, "launch", "--profile", "cpu", "--name", "d1", *where, *_steps(4))
+    assert code == 0, err
+    wait_for(lambda: _ended(capsys, "d1"), 240, "the first run to end")
+    code, out, err = cli(capsys, "launch", "--on", "d1", "--name", "d2", "--data", str(data), *_steps(4))
+    assert code == 0, err
+    assert "d1's prepared data kept in the" in out + err  # (the status line wraps the rest)
+    wait_for(lambda: _ended(capsys, "d2"), 240, "the second run to end")
+    prepared = Path(runs.load("d2").workdir) / "data" / "prepared"
+    assert prepared.is_symlink() and prepared.resolve().parent.name == ".gpucli-data"
+    assert "reusing prepared data" in (Path(runs.load("d2").workdir) / "console.log").read_text()
+    # Changed inputs hash otherwise: prepared afresh, never the stale tokens.
+    (data / "a.txt").write_text("a different corpus altogether\n" * 4000)
+    code, out, err = cli(capsys, "launch", "--on", "d2", "--name", "d3", "--data", str(data), *_steps(4))
+    assert code == 0, err
+    wait_for(lambda: _ended(capsys, "d3"), 240, "the third run to end")
+    third = (Path(runs.load("d3").workdir) / "data" / "prepared").resolve()
+    assert third != prepared.resolve() and (third / "meta.json").exists()
