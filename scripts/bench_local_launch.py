@@ -19,6 +19,16 @@ Lightning Trainer scripts of tests/e2e/owncode/frameworks (tiny models, a few hu
 and follow ``gpucli tail --json``: seconds from the launch to the first metric row, and for each row
 the lag from when the framework logged it (a TensorBoard event's wall_time, else when the runner wrote
 the row) to its arrival in tail; the rows' sources are counted.
+
+``--warm [ROUNDS]`` measures the next run on the same machine against a fresh one, launch to first step:
+
+    gpucli launch --provider local --profile cpu --name coldN --workdir M_N/coldN ...   (its demo corpus
+    gpucli down coldN                                                                    prepared afresh)
+    gpucli launch --on coldN --name warmN ...      (code copied there, the prepared corpus reused)
+
+each from the launch command's start to its first training row in ``tail --json``, ROUNDS times (default 3),
+cold and warm alternating. ``--warm ROUNDS ssh``: the same over an OpenSSH sshd on 127.0.0.1 (a host gpucli
+sets up: the cold run pays setup_pod.sh, the warm one finds its stamp).
 """
 
 from __future__ import annotations
@@ -146,7 +156,74 @@ def framework_main(kind: str) -> int:
     return 0
 
 
+def _first_step(name: str, env: dict, t0: float, limit_s: float = 600) -> float | None:
+    while time.monotonic() - t0 < limit_s:
+        out = gpucli("tail", name, "--no-follow", "--json", env=env).stdout
+        if any(json.loads(x).get("kind") == "train" for x in out.splitlines() if x.strip()):
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    return None
+
+
+def _stopped(name: str, env: dict) -> None:
+    gpucli("down", name, env=env)
+    for _ in range(300):
+        st = json.loads(gpucli("status", name, "--json", env=env).stdout or "{}")
+        if st.get("state") != "running":
+            return
+        time.sleep(0.5)
+
+
+def warm_main(rounds: int, over_ssh: bool) -> int:
+    home = Path(tempfile.mkdtemp(prefix="gpucli-bench-warm-"))
+    env = dict(os.environ, GPUCLI_HOME=str(home), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    common = ["--profile", "cpu", "--phase", "fast", "--steps", "2000"]
+    where = ["--provider", "local"]
+    server = None
+    if over_ssh:  # an OpenSSH sshd on 127.0.0.1 (the tests' fixture): a host gpucli sets up (setup_pod.sh)
+        sys.path.insert(0, str(REPO))
+        from tests.support.sshd import SshServer, make_keypair
+
+        key, pub = make_keypair(home / "client" / "id_ed25519")
+        server = SshServer.start(home / "sshd", authorized_keys=[pub])
+        where = ["--provider", "ssh", "--host", f"{server.user}@127.0.0.1:{server.port}", "--identity", str(key),
+                 "--python", sys.executable]
+    cold, warm = [], []
+    try:
+        for i in range(rounds):
+            t0 = time.monotonic()
+            r = gpucli("launch", *where, *common, "--name", f"cold{i}",
+                       "--workdir", str(home / f"m{i}" / f"cold{i}"), env=env)
+            if r.returncode != 0:
+                print(r.stderr, file=sys.stderr)
+                return 1
+            cold.append(_first_step(f"cold{i}", env, t0))
+            _stopped(f"cold{i}", env)
+            t0 = time.monotonic()
+            r = gpucli("launch", "--on", f"cold{i}", *common, "--name", f"warm{i}", env=env)
+            if r.returncode != 0:
+                print(r.stderr, file=sys.stderr)
+                return 1
+            warm.append(_first_step(f"warm{i}", env, t0))
+            _stopped(f"warm{i}", env)
+            print(f"round {i + 1}: cold {cold[-1]:.1f} s, warm {warm[-1]:.1f} s to the first step", flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    c = sorted(x for x in cold if x is not None)
+    w = sorted(x for x in warm if x is not None)
+    if c and w:
+        mc, mw = c[len(c) // 2], w[len(w) // 2]
+        print(f"median launch to first step: cold {mc:.1f} s, warm {mw:.1f} s ({mw / mc:.0%} of cold)")
+    return 0
+
+
 def main() -> int:
+    if "--warm" in sys.argv[1:]:
+        rest = sys.argv[sys.argv.index("--warm") + 1:]
+        rounds = next((int(a) for a in rest if a.isdigit()), 3)
+        return warm_main(rounds, "ssh" in rest)
     if "--own" in sys.argv[1:]:
         rest = sys.argv[sys.argv.index("--own") + 1:]
         if rest and rest[0] in FRAMEWORK_RUNS:

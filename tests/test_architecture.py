@@ -264,6 +264,7 @@ RUN_FLOORS = {
     "health": 0.7,  # what a preflight measured and the bars a healthy machine passes (per GPU family)
     "records": 1, "userconfig": 1, "schemas": 1,
     "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it
+    "machines": 1.2,  # which runs share a machine, and its money counted once
     "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
     "runid": 1.7,  # one run folder, one run: its id written by the launch, checked by every opener
     "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
@@ -277,6 +278,7 @@ RUN_FLOORS = {
     "monitor": 5, "launch": 5, "owner": 5,
     "store": 6.5,  # the run's checkpoint store seen from here: its uploader started, resume and fetch from it
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
+    "execjob": 6,  # a command on a run's machine, in its folder and environment
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
     "preflight": 7,  # the machine checked on the host before the run is detached
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
@@ -284,6 +286,9 @@ RUN_FLOORS = {
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
     "podrescue": 8.6,  # a resume copies the old pod's newest checkpoint home before it ends the pod
     "lifecycle": 9,
+    "envstamp": 7.5,  # the trainer's pinned environment set up (or reused) on any machine a run starts on
+    "warm": 9.2,
+    "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle  # the next run on a machine a run already has (launch --on)
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
     "sweep": 11,  # many runs under one budget, on top of the life of each

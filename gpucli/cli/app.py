@@ -21,6 +21,7 @@ import typer.main
 from gpucli import __version__
 from gpucli.cli.commands import (
     access_cmds,
+    box_cmds,
     calibrate_cmd,
     catalog_cmds,
     config_cmd,
@@ -82,6 +83,7 @@ access_cmds.register(app)
 config_cmd.register(app)
 sweep_cmd.register(app)
 mcp_cmd.register(app)
+box_cmds.register(app)
 
 
 def _is_click_error(exc: BaseException) -> bool:
@@ -165,6 +167,8 @@ SHORT_HELP = {
     "config": "Your launch defaults: provider, profile, disk, image.",
     "sweep": "One run per combination of --set values, under one budget.",
     "mcp": "gpucli's commands as MCP tools over stdio, for an agent.",
+    "exec": "Run a command on a run's machine, in its folder and env.",
+    "up": "A dev box: environment ready, no job, ends itself when idle.",
 }
 
 

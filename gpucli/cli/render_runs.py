@@ -20,6 +20,8 @@ from gpucli.cli.render import _table, err, error, hours, info, json_out, money, 
 
 __all__ = ["error", "info", "warn"]  # re-exported: commands use this module as their renderer
 
+from gpucli.run.machines import counted_in_machine, is_box, machine_root, shared
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -82,7 +84,7 @@ def launched(record: RunRecord, *, json_: bool) -> None:
 def _status_dict(record: RunRecord, st: RunStatus) -> dict[str, Any]:
     return {"run": record.name, "provider": record.provider, "record_status": record.status, **to_jsonable(st),
             "instance_id": record.instance_id, "created_at": record.created_at,
-            "planned": to_jsonable(record.planned),
+            "planned": to_jsonable(record.planned), "machine": machine_root(record),
             "preflight": record.preflight.to_json() if record.preflight is not None else None}
 
 
@@ -174,16 +176,23 @@ def runs_table(statuses: list[tuple[RunRecord, RunStatus]], *, json_: bool) -> N
         t.add_column(col)
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     day_total = 0.0
+    records = [r for r, _ in statuses]
+    boxes = {r.name for r in records if is_box(r)}
     for r, s in statuses:
         cost = s.cost_usd
-        if cost is not None and r.created_at.startswith(today):
-            day_total += cost
+        if cost is not None and r.created_at.startswith(today) and not counted_in_machine(r, boxes):
+            day_total += cost  # a run on a box is a share of the box's bill, counted there
         state = s.state + (f" (+{money(s.kept_usd_per_month)}/mo)" if s.kept_usd_per_month else "")
         t.add_row(r.name, r.provider, state, f"{r.n_gpus}x {r.gpu or 'CPU'} {r.model}",
                   str(s.step) if s.step is not None else "-", f"{s.loss:.3f}" if s.loss is not None else "-",
                   f"{s.best_val_loss:.3f} @{s.best_val_step}" if s.best_val_loss is not None else "-",
                   r.created_at.replace("T", " ")[:16], money(cost) if cost is not None else "-")
     out().print(t)
+    costs = {r.name: s.cost_usd for r, s in statuses}
+    for m in shared(records):  # one bill per machine, whatever ran on it
+        bill = costs.get(m.root)
+        out().print(f"one machine ({'box ' if m.box else ''}{m.root}): {', '.join(m.runs)}; "
+                    f"{money(bill) if bill is not None else 'no price'} for the machine, counted once")
     out().print(f"today's runs: {money(day_total)}")
 
 

@@ -408,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="no stall verdict before the first metrics row for this long (compile, data prep)")
     ap.add_argument("--poll-s", type=float, default=30.0)
     ap.add_argument("--grace-s", type=float, default=120.0, help="SIGTERM to SIGKILL")
-    ap.add_argument("--on-end", choices=("stop", "terminate"), default="stop")
+    ap.add_argument("--on-end", choices=("stop", "terminate", "keep"), default="stop",
+                    help="keep: a run on a dev box, whose own idle watch ends the machine")
     ap.add_argument("--started-at", type=float, help="epoch seconds the run's billing started")
     ap.add_argument("--pgid-ident", help="the trainer's identity (procid.py) when it started; default: now")
     ap.add_argument("--nodes", type=int, default=1, help="machines in the run (peers.py watches the others)")
@@ -503,9 +504,11 @@ def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | 
     if peers is not None:
         peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
     wait_for_store(run_dir)
-    ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
+    keep = args.on_end == "keep"  # a run on a box: the machine is not this run's to end, even when abandoned
+    ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") and not keep \
+        else False
     write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
-    if args.provider in ("runpod", "vast") and not ended:
+    if args.provider in ("runpod", "vast") and not ended and not keep:
         log(run_dir, "COULD NOT END THE POD: it is still billing; run `gpucli down` from your machine")
         return 1
     return 0

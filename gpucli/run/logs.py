@@ -166,13 +166,15 @@ def start_offset(host: Host, path: str, tail_bytes: int = TAIL_BYTES) -> int:
 
 def follow(host_factory: Callable[[], Host], record: RunRecord, offset: int, *, poll_s: float = 1.0,
            on_reconnect: Callable[[str], None] | None = None, reconnect_deadline_s: float = 300.0,
-           check_every_s: float = 5.0, forever: bool = False) -> Iterator[LogChunk]:
+           check_every_s: float = 5.0, forever: bool = False, path: str | None = None) -> Iterator[LogChunk]:
     """Chunks from ``offset`` as the log grows; across dropped connections (a fresh host from
     ``host_factory``, the same offset) until ``reconnect_deadline_s`` passes without one. Ends once
-    the job's process is gone and the log has nothing more (never, with ``forever``)."""
+    the job's process is gone and the log has nothing more (never, with ``forever``). ``path``: another log of
+    the run's folder (a detached exec's, which ends once its status file is there)."""
     if not 0 < poll_s <= 3600:
         raise UsageError(f"--poll must be a number of seconds in (0, 3600], got {poll_s}")
-    path = f"{record.workdir}/{FILE}"
+    own = path is not None and path != f"{record.workdir}/{FILE}"
+    path = path or f"{record.workdir}/{FILE}"
     host = host_factory()
     down_since: float | None = None
     delay = 0.5
@@ -185,7 +187,8 @@ def follow(host_factory: Callable[[], Host], record: RunRecord, offset: int, *, 
                 gone = False
                 if not chunk.lines and not forever and time.monotonic() - checked >= check_every_s:
                     checked = time.monotonic()
-                    gone = trainer_alive(host, record) is False
+                    gone = host.exists(path.removesuffix(".out") + ".rc") if own else \
+                        trainer_alive(host, record) is False
                 down_since, delay = None, 0.5
             except (TransferError, ConnectionFailed, OSError) as exc:
                 down_since = down_since or time.monotonic()

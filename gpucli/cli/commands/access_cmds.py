@@ -90,6 +90,8 @@ def logs(
     timestamps: bool = typer.Option(False, "--timestamps", "-t", help="Prefix each line with the pod's clock "
                                     "when it was read."),
     poll: float = typer.Option(1.0, "--poll", help="Seconds between reads when following."),
+    exec_id: str = typer.Option(None, "--exec", metavar="ID", help="The output of `gpucli exec --detach` ID "
+                                "instead of the job's."),
 ) -> None:
     """The job's raw console output (console.log): everything it printed, with the pod's clock."""
     from gpucli.cli import render
@@ -100,6 +102,10 @@ def logs(
 
     record = core.for_node(runs.resolve(run, on_bad=render.warn), node)
     path = f"{record.workdir}/{core.FILE}"
+    if exec_id is not None:
+        from gpucli.run import execjob
+
+        path = execjob.exec_log(record, exec_id)
     where = f"{record.ssh.host}" if record.ssh else "this machine"
     with open_host(record) as host:
         first = core.read_chunk(host, path, 0, max_bytes=1)
@@ -118,7 +124,8 @@ def logs(
         render.warn("no line of this log carries a timestamp: --since could not filter it")
     if not follow:
         return
-    for chunk in core.follow(lambda: open_host(record), record, offset, poll_s=poll, on_reconnect=render.warn):
+    for chunk in core.follow(lambda: open_host(record), record, offset, poll_s=poll, on_reconnect=render.warn,
+                             path=path):
         if chunk.restarted:
             show.restarted(record.name)
         batch = since_filter.feed(chunk.lines) if since_filter else list(chunk.lines)

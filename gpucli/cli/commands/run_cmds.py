@@ -115,6 +115,8 @@ def launch(
                                             help="Stay attached and copy each new checkpoint to this machine."),
     recover: bool = typer.Option(False, "--recover", help="Stay attached, mirror checkpoints, and resume on a new "
                                  "pod when a spot pod is taken away."),
+    on: str = typer.Option(None, "--on", metavar="RUN", help="Run on the machine RUN has (a finished run's, a "
+                           "box's): nothing rented; its environment, code and prepared data reused where unchanged."),
     json_: bool = JSON_OPT,
 ) -> None:
     """Rent (or use) a machine, sync code and data, and start the bundled trainer (or your own --run) detached."""
@@ -125,6 +127,14 @@ def launch(
     from gpucli.run.launch import LaunchRequest
     from gpucli.run.limits import Limits
 
+    machine = None
+    if on is not None:  # the machine of a run: its provider, endpoint and profile unless given
+        from gpucli.run import warm
+
+        machine = warm.machine(on)
+        provider, profile = provider or machine.provider, profile or machine.profile
+        host = host or ([machine.host] if machine.host else [])
+        identity = identity or (Path(machine.identity) if machine.identity else identity)
     mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
     task = None
     if task_file is not None or code is not None or run_cmd is not None:
@@ -223,9 +233,14 @@ def launch(
 
         launch_plan(resolved, json_=json_, task=lines if job.kind == "own" else None)
         return
-    prepared = lifecycle.prepare(catalog, req, task=task)
-    with render.status_line() as step:
-        record = lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
+    if machine is not None:
+        prepared = warm.prepare_on(catalog, req, machine, task=task)
+        with render.status_line() as step:
+            record = warm.launch_on(prepared, machine, on_step=step, on_notice=render.notice)
+    else:
+        prepared = lifecycle.prepare(catalog, req, task=task)
+        with render.status_line() as step:
+            record = lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
     render.launched(record, json_=json_)
     if recover or mirror_checkpoints:
         lifecycle.watch(record.name, catalog, mirror=True, recover=recover, on_notice=render.notice)

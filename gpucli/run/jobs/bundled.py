@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpucli.errors import GpucliError
-from gpucli.run import harvest, trainerenv
+from gpucli.run import harvest
 from gpucli.run.datasources import stage_data
+from gpucli.run.envstamp import ensure_environment
 from gpucli.run.preflight import check_trainer
 from gpucli.run.requirements import check_trainer_requirements
 from gpucli.run.resumescript import write_resume_script
 from gpucli.run.start import (
-    POD_SETUP,
     metrics_until,
     run_yaml_now,
     secrets_env,
@@ -39,9 +38,6 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
-#: A cold build downloads torch with its CUDA libraries (about 3 GB for a cu128 build): generous, with a
-#: deadline all the same.
-ENV_TIMEOUT_S = 1800
 
 
 class BundledTrainer:
@@ -124,18 +120,7 @@ class BundledTrainer:
                      save: Callable[[RunRecord], Any]) -> tuple[ResolvedLaunch, RunRecord]:
         """setup_pod.sh on the host: the trainer's pinned environment (gpucli.run.trainerenv), built or
         reused on the run's volume; the launch and the record then name the Python it chose."""
-        wd = resolved.workdir
-        on_event(f"preparing the trainer's environment (torch {trainerenv.pins().torch}; a first build on a "
-                 "volume takes minutes)")
-        host.write_file(f"{wd}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
-        host.write_file(f"{wd}/envbuild.py", trainerenv.ENV_BUILDER.read_bytes(), mode=0o644)
-        host.write_file(f"{wd}/{trainerenv.PIN_FILE}", trainerenv.pin_path().read_bytes(), mode=0o644)
-        res = host.run(trainerenv.setup_command(wd, resolved.python), timeout_s=ENV_TIMEOUT_S, check=False)
-        env = trainerenv.parse_result(res.stdout)
-        if res.exit_code != 0 or env is None:
-            detail = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
-            raise GpucliError(f"pod bootstrap failed: {(detail[-1] if detail else f'exit status {res.exit_code}')[-400:]}")
-        on_event(env.describe)
+        env = ensure_environment(host, resolved.workdir, resolved.python, on_event)
         record = record.with_(python=env.python, env_build_s=env.seconds)
         save(record)
         return with_python(resolved, env.python), record

@@ -10,7 +10,7 @@ Layout on the host (``wd`` is the run's folder)::
     wd/code/<ckpts>/    --checkpoints (default ``checkpoints``), what fetch-best and the mirror read
     wd/data/src/        --data
     wd/env              0600: Telegram, the task's env, a git token; sourced, never on a command line
-    wd/jobrun.py, wd/logparse.py, wd/notify.py, wd/webhook.py, wd/webhooks.py, wd/watchdog.py, wd/procid.py
+    wd/jobrun.py, wd/jobvenv.py, wd/logparse.py, wd/notify.py, wd/webhook.py, wd/webhooks.py, wd/watchdog.py, wd/procid.py
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 EventFn = Callable[[str], None]
 
 POD = Path(__file__).resolve().parents[2] / "pod"
-JOB_FILES = ("jobrun.py", "logparse.py", "terminal.py", "framefiles.py", "jobalerts.py")
+JOB_FILES = ("jobrun.py", "logparse.py", "terminal.py", "framefiles.py", "jobalerts.py", "jobvenv.py")
 BIG_FILE_BYTES = 100 << 20  # code folders hold code: bigger files (weights, data) are left out of the sync
 GRACE_MARGIN_S = 10.0  # the job's grace ends this long before the watchdog's (and down's) SIGKILL
 DOWN_TIMEOUT_S = 120.0  # gpucli down's wait for the trainer (gpucli.run.monitor.stop_trainer)
