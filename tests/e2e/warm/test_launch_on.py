@@ -58,8 +58,8 @@ def test_two_runs_in_a_row_on_one_machine(capsys, tmp_path, where):
     assert code == 0, err
     said = out + err
     assert "code: copied first's" in said and "prepared demo corpus reused" in said
-    if first.provider == "ssh":  # a host gpucli sets up: once per machine, script and Python
-        assert "environment: ready on this machine" in said and "bootstrapping" not in said
+    if first.provider == "ssh":  # a host gpucli sets up: the pinned environment found there, never built again
+        assert "trainer environment (" in said and "built a venv" not in said
     second = runs.load("second")
     assert second.provider == first.provider and second.workdir == str(tmp_path / "machine" / "second")
     assert second.launch["on"] == {"machine": "first", "after": "first"}
