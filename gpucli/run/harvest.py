@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 EventFn = Callable[[str], None]
 LIVE_MIN_AGE_S = 10.0  # on a live run of own code, a per-step checkpoint this fresh may still be being written
 EXTRA_FILES = ("tokenizer.json", "data_meta.json")  # next to the trainer's weights when it wrote them
-_FETCH_TRIES = 3
+_FETCH_TRIES = 8  # a fast run on a slow link can improve its best several times in one download
 
 
 def _quiet(_: str) -> None:
