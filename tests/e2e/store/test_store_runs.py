@@ -113,6 +113,8 @@ def test_a_run_lost_on_vast_continues_on_runpod_from_the_store(capsys, tmp_path,
     shutil.rmtree(os.path.expanduser(first.workdir), ignore_errors=True)
     newest = max((c for c in stored(name).values() if c.kind == "regular"), key=lambda c: c.step or 0)
 
+    # A resume never ends a pod it could not read (issue 41 rule 5): the emptied instance is ended on purpose.
+    assert cli(capsys, "down", name)[0] == 0
     monkeypatch.setenv("GPUCLI_VOLUME_MOUNT", str(tmp_path / "runpod"))
     code, out, err = cli(capsys, "resume", name, "--provider", "runpod")
     assert code == 0, err
