@@ -179,7 +179,7 @@ class RunPodProvider(ApiProvider):
             "ports": [p.replace(" ", "") for p in spec.ports], "env": env, "startSsh": True,
         }
         if spec.boot_guard and spec.image.startswith(RUNPOD_IMAGES):
-            body["args"] = start_args(spec.boot_guard)
+            body["args"] = start_args(spec.boot_guard, spec.onstart)
         cloud, dc = _pinned(spec)
         if spec.network_volume_id:
             # Network volumes are Secure Cloud only (storage/network-volumes.mdx L98), in their data centre.

@@ -14,8 +14,9 @@ Each poll it looks at the trainer's process group and files:
 
 "End the pod" uses the pod's own, pod-scoped credentials, never the user's account key:
 - RunPod puts ``RUNPOD_POD_ID`` and a pod-scoped ``RUNPOD_API_KEY`` in every pod's environment;
-  the watchdog calls the GraphQL ``podStop`` (or ``podTerminate``) mutation for that pod only, and
-  the REST ``POST /pods/{id}/stop`` (or ``DELETE /pods/{id}``) when GraphQL does not do it.
+  the watchdog calls REST v2 ``POST /v2/pods/{id}/action`` (stop or terminate; a 409 to a stop is done),
+  then GraphQL ``podStop``/``podTerminate`` (no source says v2 takes the pod key; GraphQL is rate-limited
+  and retires in early 2027). The path that worked: ``watchdog.log``, ``ended_by`` in ``watchdog.json``.
 - vast.ai puts ``CONTAINER_ID`` and an instance-scoped ``CONTAINER_API_KEY`` in every instance;
   the watchdog sends ``PUT /api/v0/instances/{CONTAINER_ID}/ {"state": "stopped"}`` (or DELETE).
 Every request carries ``User-Agent: gpucli/<version>``. The version and the API endpoints come from
@@ -175,6 +176,17 @@ def runpod_v2_ok(status: int, text: str) -> str | None:
     return None
 
 
+def runpod_v2_stop_ok(status: int, text: str) -> str | None:
+    """A stop: 200 with the pod is "updated pod" ("the pod moves to EXITED", openapi ``podAction``); a 409
+    with v2's problem body (not valid for the status now) is a pod already EXITED: done."""
+    body = _json(text)
+    if status == 409 and isinstance(body, dict) and "title" in body:
+        return "ended"
+    if status == 200 and isinstance(body, dict) and body.get("id"):
+        return "ended"
+    return runpod_v2_ok(status, text)
+
+
 def runpod_graphql_ok(status: int, text: str) -> str | None:
     """"ended" / "gone" for a GraphQL answer that did it, None otherwise. RunPod answers errors with
     HTTP 200 and an ``errors`` list (providers.md 1.6), so the status alone proves nothing."""
@@ -215,7 +227,8 @@ def pod_calls(provider: str, on_end: str, env: dict[str, str]) -> tuple[list[tup
         body = {"query": TERMINATE_MUTATION if terminate else STOP_MUTATION, "variables": {"podId": pod}}
         # REST v2 first (POST /v2/pods/{id}/action, migrate-from-v1.mdx); GraphQL as the fallback while
         # it lives (retired early 2027). Whether v2 takes a pod-scoped key is not documented.
-        return [("REST v2", "POST", f"{base}/v2/pods/{pod}/action", action, runpod_v2_ok),
+        return [("REST v2", "POST", f"{base}/v2/pods/{pod}/action", action,
+                 runpod_v2_ok if terminate else runpod_v2_stop_ok),
                 ("GraphQL", "POST", f"{base}/graphql", body, runpod_graphql_ok)], key, None
     if provider == "vast":
         cid, key = env.get("CONTAINER_ID"), env.get("CONTAINER_API_KEY")
@@ -227,17 +240,18 @@ def pod_calls(provider: str, on_end: str, env: dict[str, str]) -> tuple[list[tup
     return [], None, None
 
 
-def end_pod(provider: str, on_end: str, run_dir: Path) -> bool:
+def end_pod(provider: str, on_end: str, run_dir: Path) -> str | None:
     """Stop (or terminate) this pod through the provider's API with the pod-scoped key.
 
     This is the call that stops the money, so no answer is final: every failure (HTTP 403 from a
     proxy in front of the API included, and a vast.ai ``{"success": false}``) is logged and retried
-    with backoff until ``GPUCLI_WATCHDOG_END_CAP_S`` (default 15 minutes)."""
+    with backoff until ``GPUCLI_WATCHDOG_END_CAP_S`` (default 15 minutes). Returns the path that ended
+    it ("REST v2", "GraphQL", "API"), None when none did."""
     calls, key, missing = pod_calls(provider, on_end, pod_environ())
     if missing:
         log(run_dir, missing)
     if not calls or key is None:
-        return False
+        return None
     try:
         cap_s = float(os.environ.get("GPUCLI_WATCHDOG_END_CAP_S") or END_CAP_S)
     except ValueError:
@@ -258,7 +272,7 @@ def end_pod(provider: str, on_end: str, run_dir: Path) -> bool:
             if verdict is not None:
                 log(run_dir, f"{provider} {on_end} ({what}): HTTP {status}"
                              + (": the pod no longer exists" if verdict == "gone" else ""))
-                return True
+                return what
             hint = ""
             if status == 403:
                 hint = (" (a 403 'error code: 1010' is Cloudflare refusing the client's User-Agent; "
@@ -267,7 +281,7 @@ def end_pod(provider: str, on_end: str, run_dir: Path) -> bool:
                          f"{text.replace(key, '***')[:200]!r}{hint}")
         if time.monotonic() + delay > deadline:
             log(run_dir, f"gave up ending the pod after {attempt} attempts ({cap_s:g} s)")
-            return False
+            return None
         log(run_dir, f"retrying in {delay:g} s")
         time.sleep(delay)
         delay = min(delay * 2, 60.0)
@@ -490,8 +504,12 @@ def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | 
     log(run_dir, f"run over: {verdict}")
     if peers is not None:
         peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
-    ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else False
-    write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
+    # Written before the pod ends: a stop kills this process with the container, and a later start of the
+    # pod must read the run as over (resume.sh), not resume it.
+    write_state(run_dir, state="ending", verdict=verdict, provider=args.provider)
+    path = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else None
+    ended = path is not None
+    write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, ended_by=path, provider=args.provider)
     if args.provider in ("runpod", "vast") and not ended:
         log(run_dir, "COULD NOT END THE POD: it is still billing; run `gpucli down` from your machine")
         return 1

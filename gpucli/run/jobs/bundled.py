@@ -107,9 +107,9 @@ class BundledTrainer:
         host.write_env_file(f"{wd}/env", {**secrets_env(resolved.env_names), **data_env, JOB_STARTED_ENV: str(measured),
                                             **(node_env or {})})
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
-        if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
+        if getattr(target, "resumes_in_place", False):  # a container started again resumes the run
             write_resume_script(host, resolved, record)
-            on_event("resume.sh written: an instance vast starts again resumes from its newest checkpoint by itself")
+            on_event("resume.sh written: a container started again resumes from its newest checkpoint by itself")
         return record
 
     def fetch_best(self, host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False,
