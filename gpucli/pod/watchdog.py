@@ -104,21 +104,16 @@ def pod_environ() -> dict[str, str]:
         key, sep, value = item.partition(b"=")
         if sep:
             env[key.decode(errors="replace")] = value.decode(errors="replace")
-    # Only the pod's own environment counts: a key that merely happens to be exported in this process
-    # (an account key, say) is never used to end the pod.
-    return env
+    return env  # the pod's own only: a key merely exported in this process is never used
 
 
-#: Where the APIs are when the launch's env file does not say (the providers' public endpoints). RunPod:
-#: REST v2 under /v2 and GraphQL under /graphql on one host (runpod/docs api-reference-v2/openapi.json);
-#: REST v1 was retired on 2026-11-15 (release-notes.mdx) and is never called.
+#: Where the APIs are when the launch's env file does not say. RunPod: REST v2 under /v2 and GraphQL under
+#: /graphql on one host (runpod/docs api-reference-v2/openapi.json); v1 (retired 2026-11-15) never.
 RUNPOD_API_BASE = "https://api.runpod.io"
 VAST_BASE = "https://console.vast.ai"
-#: How long the watchdog keeps trying to end the pod (GPUCLI_WATCHDOG_END_CAP_S in its env file).
-END_CAP_S = 900.0
+END_CAP_S = 900.0  # how long it keeps trying to end the pod (GPUCLI_WATCHDOG_END_CAP_S in its env file)
 
-# The one-pod GraphQL documents runpodctl sends (runpod/runpodctl: api/pod.go ``stopPod``,
-# ``terminatePod``): a ``$podId: String!`` variable inside an inline ``input: {podId: $podId}``.
+# The one-pod GraphQL documents runpodctl sends (runpod/runpodctl api/pod.go stopPod, terminatePod).
 STOP_MUTATION = "mutation stopPod($podId: String!) {\n  podStop(input: {podId: $podId}) { id desiredStatus }\n}"
 TERMINATE_MUTATION = "mutation terminatePod($podId: String!) {\n  podTerminate(input: {podId: $podId})\n}"
 
@@ -227,6 +222,11 @@ def pod_calls(provider: str, on_end: str, env: dict[str, str]) -> tuple[list[tup
         body = {"query": TERMINATE_MUTATION if terminate else STOP_MUTATION, "variables": {"podId": pod}}
         # REST v2 first (POST /v2/pods/{id}/action, migrate-from-v1.mdx); GraphQL as the fallback while
         # it lives (retired early 2027). Whether v2 takes a pod-scoped key is not documented.
+        cluster = os.environ.get("GPUCLI_RUNPOD_CLUSTER_ID")  # rank 0 of an Instant Cluster (watchdog.env)
+        if cluster:
+            # Members "cannot be modified or deleted via the pod endpoints" (openapi Pod.cluster): the
+            # cluster is deleted whole (DELETE /v2/clusters/{id}, 204), if the pod key may; else the laptop.
+            return [("REST v2 cluster", "DELETE", f"{base}/v2/clusters/{cluster}", None, runpod_v2_ok)], key, None
         return [("REST v2", "POST", f"{base}/v2/pods/{pod}/action", action,
                  runpod_v2_ok if terminate else runpod_v2_stop_ok),
                 ("GraphQL", "POST", f"{base}/graphql", body, runpod_graphql_ok)], key, None
@@ -395,7 +395,6 @@ def start_peers(args: argparse.Namespace, run_dir: Path):  # noqa: ANN201 - peer
     """The watch of the run's other machines (peers.py), for a run over several; else None."""
     if args.nodes <= 1 or not args.peer_addr:
         return None
-
     spec = importlib.util.spec_from_file_location("gpucli_peers", Path(__file__).with_name("peers.py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -507,10 +506,10 @@ def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | 
     # Written before the pod ends: a stop kills this process with the container, and a later start of the
     # pod must read the run as over (resume.sh), not resume it.
     write_state(run_dir, state="ending", verdict=verdict, provider=args.provider)
-    path = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") else None
-    ended = path is not None
-    write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, ended_by=path, provider=args.provider)
-    if args.provider in ("runpod", "vast") and not ended:
+    provider = "runpod" if os.environ.get("GPUCLI_RUNPOD_CLUSTER_ID") else args.provider  # a cluster's node
+    path = end_pod(provider, on_end or args.on_end, run_dir) if provider in ("runpod", "vast") else None
+    write_state(run_dir, state="done", verdict=verdict, pod_ended=path is not None, ended_by=path, provider=provider)
+    if provider in ("runpod", "vast") and path is None:
         log(run_dir, "COULD NOT END THE POD: it is still billing; run `gpucli down` from your machine")
         return 1
     return 0

@@ -143,6 +143,8 @@ class RunPodEmulator(EmulatorBase):
             dict(v) for v in self.volumes.values()]}))
         r("POST", "/v2/network-volumes", "volume_create", self._create_volume_rest)
         r("DELETE", f"/v2/network-volumes/{_ID}", "volume_delete", self._delete_volume)
+        # the real API has the cluster list (openapi listClusters); this pod emulator rents none (clusters.py does)
+        r("GET", "/v2/clusters", "list_clusters", lambda c: Reply(200, {"clusters": []}))
         for method in ("GET", "POST", "DELETE", "PUT", "PATCH"):
             r(method, "/v1/.*", "v1", lambda c: problem(410, "Gone", "REST API v1 was retired on 2026-11-15; use /v2"))
 
