@@ -87,10 +87,13 @@ class VastProvider(ApiProvider):
         ("status", "REST v0 GET /api/v0/instances/{id}/"), ("list", "REST v1 GET /api/v1/instances/"),
         ("stop/start", "REST v0 PUT /api/v0/instances/{id}/ {state: stopped|running}"),
         ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
-        ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
+        ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, POST /api/v0/instances/{id}/ssh/"),
         ("balance", "REST v0 GET /api/v0/users/current"),
         ("charges", "REST v0 GET /api/v0/charges/ (compute, storage, bandwidth per instance)"),
+        ("overlays", "REST v0 POST /api/v0/bundles/ (cluster_id), POST/GET/PUT/DELETE /api/v0/overlay/"),
         ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
+        ("boot guard", "instance key, onstart at every container start: REST v0 DELETE /api/v0/instances/{id}/ "
+                       "(its own launch) or PUT {state: stopped} (a restart)"),
     )
 
     def __init__(self, *, direct_ssh: bool = True, runtype: str | None = None, **kwargs: Any) -> None:

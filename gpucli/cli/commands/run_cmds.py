@@ -86,7 +86,9 @@ def launch(
     stall_minutes: float | None = typer.Option(None, "--stall-minutes", help="The pod's watchdog ends a run with no new "
                                         "metrics for this long (default 30)."),
     on_end: str = typer.Option(None, "--on-end", help="When the run is over, the watchdog stops (default; the "
-                               "disk and checkpoints stay) or terminates the pod."),
+                               "disk and checkpoints stay) or terminates the pod. RunPod's kept disk is host-local "
+                               "and lost at a $0 balance: --volume keeps checkpoints on a network volume "
+                               "(docs/clouds.md)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run, and do nothing."),
     force: bool = typer.Option(False, "--force", help="Launch even when the provider's balance is below "
                                "--budget (or the planned cost), or a GPU profile on a local machine without one; "
