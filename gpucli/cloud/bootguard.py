@@ -25,8 +25,7 @@ the run's resume hook (vast onstart, RunPod args; gpucli/run/resumescript.py) st
 live run, which hands over as at launch, and otherwise the guard only ever *stops* the pod, never
 terminates it (its disk holds the checkpoints): RunPod ``{"action": "stop"}`` (a 409 "not valid now",
 the pod already EXITED, is done), then GraphQL ``podStop``; vast ``PUT {"state": "stopped"}``. Whoever
-reads a restarted pod keeps it up by touching ``.hold`` in the run folder (``gpucli fetch-best`` does),
-each touch another window. Which call worked is one line of the guard's log.
+reads a restarted pod keeps it up by touching ``.hold`` in the run folder, each touch another window. Which call worked is one line of the guard's log.
 
 The window: the launch's ``--ready-timeout`` (the create-to-SSH wait, image pull included, which starts
 before the container does) plus ``MARGIN_S`` for the SSH login and writing the watchdog's files;
@@ -46,8 +45,8 @@ import zlib
 
 MARGIN_S = 600.0  # SSH login, the first mkdir and the watchdog's files: seconds on any link
 LOG = ".gpucli-boot-guard.log"  # in the container user's home
-#: Touched in the run folder by whatever reads a restarted pod (``gpucli fetch-best`` of a stopped pod):
-#: each touch keeps the pod up for another window, as the launch's ``.launching`` does.
+#: Touched in the run folder by whatever reads a restarted pod: each touch keeps the pod up for another
+#: window, as the launch's ``.launching`` does.
 HOLD = ".hold"
 
 # The guard itself: standard library only, run as ``python3 -c`` with the arguments below.
