@@ -19,14 +19,7 @@ from gpucli.plan.catalog import load_catalog
 from gpucli.run import procs
 from gpucli.run import records as runs
 from gpucli.run.clusterend import cluster_of, start_watcher, watcher_log
-from gpucli.run.clusterrent import (
-    billed_usd_per_hour,
-    cluster_strays,
-    clusters_client,
-    end_cluster,
-    gpu_type_id,
-    rent_cluster,
-)
+from gpucli.run.clusterrent import cluster_strays, clusters_client, end_cluster, gpu_type_id, rent_cluster
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.jobs import start_on
 from gpucli.run.linkprobe import measure_for_launch
@@ -96,12 +89,7 @@ def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Call
             if chosen is not None:
                 record, specs = rent_vast(prepared, record, specs, chosen, on_step=on_step, save=save)
             else:
-                record, specs, members = _rent(prepared, record, specs, on_step=on_step, save=save)
-                if members is not None:  # the budget and caps on what the members bill, not a catalogue price
-                    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
-                        price_per_hour_usd=max(members, req.limits.price_per_hour_usd or 0.0)))
-                    record = record.with_(limits=resolved.limits)
-                    save(record)
+                record, specs = _rent(prepared, record, specs, on_step=on_step, save=save)
         for spec in specs:
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
@@ -200,9 +188,9 @@ def rented_of(record: RunRecord) -> str | None:
 
 
 def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
-          save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec], float | None]:
+          save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
     """Rent the nodes as one RunPod Instant Cluster; the cluster's and every pod's id are in the record
-    before anything waits on them. Also returns what the members bill per hour together (None: unknown)."""
+    before anything waits on them."""
     resolved, req = prepared.resolved, prepared.request
     target = get_target(resolved.provider)
     key, pub = ssh_keypair()
@@ -237,7 +225,7 @@ def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: C
     record = record.with_(ssh=specs[0].ssh, nodes=tuple(
         n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))
     save(record)
-    return record, specs, billed_usd_per_hour(rented)
+    return record, specs
 
 
 CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed under

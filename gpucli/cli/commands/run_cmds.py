@@ -94,9 +94,7 @@ def launch(
     stall_minutes: float | None = typer.Option(None, "--stall-minutes", help="The pod's watchdog ends a run with no new "
                                         "metrics for this long (default 30)."),
     on_end: str = typer.Option(None, "--on-end", help="When the run is over, the watchdog stops (default; the "
-                               "disk and checkpoints stay) or terminates the pod. RunPod's kept disk is host-local "
-                               "and lost at a $0 balance: --volume keeps checkpoints on a network volume "
-                               "(docs/clouds.md)."),
+                               "disk and checkpoints stay) or terminates the pod."),
     preflight: str = typer.Option(None, "--preflight", help="Your own code: a check command (bash, from the code "
                                   "folder) run after --setup and before --run, within GPUCLI_PREFLIGHT_TIMEOUT_S "
                                   "(default 900 s); a non-zero exit ends the machine and the launch."),

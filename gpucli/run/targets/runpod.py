@@ -38,10 +38,6 @@ class RunPodTarget(CloudTarget):
     #: ("Volume disk ... Persistent; retained until Pod deleted", pods/pricing.mdx L47): --on-end stop
     #: keeps the checkpoints, at $0.20/GB/month while stopped.
     stop_keeps_disk = True
-    #: The create call's args (the container's start command) run the boot guard and resume.sh at every
-    #: container start (gpucli/cloud/bootguard.py): a host-side restart of a live run resumes it from the
-    #: volume disk, as a vast instance does; a pod started again after its run ended is only ever stopped.
-    resumes_in_place = True
 
     def default_workdir(self, run: str) -> str:
         return f"{volume_mount()}/gpucli-runs/{run}"  # the volume disk (or network volume) mount
