@@ -1,13 +1,3 @@
-import pytest
-
-from gpucli.cli import render
-from gpucli.plan import catalog
-
-
-@pytest.fixture(autouse=True)
-def fresh_state(monkeypatch):
-    catalog.clear_cache()
-    render.reset_consoles()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the trainer subprocesses share two cores with the suite
-    yield
-    render.reset_consoles()
+# The same fresh state as the lifecycle tests (catalogue, consoles, one math thread): the agent's tools
+# drive the same commands.
+from tests.e2e.lifecycle.conftest import fresh_state  # noqa: F401 - an autouse fixture, used by being here
