@@ -261,6 +261,7 @@ def test_no_import_cycle_anywhere():
 RUN_FLOORS = {
     "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
     "webhook": 0, "secretenv": 0, "storeurl": 0,
+    "podfiles": 0,  # the one list of what goes to a run's machine: every sender reads it
     "health": 0.7,  # what a preflight measured and the bars a healthy machine passes (per GPU family)
     "records": 1, "userconfig": 1, "schemas": 1,
     "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it

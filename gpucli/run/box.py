@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
+from gpucli.run import podfiles, start
 from gpucli.run import records as runs
-from gpucli.run import start
 from gpucli.run.envstamp import ensure_environment
 from gpucli.run.launch import LaunchRequest
 from gpucli.run.lifecycle import cleanup_failed, prepare
-from gpucli.run.procs import PROCID, identify
+from gpucli.run.procs import identify
 from gpucli.run.records import RunRecord
 from gpucli.run.targets import get_target
 from gpucli.run.targets.podside import write_watchdog_env
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
     from gpucli.run.targets import Host
 
-IDLEWATCH = start.POD_WATCHDOG.with_name("idlewatch.py")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h)?$")
 
 
@@ -97,9 +96,7 @@ def up(catalog: Catalog, req: LaunchRequest, *, idle_minutes: float, on_step: Ca
 def _ready(host: Host, resolved: Any, record: RunRecord, idle_minutes: float, on_step: Callable[[str], None]) -> RunRecord:
     wd = resolved.workdir
     host.run(f"mkdir -p -- {shlex.quote(wd)}/code", timeout_s=60)
-    host.write_file(f"{wd}/watchdog.py", start.POD_WATCHDOG.read_bytes(), mode=0o755)
-    host.write_file(f"{wd}/idlewatch.py", IDLEWATCH.read_bytes(), mode=0o755)
-    host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)
+    podfiles.BOX.write(host, wd)  # idlewatch.py, with the watchdog's code it ends the machine through
     created = runs.parse_iso(record.created_at)
     args = [resolved.python, "../idlewatch.py", "--run-dir", "..", "--machine-dir", "../..",
             "--provider", resolved.provider, "--idle-minutes", f"{idle_minutes:g}", "--on-end", resolved.on_end,
@@ -124,7 +121,7 @@ def _ready(host: Host, resolved: Any, record: RunRecord, idle_minutes: float, on
         record = record.with_(python=env.python, env_build_s=env.seconds)
         runs.save(record)
     on_step("syncing the trainer code")
-    host.sync_up(start.trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
+    host.sync_up(podfiles.TRAINER.source(), f"{wd}/{podfiles.TRAINER.name}", excludes=list(podfiles.TRAINER.excludes))
     host.write_env_file(f"{wd}/env", start.secrets_env(resolved.env_names))
     record = record.with_(status="running", started_at=runs.now_iso())
     runs.save(record)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gpucli.errors import GpucliError, UsageError
+from gpucli.run import podfiles
 from gpucli.settings import lookup_key
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def pod_plan(source: DataSource, data: Mapping[str, Any], *, python: str, cache_
     }
 
 
-POD_FETCH = Path(__file__).resolve().parents[1] / "pod" / "fetch.py"
+POD_FETCH = podfiles.DATA.file("fetch.py").path
 
 
 def hf_env() -> dict[str, str]:
@@ -228,7 +229,7 @@ def stage_data(host: Host, source: DataSource, plan: Mapping[str, Any], *, workd
                               f"and {detail}", hint="install it there (pip install huggingface_hub), or download "
                               "the data yourself and pass --data pod:/path")
         env = hf_env()
-    host.write_file(f"{workdir}/fetch.py", POD_FETCH.read_bytes(), mode=0o755)
+    podfiles.DATA.write(host, workdir)
     host.write_file(f"{workdir}/{PLAN_FILE}", json.dumps(dict(plan), indent=1).encode(), mode=0o644)
     return env
 

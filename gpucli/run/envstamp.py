@@ -10,8 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError
-from gpucli.run import trainerenv
-from gpucli.run.start import POD_SETUP
+from gpucli.run import podfiles, trainerenv
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -26,9 +25,7 @@ def ensure_environment(host: Host, workdir: str, python: str, on_event: Callable
     the trainer then runs with, and how long it took). A failure is one line."""
     on_event(f"preparing the trainer's environment (torch {trainerenv.pins().torch}; a first build on a "
              "volume takes minutes)")
-    host.write_file(f"{workdir}/setup_pod.sh", POD_SETUP.read_bytes(), mode=0o755)
-    host.write_file(f"{workdir}/envbuild.py", trainerenv.ENV_BUILDER.read_bytes(), mode=0o644)
-    host.write_file(f"{workdir}/{trainerenv.PIN_FILE}", trainerenv.pin_path().read_bytes(), mode=0o644)
+    podfiles.ENVIRONMENT.write(host, workdir)  # setup_pod.sh, envbuild.py and the pin file
     res = host.run(trainerenv.setup_command(workdir, python), timeout_s=ENV_TIMEOUT_S, check=False)
     env = trainerenv.parse_result(res.stdout)
     if res.exit_code != 0 or env is None:

@@ -10,17 +10,17 @@ import json
 import math
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError
+from gpucli.run import podfiles
 
 if TYPE_CHECKING:
     from gpucli.run.launch import ResolvedLaunch
     from gpucli.run.records import RunRecord
     from gpucli.run.targets import Host
 
-SAMPLER = Path(__file__).resolve().parents[1] / "pod" / "gpustats.py"
+SAMPLER = podfiles.GPU_SAMPLER.file("gpustats.py").path
 FILE = "gpu.jsonl"
 IDLE_UTIL = 20.0
 IDLE_WINDOW_S = 300.0
@@ -60,7 +60,7 @@ def start_sampler(host: Host, resolved: ResolvedLaunch, pid: int) -> int | None:
     if resolved.gpu_id is None:
         return None
     wd = resolved.workdir
-    host.write_file(f"{wd}/gpustats.py", SAMPLER.read_bytes(), mode=0o644)
+    podfiles.GPU_SAMPLER.write(host, wd)
     cmd = " ".join(shlex.quote(a) for a in (resolved.python, "gpustats.py", "--out", FILE, "--pid", str(pid),
                                               "--interval", f"{INTERVAL_S:g}"))
     return host.start_detached(cmd, cwd=wd, log_path=f"{wd}/gpustats.log")

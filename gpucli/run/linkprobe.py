@@ -13,11 +13,11 @@ import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError
 from gpucli.plan.internode import Link
+from gpucli.run import podfiles
 from gpucli.run.nodes import planned_across
 from gpucli.run.records import LinkPair, LinkProbe, RunRecord
 from gpucli.settings import link_probe_port
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PROBE_BYTES = 64 * 1024 * 1024  # per pair: ~0.5 s at 1 Gbps; a slower link is timed on what arrives by the deadline
 PROBE_DEADLINE_S = 20.0  # per pair, on both ends
 MIN_BYTES = 1024 * 1024  # fewer than this by the deadline measures nothing
-SCRIPT = Path(__file__).resolve().parents[1] / "pod" / "linkprobe.py"
+SCRIPT = podfiles.LINK_PROBE.file("linkprobe.py").path
 
 
 class LinkProbeError(GpucliError):
@@ -40,10 +40,9 @@ def probe_link(hosts: Sequence[Host], specs: Sequence[NodeSpec], *, python: str,
                on_step: Callable[[str], None], nbytes: int = PROBE_BYTES,
                deadline_s: float = PROBE_DEADLINE_S) -> LinkProbe:
     """Measure each node's link to rank 0, one pair at a time (so no two share rank 0's link)."""
-    script = SCRIPT.read_bytes()
     for host, spec in zip(hosts, specs, strict=True):
         host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
-        host.write_file(f"{spec.workdir}/linkprobe.py", script, mode=0o600)
+        podfiles.LINK_PROBE.write(host, spec.workdir)
     pairs = []
     for host, spec in list(zip(hosts, specs, strict=True))[1:]:
         on_step(f"node {spec.rank}: measuring its link to rank 0 ({nbytes // (1024 * 1024)} MB)")

@@ -8,14 +8,15 @@ for those the pid is all there is, and the old behaviour stays.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from gpucli.run import podfiles
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
     from gpucli.run.targets import Host
 
-PROCID = Path(__file__).resolve().parents[1] / "pod" / "procid.py"
+PROCID = podfiles.ON_STDIN.file("procid.py").path
 GONE = "gone"  # the identity of a process that had already exited when it was asked for: matches nothing
 
 

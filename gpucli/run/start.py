@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import importlib.util
 import json
 import os
 import shlex
@@ -21,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError
+from gpucli.run import podfiles
 from gpucli.run.checkpoints import checkpoint_step
 from gpucli.run.gpuwatch import start_sampler
 from gpucli.run.launch import ResolvedLaunch
 from gpucli.run.owner import handover_path, marker_path, this_launcher
-from gpucli.run.procs import PROCID, identify
+from gpucli.run.procs import identify
 from gpucli.run.records import RunRecord, RunState, now_iso, parse_iso
 from gpucli.run.runid import claim_command, new_run_id
 from gpucli.run.secretenv import resolve
@@ -42,15 +42,9 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
-POD_SETUP = Path(__file__).resolve().parents[1] / "pod" / "setup_pod.sh"
-POD_WATCHDOG = Path(__file__).resolve().parents[1] / "pod" / "watchdog.py"
-
-
-def trainer_package_dir() -> Path:
-    spec = importlib.util.find_spec("trainer")
-    if spec is None or not spec.origin:
-        raise GpucliError("the bundled trainer package is not installed", hint="reinstall gpucli")
-    return Path(spec.origin).resolve().parent
+POD_SETUP = podfiles.ENVIRONMENT.file("setup_pod.sh").path
+POD_WATCHDOG = podfiles.WATCHDOG.file("watchdog.py").path
+trainer_package_dir = podfiles.trainer_package_dir
 
 
 def secrets_env(names: tuple[str, ...] = ()) -> dict[str, str]:
@@ -236,8 +230,7 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watc
     """Start gpucli/pod/watchdog.py in its own session (see its docstring), waiting for the trainer's
     process group in ``.trainer`` (:func:`hand_over`)."""
     wd = resolved.workdir
-    host.write_file(f"{wd}/watchdog.py", POD_WATCHDOG.read_bytes(), mode=0o755)
-    host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)  # imported by the watchdog
+    podfiles.WATCHDOG.write(host, wd)  # watchdog.py and the procid.py it loads
     created = parse_iso(record.created_at)
     args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid-file", "../.trainer",
             "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
@@ -246,7 +239,7 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watc
         args += ["--started-at", f"{created.timestamp():.0f}"]
     args += list(watch_args)
     if watch_args:
-        host.write_file(f"{wd}/peers.py", (POD_WATCHDOG.parent / "peers.py").read_bytes(), mode=0o644)
+        podfiles.PEERS.write(host, wd)
     startup = watchdog_startup_minutes()
     if startup is not None:
         args += ["--startup-minutes", f"{startup:g}"]

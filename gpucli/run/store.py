@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, NotFoundError, TransferError
 from gpucli.plan.storecost import S3_STANDARD_USD_PER_GB_MONTH, StoreQuote, store_quote
+from gpucli.run import podfiles
 from gpucli.run.checkpoints import CheckpointInfo, checkpoint_step
 from gpucli.run.export import ExportError, ExportResult, check_repo, hub_token
 from gpucli.run.harvest import FetchResult, mirror_root, newest_good, partial_dir, swap_into_place
@@ -37,9 +38,7 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
-STORE_DIR = Path(objstore.__file__).resolve().parent
 SYNC_SCRIPT = "storesync.sh"  # in the run folder: the uploader's start line, run from code/
-POD_DIR = Path(__file__).resolve().parents[1] / "pod"
 #: The variables each service's client reads (boto3's credential and endpoint variables; huggingface_hub's).
 S3_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
            "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION")
@@ -105,8 +104,7 @@ def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpo
         res = host.run(f"{shlex.quote(py)} -m pip install -q {shlex.quote(requirement)}", timeout_s=600, check=False)
         if res.exit_code != 0:
             raise GpucliError(f"installing {requirement} on the pod failed: {(res.stderr or res.stdout).strip()[-300:]}")
-    for name, src in (("objstore.py", STORE_DIR), ("storesync.py", STORE_DIR), ("storeflush.py", POD_DIR)):
-        host.write_file(f"{wd}/{name}", (src / name).read_bytes(), mode=0o644)
+    podfiles.STORE.write(host, wd)
     args = [py, "../storesync.py", "--run-dir", "..", "--run", resolved.name, "--store", resolved.store,
             "--kind", kind, "--checkpoints", checkpoints, "--keep-last", str(max(1, keep_last))]
     poll = os.environ.get("GPUCLI_STORE_POLL_S")

@@ -13,12 +13,12 @@ import json
 import os
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from gpucli.run import podfiles
 from trainer.spec.environment import PIN_FILE, Pins, build_cuda, cuda_tuple, pin_path, pins, wheel_min_cuda
 
-ENV_BUILDER = Path(__file__).resolve().parents[1] / "pod" / "envbuild.py"
+ENV_BUILDER = podfiles.ENVIRONMENT.file("envbuild.py").path
 #: Where a run's venvs live, from its run folder: beside the run folders on the same disk (the pod's
 #: volume), so a resume, a restart and the next run there reuse them.
 ENV_ROOT = "../.gpucli-envs"

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpucli.errors import GpucliError, UsageError
+from gpucli.run import podfiles, start
 from gpucli.run import records as runs
-from gpucli.run import start
-from gpucli.run.datasources import POD_FETCH
 from gpucli.run.jobs import job_for
 from gpucli.run.launch import LaunchRequest, check_disk, resolve
 from gpucli.run.lifecycle import PreparedLaunch, cleanup_failed, start_run
@@ -265,7 +264,7 @@ def _adopt(host: Host, m: Machine, resolved: Any, on_step: Callable[[str], None]
     raw = base_plan.get("pod_path") if base_plan.get("kind") == "pod" else f"{src}/{base_plan.get('raw_dir')}"
     if not raw or (base_plan.get("prepared_dir") and host.exists(f"{src}/{base_plan['prepared_dir']}") is False):
         return
-    host.write_file(f"{src}/.adopt/fetch.py", POD_FETCH.read_bytes(), mode=0o644)
+    podfiles.ADOPT.write(host, f"{src}/.adopt")
     py = shlex.quote(resolved.python)
     args = " ".join(shlex.quote(a) for a in (f"{src}/.adopt", f"{src}/datasource.json", raw,
                                                  f"{src}/data/prepared", plan["cache_root"]))

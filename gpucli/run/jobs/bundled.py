@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpucli.run import harvest
+from gpucli.run import harvest, podfiles
 from gpucli.run.datasources import stage_data
 from gpucli.run.envstamp import ensure_environment
 from gpucli.run.preflight import check_trainer
@@ -24,7 +24,6 @@ from gpucli.run.start import (
     secrets_env,
     start_job,
     step_of,
-    trainer_package_dir,
 )
 from gpucli.run.store import start_store_sync, store_env, trainer_keep_last
 from gpucli.run.targets import get_target
@@ -87,7 +86,7 @@ class BundledTrainer:
             resolved, record = self._environment(host, resolved, record, on_event=on_event, save=save)
         on_event(check_trainer_requirements(host, resolved, pod=target.bootstrap).describe)
         on_event("syncing the trainer code")
-        host.sync_up(trainer_package_dir(), f"{wd}/code/trainer", excludes=["__pycache__", "*.pyc"])
+        host.sync_up(podfiles.TRAINER.source(), f"{wd}/{podfiles.TRAINER.name}", excludes=list(podfiles.TRAINER.excludes))
         data_env: dict[str, str] = {}
         if resolved.data is not None and resolved.data_plan is not None:
             data_env = stage_data(host, resolved.data, resolved.data_plan, workdir=wd, python=resolved.python,

@@ -10,14 +10,13 @@ Layout on the host (``wd`` is the run's folder)::
     wd/code/<ckpts>/    --checkpoints (default ``checkpoints``), what fetch-best and the mirror read
     wd/data/src/        --data
     wd/env              0600: Telegram, the task's env, a git token; sourced, never on a command line
-    wd/jobrun.py, wd/jobvenv.py, wd/logparse.py, wd/notify.py, wd/webhook.py, wd/webhooks.py, wd/watchdog.py, wd/procid.py
+    wd/jobrun.py, ...  the runner and what it loads (gpucli.run.podfiles.OWN_CODE), the watchdog (WATCHDOG)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import posixpath
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.disk import disk_need
 from gpucli.plan.owncode import OWN_KEEP_LAST, own_code_estimate
-from gpucli.run import harvest
+from gpucli.run import harvest, podfiles
 from gpucli.run.datasources import links_line
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
 from gpucli.run.preflight import check_own, timeout_s
@@ -52,8 +51,7 @@ if TYPE_CHECKING:
 
 EventFn = Callable[[str], None]
 
-POD = Path(__file__).resolve().parents[2] / "pod"
-JOB_FILES = ("jobrun.py", "logparse.py", "terminal.py", "framefiles.py", "jobalerts.py", "jobvenv.py")
+JOB_FILES = tuple(f.name for f in podfiles.OWN_CODE.files if f.source.startswith("pod/"))
 BIG_FILE_BYTES = 100 << 20  # code folders hold code: bigger files (weights, data) are left out of the sync
 GRACE_MARGIN_S = 10.0  # the job's grace ends this long before the watchdog's (and down's) SIGKILL
 DOWN_TIMEOUT_S = 120.0  # gpucli down's wait for the trainer (gpucli.run.monitor.stop_trainer)
@@ -346,25 +344,15 @@ def clone(host: Host, workdir: str, code: GitCode, on_event: Callable[[str], Non
                           hint="a private repo needs a token: set GPUCLI_GIT_TOKEN (or `gpucli keys set git`)")
 
 
-ALERT_SENDERS = {"notify.py": "watch/notify.py", "webhook.py": "watch/webhook.py", "webhooks.py": "spec/webhooks.py"}
+ALERT_SENDERS = {f.name: f.source.removeprefix("trainer/") for f in podfiles.OWN_CODE.files
+                 if f.source.startswith("trainer/")}
 """The bundled trainer's alert senders (standard library only) jobrun loads: name on the pod -> file in trainer/."""
-
-
-def _trainer_senders() -> dict[str, Path]:
-    spec = importlib.util.find_spec("trainer")
-    if spec is None or not spec.origin:
-        return {}
-    root = Path(spec.origin).resolve().parent
-    return {name: root / rel for name, rel in ALERT_SENDERS.items() if (root / rel).is_file()}
 
 
 def put_code(host: Host, resolved: ResolvedLaunch, own: OwnCode, on_event: Callable[[str], None]) -> None:
     """Upload the runner beside the run folder, then the code (sync or clone)."""
     wd = resolved.workdir
-    for name in JOB_FILES:
-        host.write_file(f"{wd}/{name}", (POD / name).read_bytes(), mode=0o644)
-    for name, path in _trainer_senders().items():  # the Telegram and webhook senders jobrun uses
-        host.write_file(f"{wd}/{name}", path.read_bytes(), mode=0o644)
+    podfiles.OWN_CODE.write(host, wd)  # with the Telegram and webhook senders jobrun uses
     code = own.task.code
     if isinstance(code, GitCode):
         clone(host, wd, code, on_event)
