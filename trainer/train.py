@@ -368,7 +368,7 @@ class Trainer:
         row = {
             "kind": "train", "step": self.step, "loss": loss_v, "ppl": ppl, "lr": lrs.get("matrix"),
             "embedding_lr": lrs.get("embedding"), "grad_norm": float(gn.item()), "tok_per_s": tok_s,
-            "mfu": mfu(tok_s, self.raw.flops_per_token(self.loader.seq_len), self.peak, self.d.world),
+            "dt_ms": dt * 1000, "mfu": mfu(tok_s, self.raw.flops_per_token(self.loader.seq_len), self.peak, self.d.world),
             "mem_gib": memory_gib(self.device), "elapsed_s": self.clock.elapsed(), "cost_usd": self.clock.cost(),
             "tokens": self.tokens_seen, "stage": self.stage_for(self.step - 1), "seq_len": self.loader.seq_len,
         }

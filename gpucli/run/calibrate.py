@@ -16,20 +16,21 @@ import yaml
 
 from gpucli.errors import UsageError
 from gpucli.run.records import RunRecord
+from trainer.spec.metricsrow import MetricsRow, as_rows
 
 
-def entry_from_run(record: RunRecord, rows: list[dict[str, Any]], meta: dict[str, Any] | None,
+def entry_from_run(record: RunRecord, rows: list[dict[str, Any]] | list[MetricsRow], meta: dict[str, Any] | None,
                    run_config: dict[str, Any]) -> dict[str, Any]:
     """One calibration entry (the same fields scripts/bench_trainer.py writes)."""
     if not record.gpu:
         raise UsageError(f"run {record.name} ran on a CPU: there is no GPU speed to calibrate with")
-    train = [r for r in rows if r.get("kind") == "train" and isinstance(r.get("tok_per_s"), (int, float))]
+    train = [r for r in as_rows(rows) if r.kind == "train" and r.tok_per_s is not None]
     if len(train) < 5:
         raise UsageError(f"run {record.name} has {len(train)} logged steps; calibration needs at least 5",
                          hint="let it run longer, then try again")
     steady = train[max(1, len(train) // 5):]  # the first rows include compilation and warm-up
-    mfus = [r["mfu"] for r in steady if isinstance(r.get("mfu"), (int, float))]
-    mems = [r["mem_gib"] for r in train if isinstance(r.get("mem_gib"), (int, float))]
+    mfus = [r.mfu for r in steady if r.mfu is not None]
+    mems = [r.mem_gib for r in train if r.mem_gib is not None]
     cfg_model = run_config.get("model", {})
     shape = dict((meta or {}).get("model_shape") or {})
     model = {
@@ -46,11 +47,11 @@ def entry_from_run(record: RunRecord, rows: list[dict[str, Any]], meta: dict[str
     hardware = run_config.get("hardware", {})
     return {
         "workload": "train", "gpu": record.gpu, "gpu_count": record.n_gpus, "model": model,
-        "seq_len": steady[-1].get("seq_len") or training.get("seq_len"),
+        "seq_len": steady[-1].seq_len or training.get("seq_len"),
         "micro_batch": training.get("batch_size"),
         "precision": "bf16" if hardware.get("mixed_precision", True) else "fp32",
         "compile": hardware.get("compile", True) not in (False, "off"),
-        "tokens_per_s": round(statistics.median(r["tok_per_s"] for r in steady), 1),
+        "tokens_per_s": round(statistics.median(r.tok_per_s for r in steady if r.tok_per_s is not None), 1),
         "mfu": round(statistics.median(mfus), 4) if mfus else None,
         "peak_mem_gib": round(max(mems), 2) if mems else None,
         "date": dt.date.today().isoformat(),

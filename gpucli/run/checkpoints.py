@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, NotFoundError, TransferError
 from gpucli.run import untrusted
 from gpucli.ssh import sha256_file
+from trainer.spec.metricsrow import MetricsRow, as_rows
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -152,18 +153,16 @@ def group_checkpoints(listing: Mapping[str, Any]) -> tuple[list[OwnCheckpoint], 
     return stepped, single
 
 
-def _val_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[str | None, list[tuple[int, float]]]:
-    vals = [r for r in rows if r.get("kind") == "val" and isinstance(r.get("step"), int)]
-    for metric in ("val_loss", "val_bpb"):
-        found = [(r["step"], float(r[metric])) for r in vals
-                 if isinstance(r.get(metric), (int, float)) and not isinstance(r.get(metric), bool)
-                 and math.isfinite(r[metric])]
+def _val_rows(rows: Iterable[Mapping[str, Any] | MetricsRow]) -> tuple[str | None, list[tuple[int, float]]]:
+    vals = [r for r in as_rows(rows) if r.kind == "val" and r.step is not None]
+    for metric, value in (("val_loss", lambda r: r.val_loss), ("val_bpb", lambda r: r.val_bpb)):
+        found = [(r.step, value(r)) for r in vals if value(r) is not None]
         if found:
             return metric, sorted(found)
     return None, []
 
 
-def score(checkpoints: list[OwnCheckpoint], rows: Iterable[Mapping[str, Any]]) -> list[OwnCheckpoint]:
+def score(checkpoints: list[OwnCheckpoint], rows: Iterable[Mapping[str, Any] | MetricsRow]) -> list[OwnCheckpoint]:
     """Each checkpoint with the validation value logged nearest before (or at) its step."""
     metric, vals = _val_rows(rows)
     out = []
@@ -236,7 +235,7 @@ def nanochat_best(metas: Mapping[str, str]) -> FrameworkBest | None:
     return None if best is None else FrameworkBest(None, best[0], best[2], step=best[1], what="lowest val_bpb")
 
 
-def choose_checkpoint(listing: Mapping[str, Any], rows: Iterable[Mapping[str, Any]], *,
+def choose_checkpoint(listing: Mapping[str, Any], rows: Iterable[Mapping[str, Any] | MetricsRow], *,
                       now: float | None = None, min_age_s: float = 0.0,
                       framework: FrameworkBest | None = None) -> CheckpointChoice | None:
     """What fetch-best brings back for own code, or None when there is nothing. ``now``/``min_age_s``:

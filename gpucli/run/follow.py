@@ -28,6 +28,7 @@ from gpucli.run.monitor import (
     summarize,
     trainer_alive,
 )
+from trainer.spec.metricsrow import as_rows
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
@@ -107,11 +108,12 @@ class _Files:
         return self.last.get(name)
 
     def activity(self, host: Host, rows: list[dict[str, Any]]) -> str | None:
-        if any(r.get("kind") == "train" for r in rows):
+        typed = as_rows(rows)
+        if any(r.kind == "train" for r in typed):
             return None
-        started = next((r for r in rows if r.get("kind") == "event" and r.get("event") == "started"), None)
+        started = next((r for r in typed if r.kind == "event" and r.event == "started"), None)
         if started is not None:
-            if "command" in started:  # the user's own command (jobrun.py): its own last words, no compiling
+            if "command" in started.extra:  # the user's own command (jobrun.py): its own last words, no compiling
                 return self.last_line(host, "train.log") or "running (no metrics yet)"
             return FIRST_STEP
         prep = self.last_line(host, PREPARE_PROGRESS, progress=True)
@@ -138,7 +140,7 @@ def _read_rows(host: Host, workdir: str, offset: int, tail: bytes) -> tuple[list
 
 
 def _finished(rows: list[dict[str, Any]]) -> bool:
-    return any(r.get("kind") == "event" and r.get("event") == "finished" for r in rows)
+    return any(r.kind == "event" and r.event == "finished" for r in as_rows(rows))
 
 
 _OVER = ("failed", "stopped", "finished")

@@ -45,7 +45,7 @@ from gpucli.run.checkpoints import (
     sha256_of,
     step_folders,
 )
-from gpucli.run.monitor import read_all_rows, trainer_alive
+from gpucli.run.monitor import read_metrics, trainer_alive
 from gpucli.run.records import RunRecord
 from gpucli.settings import home
 from gpucli.ssh import TransferProgress, tune_heap_for_downloads
@@ -291,7 +291,7 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, w
     and RNG state only ``with_optimizer`` (:func:`gpucli.run.checkpoints.model_files`)."""
     tune_heap_for_downloads()  # ~15 % faster per GiB; a process-wide choice, made by the downloading command
     listing = host.list_files(root) if host.exists(root) else {}
-    rows = read_all_rows(host, record.workdir)
+    rows = read_metrics(host, record.workdir)
     live = bool(trainer_alive(host, record))
     framework = None
     state = newest_trainer_state(listing)
@@ -317,7 +317,7 @@ def fetch_best_folder(host: Host, record: RunRecord, root: str, dest: Path, *, w
     hashes = remote_sha256(host, root, files)
     step = ck.step
     if step is None:  # the overwritten file: the last step logged before it was written
-        steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and r.get("time", 0) <= ck.mtime + 1]
+        steps = [r.step for r in rows if r.step is not None and (r.time or 0) <= ck.mtime + 1]
         step = max(steps, default=-1)
     target = untrusted.local_path(dest, f"{record.name}-{ck.name}", folder=True)
     size = download_files(host, root, hashes, target, progress=progress)

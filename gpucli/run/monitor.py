@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, TransferError
 from gpucli.run import procs, untrusted
 from gpucli.run.records import RunRecord, parse_iso
+from trainer.spec.metricsrow import MetricsRow, as_rows
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -75,6 +76,11 @@ def read_all_rows(host: Host, workdir: str) -> list[dict[str, Any]]:
             seq += 1
         offset = offset2
     return [row for _, row in heapq.merge(*kept.values(), key=lambda pair: pair[0])]
+
+
+def read_metrics(host: Host, workdir: str) -> list[MetricsRow]:
+    """The run's metrics rows, typed (:func:`read_all_rows`, bounded the same way)."""
+    return as_rows(read_all_rows(host, workdir))
 
 
 #: A metrics line longer than this is not one of the trainer's rows (they are a few hundred bytes).
@@ -143,25 +149,26 @@ def end_state(reason: str) -> str:
     return "stopped" if reason in CAP_REASONS or reason.startswith("stopped ") else "finished"
 
 
-def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool | None,
+def summarize(record: RunRecord, rows: Iterable[dict[str, Any] | MetricsRow], *, alive: bool | None,
               now: dt.datetime | None = None, log_tail: tuple[str, ...] = (), phase: str | None = None) -> RunStatus:
     """The run's state from its rows; ``phase``: the own-code runner's (``setup``/``run`` in its
     status.json), so that a job installing or loading says so before its first metric."""
-    train = [r for r in rows if r.get("kind") == "train"]
-    vals = [r for r in rows if r.get("kind") == "val"]
-    events = [r for r in rows if r.get("kind") == "event"]
-    finished = next((e for e in reversed(events) if e.get("event") == "finished"), None)
+    typed = as_rows(rows)
+    train = [r for r in typed if r.kind == "train"]
+    vals = [r for r in typed if r.kind == "val"]
+    events = [r for r in typed if r.kind == "event"]
+    finished = next((e for e in reversed(events) if e.event == "finished"), None)
     last = train[-1] if train else None
-    step = last.get("step") if last else None
+    step = last.step if last else None
     max_steps = record.limits.max_steps
     price = record.price_per_hour_usd
     now = now or dt.datetime.now(dt.timezone.utc)
     started = parse_iso(record.started_at)
     wall_s = (now - started).total_seconds() if started else None
-    elapsed = last.get("elapsed_s") if last else None
+    elapsed = last.elapsed_s if last else None
     if elapsed is None:
         elapsed = wall_s
-    cost = last.get("cost_usd") if last and last.get("cost_usd") is not None else (
+    cost = last.cost_usd if last and last.cost_usd is not None else (
         None if price is None or wall_s is None else wall_s / 3600 * price)
     eta = None
     if step and max_steps and elapsed and step < max_steps and not finished:
@@ -174,12 +181,12 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
             caps = [c for c in (record.limits.budget_usd,
                                 record.limits.max_hours * price if record.limits.max_hours else None) if c]
             projected = max(projected, min(caps)) if caps else None
-    failed_reason = str(finished.get("reason") or "") if finished is not None else ""
+    failed_reason = finished.reason or "" if finished is not None else ""
     if finished is not None and (finished.get("state") == "failed"
                                  or failed_reason.startswith(("failed", "setup failed"))):
         state = "failed"  # the user's own command (gpucli/pod/jobrun.py) exited non-zero
         if not log_tail and isinstance(finished.get("log_tail"), list):
-            log_tail = tuple(str(x) for x in finished["log_tail"])
+            log_tail = tuple(str(x) for x in finished.get("log_tail"))
     elif finished is not None:
         state = end_state(failed_reason)
     elif record.status in ("stopped", "failed", "finished"):
@@ -191,21 +198,21 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
     else:
         state = record.status
     # nanochat logs bits per byte, not a loss: shown in the loss's place where no row has a loss
-    val_key = "val_loss" if any(isinstance(v.get("val_loss"), (int, float)) for v in vals) else "val_bpb"
-    scored = [v for v in vals if isinstance(v.get(val_key), (int, float))]
-    best_row = min(scored, key=lambda v: v[val_key], default=None)
-    best = best_row[val_key] if best_row else None
-    if step is None and vals and isinstance(vals[-1].get("step"), int):
-        step = vals[-1]["step"]
+    val_of = (lambda v: v.val_loss) if any(v.val_loss is not None for v in vals) else (lambda v: v.val_bpb)
+    scored = [v for v in vals if val_of(v) is not None]
+    best_row = min(scored, key=val_of, default=None)
+    best = val_of(best_row) if best_row else None
+    if step is None and vals:
+        step = vals[-1].step
     return RunStatus(
-        state=state, step=step, max_steps=max_steps, loss=last.get("loss") if last else None,
-        val_loss=vals[-1].get(val_key) if vals else None, best_val_loss=best,
-        best_val_step=best_row.get("step") if best_row else None,
-        tok_per_s=last.get("tok_per_s") if last else None, mfu=last.get("mfu") if last else None,
+        state=state, step=step, max_steps=max_steps, loss=last.loss if last else None,
+        val_loss=val_of(vals[-1]) if vals else None, best_val_loss=best,
+        best_val_step=best_row.step if best_row else None,
+        tok_per_s=last.tok_per_s if last else None, mfu=last.mfu if last else None,
         elapsed_s=elapsed, cost_usd=cost, usd_per_hour=price, projected_cost_usd=projected, eta_s=eta,
-        finished_reason=finished.get("reason") if finished else None, process_alive=alive,
-        story=str(finished["story"]) if finished and isinstance(finished.get("story"), str) else None,
-        last_event=events[-1].get("event") if events else None, log_tail=log_tail)
+        finished_reason=finished.reason if finished else None, process_alive=alive,
+        story=str(finished.get("story")) if finished and isinstance(finished.get("story"), str) else None,
+        last_event=events[-1].event if events else None, log_tail=log_tail)
 
 
 def read_head(host: Host, path: str, limit: int = SMALL_FILE_BYTES) -> bytes:

@@ -21,6 +21,7 @@ from gpucli.run import records as runs
 from gpucli.run.harvest import mirror_root
 from gpucli.run.monitor import RunStatus, end_state
 from gpucli.run.records import RunRecord
+from trainer.spec.metricsrow import parse_line
 
 #: Finish reasons that are not the trainer's own decision.
 NOT_OWN = ("signal",)
@@ -32,16 +33,13 @@ def _mirrored_end(root: Path) -> dict[str, Any] | None:
     rows = []
     try:
         for line in (root / "metrics.jsonl").read_text(errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(row, dict) and row.get("event") in ("finished", "resumed", "started"):
+            row = parse_line(line)
+            if row is not None and row.event in ("finished", "resumed", "started"):
                 rows.append(row)
     except OSError:
         pass
     if rows:
-        return rows[-1] if rows[-1].get("event") == "finished" else None
+        return rows[-1].to_json() if rows[-1].event == "finished" else None
     try:
         status = json.loads((root / "status.json").read_text())
     except (OSError, ValueError, RecursionError):

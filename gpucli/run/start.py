@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 import os
 import shlex
 import time
@@ -37,6 +36,7 @@ from gpucli.settings import (
     watchdog_poll_s,
     watchdog_startup_minutes,
 )
+from trainer.spec.metricsrow import parse_line
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Host
@@ -78,11 +78,10 @@ def metrics_until(data: bytes, step: int) -> bytes:
     pod, so dropping them makes the curve join up instead of repeating a stretch."""
     keep = []
     for line in data.splitlines(keepends=True):
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] <= step:
+        row = parse_line(line)
+        if row is None:
+            continue  # not a row (torn, malformed): nothing a reader would read
+        if row.step is None or row.step <= step:
             keep.append(line if line.endswith(b"\n") else line + b"\n")
     return b"".join(keep)
 

@@ -1,8 +1,9 @@
 """metrics.jsonl (+ TensorBoard when installed), MFU against a known peak, and PPL-spike detection.
 
-Every row of ``metrics.jsonl`` is one JSON object with a ``kind``:
+Every row of ``metrics.jsonl`` is one JSON object with a ``kind`` (typed, with units, in
+``trainer/spec/metricsrow.py``: the trainer writes through it and gpucli reads through it):
 
-- ``train``: step, loss, ppl, lr, embedding_lr, grad_norm, tok_per_s, mfu, mem_gib, elapsed_s,
+- ``train``: step, loss, ppl, lr, embedding_lr, grad_norm, tok_per_s, dt_ms, mfu, mem_gib, elapsed_s,
   cost_usd, tokens, stage, seq_len
 - ``val``: step, val_loss, val_ppl, plus ``tcf/...`` geometry metrics
 - ``event``: ``event`` = started | resumed | stage_transition | ppl_spike | checkpoint | early_stop |
@@ -19,6 +20,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from trainer.spec.metricsrow import encode
 
 # Dense bf16 tensor-core peaks (no sparsity), by a substring of torch.cuda.get_device_name().
 # Order matters: the first match wins, so more specific names come first. A device not listed gets
@@ -100,7 +103,7 @@ class MetricsLogger:
             return
         row = {k: _clean(v) for k, v in row.items()}
         row.setdefault("time", time.time())
-        self._f.write(json.dumps(row) + "\n")
+        self._f.write(encode(row) + "\n")  # the typed row (trainer.spec.metricsrow) gpucli reads back
         self._f.flush()
         if self._tb is not None and row.get("kind") in ("train", "val") and "step" in row:
             prefix = row["kind"]
