@@ -22,7 +22,7 @@ from gpucli.errors import GpucliError, UsageError
 from gpucli.run import podfiles, start
 from gpucli.run import records as runs
 from gpucli.run.envstamp import ensure_environment
-from gpucli.run.launch import LaunchRequest
+from gpucli.run.launch import LaunchRequest, ResolvedLaunch
 from gpucli.run.lifecycle import cleanup_failed, prepare
 from gpucli.run.procs import identify
 from gpucli.run.records import RunRecord
@@ -93,7 +93,7 @@ def up(catalog: Catalog, req: LaunchRequest, *, idle_minutes: float, on_step: Ca
     return record
 
 
-def _ready(host: Host, resolved: Any, record: RunRecord, idle_minutes: float, on_step: Callable[[str], None]) -> RunRecord:
+def _ready(host: Host, resolved: ResolvedLaunch, record: RunRecord, idle_minutes: float, on_step: Callable[[str], None]) -> RunRecord:
     wd = resolved.workdir
     host.run(f"mkdir -p -- {shlex.quote(wd)}/code", timeout_s=60)
     podfiles.BOX.write(host, wd)  # idlewatch.py, with the watchdog's code it ends the machine through

@@ -154,9 +154,9 @@ def group_checkpoints(listing: Mapping[str, Any]) -> tuple[list[OwnCheckpoint], 
 
 
 def _val_rows(rows: Iterable[Mapping[str, Any] | MetricsRow]) -> tuple[str | None, list[tuple[int, float]]]:
-    vals = [r for r in as_rows(rows) if r.kind == "val" and r.step is not None]
-    for metric, value in (("val_loss", lambda r: r.val_loss), ("val_bpb", lambda r: r.val_bpb)):
-        found = [(r.step, value(r)) for r in vals if value(r) is not None]
+    vals = [r for r in as_rows(rows) if r.kind == "val"]
+    for metric in ("val_loss", "val_bpb"):
+        found = [(r.step, v) for r in vals if r.step is not None and (v := getattr(r, metric)) is not None]
         if found:
             return metric, sorted(found)
     return None, []

@@ -13,7 +13,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError
 from gpucli.plan.internode import Link
@@ -23,7 +23,7 @@ from gpucli.run.records import LinkPair, LinkProbe, RunRecord
 from gpucli.settings import link_probe_port
 
 if TYPE_CHECKING:
-    from gpucli.run.nodes import NodeSpec
+    from gpucli.run.nodes import NodeSpec, NodesPrepared
     from gpucli.run.targets import Host
 
 PROBE_BYTES = 64 * 1024 * 1024  # per pair: ~0.5 s at 1 Gbps; a slower link is timed on what arrives by the deadline
@@ -111,7 +111,7 @@ def _wait_state(host: Host, path: str, key: str, timeout_s: float, where: str) -
         time.sleep(0.3)
 
 
-def measure_for_launch(record: RunRecord, hosts: Sequence[Host], specs: Sequence[NodeSpec], prepared: Any, *,
+def measure_for_launch(record: RunRecord, hosts: Sequence[Host], specs: Sequence[NodeSpec], prepared: NodesPrepared, *,
                        on_step: Callable[[str], None], on_warn: Callable[[str], None],
                        on_info: Callable[[str], None]) -> RunRecord:
     """A launch on your own machines without ``--link-gbps``: the link measured, shown, and its slowest

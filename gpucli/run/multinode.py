@@ -11,10 +11,10 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucli.cloud.credentials import MissingKeyError
-from gpucli.errors import GpucliError
+from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.catalog import load_catalog
 from gpucli.run import procs
 from gpucli.run import records as runs
@@ -51,10 +51,26 @@ from gpucli.settings import pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
+    from gpucli.run.jobs.base import Job
+    from gpucli.run.launch import LaunchRequest, ResolvedLaunch
     from gpucli.run.targets import Host
 
 
-def launch_nodes(prepared: Any, *, on_step: Callable[[str], None], on_warn: Callable[[str], None],
+class PreparedNodes(Protocol):
+    """A launch ready to go, as starting it on several machines reads it
+    (:class:`gpucli.run.lifecycle.PreparedLaunch`, which sits above this module and calls it)."""
+
+    @property
+    def request(self) -> LaunchRequest: ...
+    @property
+    def resolved(self) -> ResolvedLaunch: ...
+    @property
+    def job(self) -> Job: ...
+    @property
+    def inputs(self) -> dict: ...
+
+
+def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_warn: Callable[[str], None],
                  on_info: Callable[[str], None], save: Callable[[RunRecord], Any] = runs.save,
                  resume: RunRecord | None = None) -> RunRecord:
     """Start a ``PreparedLaunch`` on every node, rank 0 first; a launch that fails ends every node it
@@ -187,7 +203,7 @@ def rented_of(record: RunRecord) -> str | None:
     return None
 
 
-def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
+def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
           save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
     """Rent the nodes as one RunPod Instant Cluster; the cluster's and every pod's id are in the record
     before anything waits on them."""
@@ -210,10 +226,12 @@ def _rent(prepared: Any, record: RunRecord, specs: list[NodeSpec], *, on_step: C
             record = new
             save(record)
 
+    if resolved.gpu_id is None:
+        raise UsageError("a RunPod Instant Cluster rents GPU machines, and this launch names no GPU")
     try:
         _, rented = rent_cluster(
             client, name=resolved.label, gpu_type=gpu_type_id(load_catalog(), resolved.gpu_id),
-            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or getattr(target, "default_image", ""),
+            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or str(getattr(target, "default_image", "")),
             disk_gb=req.disk_gb or resolved.pod_disk_gb, public_key=pub,
             ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
             on_cluster=on_cluster, on_pods=on_pods, on_event=on_step)

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.estimate import count_params
@@ -38,6 +38,9 @@ from gpucli.run.targets import get_target, open_host
 from gpucli.ssh import parse_target
 
 if TYPE_CHECKING:
+    from gpucli.plan.catalog import ModelShape
+    from gpucli.run.limits import Limits
+    from gpucli.run.records import PlannedSpeed
     from gpucli.run.targets import Host
     from gpucli.ssh import SshTarget
 
@@ -52,6 +55,82 @@ RDZV_TIMEOUT_S = 6 * 3600  # node 0 may fetch and prepare the data for hours bef
 NCCL_IFNAME = {"runpod": "ens1", "vast": "eth0"}
 
 
+class NodesRequest(Protocol):
+    """What a run over several machines reads of the launch as asked (:class:`gpucli.run.launch.LaunchRequest`,
+    which sits above this module: typed by what is read, checked against it wherever one is passed)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def hosts(self) -> tuple[str, ...]: ...
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def identity(self) -> str | None: ...
+    @property
+    def link_gbps(self) -> float | None: ...
+    @property
+    def probe_link(self) -> bool: ...
+    @property
+    def spot(self) -> bool: ...
+    @property
+    def volume(self) -> str | None: ...
+    @property
+    def image(self) -> str | None: ...
+    @property
+    def disk_gb(self) -> int | None: ...
+    @property
+    def query(self) -> str | None: ...
+    @property
+    def ready_timeout_s(self) -> float | None: ...
+
+
+class NodesResolved(Protocol):
+    """What it reads of the launch as resolved (:class:`gpucli.run.launch.ResolvedLaunch`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def gpu_id(self) -> str | None: ...
+    @property
+    def n_gpus(self) -> int: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def model(self) -> ModelShape: ...
+    @property
+    def micro_batch(self) -> int: ...
+    @property
+    def grad_accum(self) -> int: ...
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def planned(self) -> PlannedSpeed: ...
+    @property
+    def planned_one(self) -> PlannedSpeed | None: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def pod_disk_gb(self) -> int: ...
+    @property
+    def price_per_hour_usd(self) -> float | None: ...
+
+
+class NodesPrepared(Protocol):
+    """A launch ready to go, as renting and measuring the nodes read it (:class:`gpucli.run.lifecycle.PreparedLaunch`)."""
+
+    @property
+    def request(self) -> NodesRequest: ...
+    @property
+    def resolved(self) -> NodesResolved: ...
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     rank: int
@@ -64,7 +143,7 @@ def node_workdir(workdir: str, rank: int) -> str:
     return workdir if rank == 0 else f"{workdir}-node{rank}"
 
 
-def check_request(req: Any) -> None:
+def check_request(req: NodesRequest) -> None:
     """``--nodes`` and the hosts of a ``LaunchRequest`` against the provider: one line, before anything
     is rented or started."""
     n = req.nodes
@@ -130,7 +209,7 @@ def ports_for(run: str, provider: str) -> tuple[int, int]:
     return base, base + 1
 
 
-def layout(req: Any, workdir: str) -> list[NodeSpec]:
+def layout(req: NodesRequest, workdir: str) -> list[NodeSpec]:
     """Every node of a ``LaunchRequest``'s run, rank 0 first, with its folder and address."""
     if req.provider == "local":
         return [NodeSpec(r, node_workdir(workdir, r), None, "127.0.0.1") for r in range(req.nodes)]

@@ -30,10 +30,10 @@ from gpucli.cloud.vastcluster import (
     parse_address,
     rent_overlay,
 )
-from gpucli.errors import ProviderError
+from gpucli.errors import ProviderError, UsageError
 from gpucli.plan.catalog import load_catalog
 from gpucli.run.defaults import DEFAULTS
-from gpucli.run.nodes import NodeSpec
+from gpucli.run.nodes import NodeSpec, NodesPrepared, NodesRequest, NodesResolved
 from gpucli.run.records import RunRecord
 from gpucli.run.targets import Stray, get_target
 from gpucli.run.targets.cloud import ssh_keypair
@@ -58,14 +58,16 @@ def _client() -> VastProvider:
     return get_provider("vast")  # type: ignore[return-value]
 
 
-def _planned_hours(resolved: Any) -> float | None:
+def _planned_hours(resolved: NodesResolved) -> float | None:
     known = [h for h in (resolved.planned.hours, resolved.limits.max_hours) if h]  # as lifecycle.offer_ask
     return min(known) if known else None
 
 
-def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | None = None) -> tuple[str, list[Offer]]:
+def find_cluster(resolved: NodesResolved, req: NodesRequest, nodes: int, client: VastProvider | None = None) -> tuple[str, list[Offer]]:
     """The cluster and its ``nodes`` offers (one per machine) with the profile's GPUs each; one line
     when no cluster has that many."""
+    if resolved.gpu_id is None:
+        raise UsageError("--nodes on vast.ai rents GPU machines, and this launch names no GPU")
     gpu = load_catalog().gpus[resolved.gpu_id]
     target = get_target("vast")
     disk = req.disk_gb or resolved.pod_disk_gb
@@ -80,7 +82,7 @@ def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | Non
     return choose_cluster(by_cluster, nodes, f"{resolved.n_gpus}x {gpu.name}")
 
 
-def rent_vast(prepared: Any, record: RunRecord, specs: list[NodeSpec], chosen: tuple[str, list[Offer]], *,
+def rent_vast(prepared: NodesPrepared, record: RunRecord, specs: list[NodeSpec], chosen: tuple[str, list[Offer]], *,
               on_step: Callable[[str], None], save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
     """Rent the nodes on one overlay over the ``chosen`` cluster's offers (find_cluster); the record has
     the overlay's and every instance's id before anything waits on them. The nodes' addresses are read
@@ -92,7 +94,7 @@ def rent_vast(prepared: Any, record: RunRecord, specs: list[NodeSpec], chosen: t
     name = overlay_name(resolved.label)
     record = record.with_(launch={**(record.launch or {}), "vast_cluster_id": cluster_id, "overlay_name": name})
     save(record)
-    image = req.image or getattr(get_target("vast"), "default_image", "")
+    image = req.image or str(getattr(get_target("vast"), "default_image", ""))
 
     def spec(rank: int, offer: Offer) -> LaunchSpec:
         return LaunchSpec(name=resolved.name if rank == 0 else f"{resolved.name}-node{rank}",

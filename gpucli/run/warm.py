@@ -31,7 +31,7 @@ from gpucli.errors import GpucliError, UsageError
 from gpucli.run import podfiles, start
 from gpucli.run import records as runs
 from gpucli.run.jobs import job_for
-from gpucli.run.launch import LaunchRequest, check_disk, resolve
+from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.lifecycle import PreparedLaunch, cleanup_failed, start_run
 from gpucli.run.machines import is_box, machine_root
 from gpucli.run.monitor import trainer_alive
@@ -196,7 +196,7 @@ def _same_data(base: RunRecord, req: LaunchRequest) -> bool:
     return (asked or None) == (req.data or None)
 
 
-def seed(host: Host, m: Machine, resolved: Any, req: LaunchRequest, on_step: Callable[[str], None]) -> None:
+def seed(host: Host, m: Machine, resolved: ResolvedLaunch, req: LaunchRequest, on_step: Callable[[str], None]) -> None:
     """Copy into the new run's folder what the base run's folder holds and the new run would send again:
     its code (the sync then sends only what changed), its synced --data, and its prepared data where it is
     known to be the same (by content hash, or an equal demo data section)."""
@@ -220,7 +220,7 @@ def seed(host: Host, m: Machine, resolved: Any, req: LaunchRequest, on_step: Cal
         on_step(f"data: {m.base.name}'s prepared demo corpus reused (same data settings)")
 
 
-def _demo_same(host: Host, src: str, resolved: Any) -> bool:
+def _demo_same(host: Host, src: str, resolved: ResolvedLaunch) -> bool:
     try:
         base_cfg = yaml.safe_load(host.read_file(f"{src}/run.yaml")) or {}
     except (GpucliError, yaml.YAMLError):
@@ -250,7 +250,7 @@ print(key)
 """
 
 
-def _adopt(host: Host, m: Machine, resolved: Any, on_step: Callable[[str], None]) -> None:
+def _adopt(host: Host, m: Machine, resolved: ResolvedLaunch, on_step: Callable[[str], None]) -> None:
     """The base run's prepared --data into the machine's content-hash cache, when its options are the new
     run's: fetch.py of the new run then finds it under the same key if and only if the inputs hash the same."""
     src = m.base.workdir.rstrip("/")
@@ -259,7 +259,7 @@ def _adopt(host: Host, m: Machine, resolved: Any, on_step: Callable[[str], None]
     except (GpucliError, ValueError):
         return
     plan = resolved.data_plan
-    if not isinstance(base_plan, dict) or base_plan.get("prepare_args") != plan.get("prepare_args"):
+    if plan is None or not isinstance(base_plan, dict) or base_plan.get("prepare_args") != plan.get("prepare_args"):
         return
     raw = base_plan.get("pod_path") if base_plan.get("kind") == "pod" else f"{src}/{base_plan.get('raw_dir')}"
     if not raw or (base_plan.get("prepared_dir") and host.exists(f"{src}/{base_plan['prepared_dir']}") is False):
