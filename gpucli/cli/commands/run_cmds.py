@@ -43,7 +43,13 @@ def launch(
                                 "(default 60; below the watchdog's grace)."),
     phase: str = typer.Option(None, "--phase", help="Training phase: fast (default) or extreme."),
     model: str = typer.Option(None, "--model", "-m", help="Model preset (default: tiny on CPU, 124m on GPUs)."),
-    provider: str | None = typer.Option(None, "--provider", help="local (default), ssh, runpod or vast."),
+    provider: str | None = typer.Option(None, "--provider", help="local, ssh, runpod, vast, any (every cloud whose "
+                                        "key is set, cheapest run first, the next offer when one fails) or a list "
+                                        "(runpod,vast). Default: local; a GPU profile this machine lacks: any."),
+    retry_until_up: str = typer.Option(None, "--retry-until-up", metavar="DURATION", help="With --provider any or a "
+                                       "list: when every offer failed, search again (backing off) until this long "
+                                       "has passed (30m, 2h)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Launch without asking when gpucli chose the provider."),
     host: list[str] = typer.Option([], "--host", help="ssh provider: user@host[:port]; repeat it for --nodes "
                                    "(rank 0 first)."),
     hosts_file: Path = typer.Option(None, "--hosts-file", help="ssh provider: one user@host[:port] a line, rank 0 "
@@ -238,9 +244,13 @@ def launch(
         with render.status_line() as step:
             record = warm.launch_on(prepared, machine, on_step=step, on_notice=render.notice)
     else:
-        prepared = lifecycle.prepare(catalog, req, task=task)
-        with render.status_line() as step:
-            record = lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
+        from gpucli.cli.commands.launch_any import launch_across
+
+        record = launch_across(catalog, req, task, given=provider is not None, retry=retry_until_up, yes=yes)
+        if record is None:  # one provider
+            prepared = lifecycle.prepare(catalog, req, task=task)
+            with render.status_line() as step:
+                record = lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
     render.launched(record, json_=json_)
     if recover or mirror_checkpoints:
         lifecycle.watch(record.name, catalog, mirror=True, recover=recover, on_notice=render.notice)
