@@ -100,3 +100,34 @@ def test_gpu_profile_without_provider_needs_yes_outside_a_terminal(request, caps
     assert code == 2 and "--yes" in error_lines(err)[0], err
     assert "chose the cheapest offer" in err and "$" in err
     assert rp.ledger.created() == [] and vast.ledger.created() == []
+
+
+def test_unhealthy_host_is_ended_avoided_and_replaced(request, capsys, tmp_path):
+    rp, vast = both(request)
+    # the cheapest machine's driver counts uncorrected ECC errors; the next one (any provider) is healthy
+    rp.behaviours.append(PodBehaviour(nvidia_smi="NVIDIA GeForce RTX 4090, 3, Not Active\n"))
+    rp.behaviours.append(PodBehaviour(nvidia_smi="NVIDIA GeForce RTX 4090, 0, Not Active\n"))
+    vast.behaviours.append(PodBehaviour(nvidia_smi="NVIDIA GeForce RTX 4090, [N/A], Not Active\n"))
+    code, out, err = launch(capsys, tmp_path, "any", "fo-sick")
+    assert code == 0, err
+    record = runs.load("fo-sick")
+    first = record.attempts[0]
+    assert not first["ok"] and "3 uncorrected ECC errors" in first["reason"] and first["cost_usd"] > 0
+    bad_pod = rp.ledger.created()[0].pod_id
+    assert bad_pod not in rp.ledger.alive() and record.instance_id != bad_pod
+    assert record.attempts[-1]["ok"] and len(record.attempts) == 2
+    # the machine that passed: nvidia-smi's figures are in the record (and `status`)
+    assert record.preflight is not None and record.preflight.ok and record.preflight.smi_gpus == 1
+    assert record.preflight.ecc_uncorrected == 0
+    assert "nvidia-smi 1x NVIDIA GeForce RTX 4090, 0 ECC errors" in cli(capsys, "status", "fo-sick")[1]
+    table = avoid.load()
+    assert first["host"] in table and "ECC" in table[first["host"]].why
+    assert cli(capsys, "down", "fo-sick")[0] == 0
+    # the next launch does not try the avoided host
+    code, out, err = launch(capsys, tmp_path, "any", "fo-sick-2")
+    assert code == 0, err
+    assert f"host {first['host']} failed its health check" in err
+    assert all(a["host"] != first["host"] for a in runs.load("fo-sick-2").attempts)
+    assert cli(capsys, "down", "fo-sick-2")[0] == 0
+    assert_nothing_running(rp)
+    assert_nothing_running(vast)
