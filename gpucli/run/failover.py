@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpucli.cloud.credentials import MissingKeyError, resolve_key
 from gpucli.cloud.provision import ProvisionCancelled, ProvisionFailed
 from gpucli.errors import ConnectionFailed, GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run import avoid, lifecycle
@@ -70,8 +71,6 @@ def asked(provider: str | None) -> list[str] | None:
 
 def keyed(names: list[str]) -> list[str]:
     """Those of ``names`` whose API key is set (gpucli keys, the environment, the providers' own files)."""
-    from gpucli.cloud.credentials import MissingKeyError, resolve_key
-
     found = []
     for name in names:
         try:

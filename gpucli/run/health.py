@@ -181,7 +181,7 @@ def smi_check(text: str, *, rented: str, rented_count: int, same_model: bool | N
 
     ecc = sum(number(r[1]) for r in rows)
     slow = sum(1 for r in rows if r[2].lower() == "active")
-    figures = {"smi_gpus": len(rows), "smi_gpu": name, "ecc_uncorrected": ecc, "hw_slowdown": slow}
+    figures = Preflight(ok=True, smi_gpus=len(rows), smi_gpu=name, ecc_uncorrected=ecc, hw_slowdown=slow)
     error = None
     if len(rows) < rented_count:
         error = f"nvidia-smi lists {len(rows)} GPUs, {rented_count} were rented"
@@ -192,5 +192,5 @@ def smi_check(text: str, *, rented: str, rented_count: int, same_model: bool | N
     elif slow and bars.refuse_hw_slowdown:
         error = f"{slow} GPUs held down by a hardware slowdown (power brake or heat)"
     if error is None:
-        return Preflight(ok=True, **figures)
-    return Preflight(ok=False, stage="smi", error=error, fix="another machine: this one is a bad host", **figures)
+        return figures
+    return dataclasses.replace(figures, ok=False, stage="smi", error=error, fix="another machine: this one is a bad host")
