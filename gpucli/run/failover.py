@@ -32,6 +32,7 @@ from gpucli.run import avoid, lifecycle
 from gpucli.run import records as runs
 from gpucli.run.launch import resolve
 from gpucli.run.notice import Notice, NoticeFn, StepFn
+from gpucli.run import preflight
 from gpucli.run.preflight import PreflightFailed
 from gpucli.run.targets import get_target, target_names
 from gpucli.run.targets.cloud import run_cost
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 ANY = "any"
 #: Preflight stages that measure the machine, not the run's configuration: below the bars there, another
 #: machine may pass (gpucli/run/health.py, trainer/preflight.py). "start": no verdict at all (a stuck host).
-MACHINE_STAGES = frozenset({"smi", "gpus", "matmul", "h2d", "allreduce", "disk", "start"})
+MACHINE_STAGES = preflight.MACHINE_STAGES | {"start"}
 OFFERS_PER_PROVIDER = 10
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0)  # --retry-until-up: the waits between searches, the last repeated
 

@@ -94,8 +94,8 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
         on_event("preflight: not run for a run over several machines (each node's trainer checks its own start)")
         return record
     smi = check_smi(host, resolved)
-    if smi is not None and not smi.ok:  # a bad host: said before the longer checks run
-        return _verdict(smi, record, save=save, on_event=on_event, what="the machine's")
+    if smi is not None and not smi.ok:  # a bad host: said before the longer checks (kept only by --force here)
+        record = _verdict(smi, record, save=save, on_event=on_event, what="the machine's", keep=resolved.keep_unhealthy)
     deadline = timeout_s()
     wd = shlex.quote(resolved.workdir)
     sample = ""
@@ -122,7 +122,8 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
         seen = match_gpu_name(load_catalog().gpus, result.gpu_name or "")
         if seen is not None and seen.id != resolved.gpu_id:
             on_event(f"preflight: rented {resolved.gpu_name}, the host's GPU reads as {result.gpu_name} ({seen.name})")
-    return _verdict(result, record, save=save, on_event=on_event, what="the trainer's")
+    return _verdict(result, record, save=save, on_event=on_event, what="the trainer's",
+                    keep=resolved.keep_unhealthy)
 
 
 def check_smi(host: Host, resolved: ResolvedLaunch) -> Preflight | None:
@@ -199,10 +200,18 @@ def check_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_eve
     return _verdict(result, record, save=save, on_event=on_event, what="your")
 
 
+#: Stages that measure the machine rather than the run's configuration (health.yaml's bars)
+MACHINE_STAGES = frozenset({"smi", "gpus", "matmul", "h2d", "allreduce", "disk"})
+
+
 def _verdict(result: Preflight, record: RunRecord, *, save: Callable[[RunRecord], Any], on_event: EventFn,
-             what: str) -> RunRecord:
+             what: str, keep: bool = False) -> RunRecord:
     record = record.with_(preflight=result)
     save(record)
+    if not result.ok and keep and result.stage in MACHINE_STAGES:  # your own machine, --force: said, kept
+        on_event(f"preflight: this machine is below the health bars ({result.stage}: {result.error}); "
+                 "running anyway (--force)")
+        return record
     if not result.ok:
         raise PreflightFailed(f"{what} preflight failed ({result.stage}): {result.error}{_cost(record)}",
                               hint=result.fix, preflight=result)
