@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING, Any
 from gpucli.cloud.credentials import MissingKeyError, resolve_key
 from gpucli.cloud.provision import ProvisionCancelled, ProvisionFailed
 from gpucli.errors import ConnectionFailed, GpucliError, NoCapacityError, ProviderError, UsageError
-from gpucli.run import avoid, lifecycle
+from gpucli.run import avoid, lifecycle, preflight
 from gpucli.run import records as runs
 from gpucli.run.launch import resolve
 from gpucli.run.notice import Notice, NoticeFn, StepFn
-from gpucli.run import preflight
 from gpucli.run.preflight import PreflightFailed
 from gpucli.run.targets import get_target, target_names
 from gpucli.run.targets.cloud import run_cost
