@@ -287,6 +287,9 @@ RUN_FLOORS = {
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
     "podrescue": 8.6,  # a resume copies the old pod's newest checkpoint home before it ends the pod
     "lifecycle": 9,
+    "avoid": 1.2,  # hosts that failed their health check, avoided for a week (GPUCLI_HOME/avoid.json)
+    "pick": 5.5,  # launch --pick: the planner's choice as the launch's profile and caps
+    "failover": 9.1,  # one launch across providers: offers ranked on the run's cost, tried until one runs
     "envstamp": 7.5,  # the trainer's pinned environment set up (or reused) on any machine a run starts on
     "warm": 9.2,
     "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle  # the next run on a machine a run already has (launch --on)

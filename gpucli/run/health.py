@@ -59,6 +59,10 @@ class Preflight:
     fp8: bool | None = None
     fsdp: bool | None = None
     model_shape: dict[str, int] | None = None
+    smi_gpus: int | None = None  # GPUs nvidia-smi lists on the host
+    smi_gpu: str | None = None  # their model, as nvidia-smi names it
+    ecc_uncorrected: int | None = None  # uncorrected ECC errors since the driver loaded, all GPUs
+    hw_slowdown: int | None = None  # GPUs whose clocks the hardware is holding down (power brake, heat)
     command: str | None = None  # the user's own --preflight command
     exit_code: int | None = None
 
@@ -102,6 +106,9 @@ class Preflight:
             parts.append("no GPU (CPU)")
         elif self.gpu_name:
             parts.append(f"{self.gpus_seen or '?'}x {self.gpu_name} {self.arch or ''}".strip())
+        if self.smi_gpus is not None:
+            parts.append(f"nvidia-smi {self.smi_gpus}x {self.smi_gpu}, {self.ecc_uncorrected or 0} ECC errors"
+                         + (f", {self.hw_slowdown} GPUs held down" if self.hw_slowdown else ""))
         if self.matmul_tflops is not None:
             share = f" = {self.matmul_share:.0%} of {self.peak_tflops:g}" if self.matmul_share is not None else ""
             parts.append(f"{self.matmul_dtype or ''} matmul {self.matmul_tflops:.3g} TFLOPS{share}".strip())
@@ -126,6 +133,8 @@ class Thresholds:
 
     family: str
     min_matmul_share: float
+    max_ecc_uncorrected: int = 0
+    refuse_hw_slowdown: bool = True
 
 
 @cache
@@ -146,4 +155,42 @@ def thresholds(family: str | None, path: Path = HEALTH_FILE) -> Thresholds:
     share = merged.get("min_matmul_share")
     if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 < share < 1:
         raise CatalogError(path.name, f"{name}.min_matmul_share", "expected a share between 0 and 1")
-    return Thresholds(family=name, min_matmul_share=float(share))
+    ecc = merged.get("max_ecc_uncorrected", 0)
+    if not isinstance(ecc, int) or isinstance(ecc, bool) or ecc < 0:
+        raise CatalogError(path.name, f"{name}.max_ecc_uncorrected", "expected a whole number, 0 or more")
+    return Thresholds(family=name, min_matmul_share=float(share), max_ecc_uncorrected=ecc,
+                      refuse_hw_slowdown=merged.get("refuse_hw_slowdown", True) is not False)
+
+
+#: The host's GPUs as its driver sees them, one CSV line each (nvidia-smi --help-query-gpu:
+#: ``ecc.errors.uncorrected.volatile.total`` counts since the driver loaded; ``clocks_throttle_reasons.
+#: hw_slowdown`` is "Active" while the hardware holds the clocks down, e.g. a power brake or overheating).
+SMI_COMMAND = ("nvidia-smi --query-gpu=name,ecc.errors.uncorrected.volatile.total,"
+               "clocks_throttle_reasons.hw_slowdown --format=csv,noheader,nounits")
+
+
+def smi_check(text: str, *, rented: str, rented_count: int, same_model: bool | None, bars: Thresholds) -> Preflight:
+    """nvidia-smi's answer held to the rent and the bars: ``ok`` with its figures, or the failure
+    (stage ``smi``). ``same_model``: whether its model is the rented one (None: a name not in the catalogue)."""
+    rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) >= 3]
+    name = rows[0][0][:80] if rows else None
+
+    def number(cell: str) -> int:  # "[N/A]" or "[Not Supported]" (ECC off, a consumer card): none counted
+        return int(cell) if cell.isdigit() else 0
+
+    ecc = sum(number(r[1]) for r in rows)
+    slow = sum(1 for r in rows if r[2].lower() == "active")
+    figures = Preflight(ok=True, smi_gpus=len(rows), smi_gpu=name, ecc_uncorrected=ecc, hw_slowdown=slow)
+    error = None
+    if len(rows) < rented_count:
+        error = f"nvidia-smi lists {len(rows)} GPUs, {rented_count} were rented"
+    elif same_model is False:
+        error = f"nvidia-smi reads {name}, {rented} was rented"
+    elif ecc > bars.max_ecc_uncorrected:
+        error = f"{ecc} uncorrected ECC errors (the bar: {bars.max_ecc_uncorrected})"
+    elif slow and bars.refuse_hw_slowdown:
+        error = f"{slow} GPUs held down by a hardware slowdown (power brake or heat)"
+    if error is None:
+        return figures
+    return dataclasses.replace(figures, ok=False, stage="smi", error=error, fix="another machine: this one is a bad host")

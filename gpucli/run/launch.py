@@ -202,6 +202,7 @@ class ResolvedLaunch:
     planned_one: PlannedSpeed | None = None  # one machine's plan (a run over several: before the link's share)
     preflight: str | None = ""  # as LaunchRequest.preflight
     store: str | None = None  # the checkpoints' store (gpucli.run.store): its URL, never its credentials
+    keep_unhealthy: bool = False  # --force on this machine or an ssh host: a machine below the health bars runs
 
     @property
     def pod_disk_gb(self) -> int:
@@ -395,7 +396,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names, nodes=req.nodes,
         link_gbps=req.link_gbps, planned_one=planned_one, preflight=req.preflight,
-        store=req.store)
+        store=req.store, keep_unhealthy=req.force and not target.cloud)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

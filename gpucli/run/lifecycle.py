@@ -102,17 +102,18 @@ def plan(catalog: Catalog, req: LaunchRequest, task: Task | None = None) -> tupl
 
 
 def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None,
-            task: Task | None = None, volume_id: str | None = None, job: Job | None = None) -> PreparedLaunch:
+            task: Task | None = None, volume_id: str | None = None, job: Job | None = None,
+            offer_id: str | None = None) -> PreparedLaunch:
     """Check and resolve the request; on a cloud target also choose the offers and the bid, before
     anything is created, so the record and the trainer's dollar limit carry the most this pod can
     cost per hour rather than the catalogue's typical price. ``task``: the user's own command (or
     ``job``, one already made); ``volume_id``: the network volume an earlier launch of the run used
-    (a resume mounts it again)."""
+    (a resume mounts it again); ``offer_id``: that offer only (gpucli/run/failover.py)."""
     req = req.checked()
     job = job if job is not None else job_for(task)  # a missing folder or a bad grace is said before any offer is searched
     secrets_present(req.env_names + job.secret_names())  # a missing secret is said before anything is rented
     if run_name is not None:
-        return _prepare(catalog, req, run_name, job, volume_id)
+        return _prepare(catalog, req, run_name, job, volume_id, offer_id)
     # The name is claimed before anything else, so two launches at once never share one.
     name = runs.reserve_name(req.name, exact=True) if req.name else \
         runs.reserve_name(_default_name(catalog, req, job))
@@ -124,7 +125,7 @@ def prepare(catalog: Catalog, req: LaunchRequest, *, run_name: str | None = None
 
 
 def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
-             volume_id: str | None = None) -> PreparedLaunch:
+             volume_id: str | None = None, offer_id: str | None = None) -> PreparedLaunch:
     asked, req = req, job.request(req)
     target = get_target(req.provider)
     resolved = resolve(catalog, req, run_name=name)
@@ -142,7 +143,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,
                                        ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s,
-                                       ask=offer_ask(req, resolved))
+                                       ask=dataclasses.replace(offer_ask(req, resolved), offer_id=offer_id))
     if provision is not None and req.limits.price_per_hour_usd is None:
         priced = dataclasses.replace(req, limits=req.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
         resolved = resolve(catalog, priced, run_name=name)

@@ -16,6 +16,7 @@ figures in the run record (``status`` shows them) and the measured tokens/s and 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -27,7 +28,7 @@ from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.parse import match_gpu_name
 from gpucli.run.calibrate import append_entry
-from gpucli.run.health import Preflight, thresholds
+from gpucli.run.health import SMI_COMMAND, Preflight, smi_check, thresholds
 from gpucli.run.records import RunRecord
 from gpucli.run.untrusted import parse_json
 from gpucli.settings import home
@@ -92,6 +93,9 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     if resolved.nodes > 1:
         on_event("preflight: not run for a run over several machines (each node's trainer checks its own start)")
         return record
+    smi = check_smi(host, resolved)
+    if smi is not None and not smi.ok:  # a bad host: said before the longer checks (kept only by --force here)
+        record = _verdict(smi, record, save=save, on_event=on_event, what="the machine's", keep=resolved.keep_unhealthy)
     deadline = timeout_s()
     wd = shlex.quote(resolved.workdir)
     sample = ""
@@ -110,12 +114,35 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     except GpucliError:  # no answer past the deadline: the host (or the link to it) is stuck
         code = None
     result = _read_results(host, resolved.workdir, code, deadline)
+    if smi is not None:  # nvidia-smi's figures join the trainer's in the record
+        result = dataclasses.replace(result, smi_gpus=smi.smi_gpus, smi_gpu=smi.smi_gpu,
+                                     ecc_uncorrected=smi.ecc_uncorrected, hw_slowdown=smi.hw_slowdown)
     if result.ok and result.device == "cuda" and resolved.gpu_id is not None:
         # The model as rented: said, not refused, until lent GPUs confirm the catalogue's names for each one.
         seen = match_gpu_name(load_catalog().gpus, result.gpu_name or "")
         if seen is not None and seen.id != resolved.gpu_id:
             on_event(f"preflight: rented {resolved.gpu_name}, the host's GPU reads as {result.gpu_name} ({seen.name})")
-    return _verdict(result, record, save=save, on_event=on_event, what="the trainer's")
+    return _verdict(result, record, save=save, on_event=on_event, what="the trainer's",
+                    keep=resolved.keep_unhealthy)
+
+
+def check_smi(host: Host, resolved: ResolvedLaunch) -> Preflight | None:
+    """The host's GPUs as nvidia-smi lists them, held to the rent and health.yaml's bars; None where the
+    profile has no GPU or the host has no working nvidia-smi (the trainer's check then says whether torch
+    sees a GPU)."""
+    if resolved.gpu_id is None:
+        return None
+    try:
+        res = host.run(f"command -v nvidia-smi >/dev/null 2>&1 && {SMI_COMMAND}", timeout_s=60, check=False)
+    except GpucliError:
+        return None
+    if res.exit_code != 0 or not res.stdout.strip():
+        return None
+    gpus = load_catalog().gpus
+    gpu = gpus[resolved.gpu_id]
+    seen = match_gpu_name(gpus, res.stdout.splitlines()[0].split(",")[0])
+    return smi_check(res.stdout, rented=gpu.name, rented_count=resolved.n_gpus,
+                     same_model=None if seen is None else seen.id == gpu.id, bars=thresholds(gpu.architecture))
 
 
 def _read_results(host: Host, workdir: str, code: int | None, deadline: float) -> Preflight:
@@ -173,10 +200,18 @@ def check_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_eve
     return _verdict(result, record, save=save, on_event=on_event, what="your")
 
 
+#: Stages that measure the machine rather than the run's configuration (health.yaml's bars)
+MACHINE_STAGES = frozenset({"smi", "gpus", "matmul", "h2d", "allreduce", "disk"})
+
+
 def _verdict(result: Preflight, record: RunRecord, *, save: Callable[[RunRecord], Any], on_event: EventFn,
-             what: str) -> RunRecord:
+             what: str, keep: bool = False) -> RunRecord:
     record = record.with_(preflight=result)
     save(record)
+    if not result.ok and keep and result.stage in MACHINE_STAGES:  # your own machine, --force: said, kept
+        on_event(f"preflight: this machine is below the health bars ({result.stage}: {result.error}); "
+                 "running anyway (--force)")
+        return record
     if not result.ok:
         raise PreflightFailed(f"{what} preflight failed ({result.stage}): {result.error}{_cost(record)}",
                               hint=result.fix, preflight=result)

@@ -196,6 +196,7 @@ class RunRecord:
     link: LinkProbe | None = None  # the nodes' link as measured at launch (ssh hosts without --link-gbps)
     env_build_s: float | None = None  # seconds setup_pod.sh took for the trainer's environment (built or reused)
     preflight: Preflight | None = None  # the machine checked before the run was detached (gpucli/run/preflight.py)
+    attempts: tuple[dict[str, Any], ...] = ()  # a launch across providers: each offer tried (gpucli/run/failover.py)
 
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
@@ -248,6 +249,8 @@ def _to_json(record: RunRecord) -> dict[str, Any]:
         del data["nodes"]  # records of one-machine runs stay as they were
     if record.link is None:
         del data["link"]
+    if not record.attempts:
+        del data["attempts"]
     if record.preflight is None:
         del data["preflight"]  # records without a preflight stay as they were
     else:
@@ -345,6 +348,7 @@ def _from_json(data: Any, path: Path) -> RunRecord:
         link = LinkProbe.from_json(data["link"]) if data.get("link") else None
         rest["preflight"] = Preflight.from_json(data["preflight"]) if data.get("preflight") else None
         rest["nodes"] = tuple(NodeRecord.from_json(n) for n in rest.get("nodes") or ())
+        rest["attempts"] = tuple(a for a in rest.get("attempts") or () if isinstance(a, dict))
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())
         rest["status"] = RunState(rest.get("status", RunState.PROVISIONING))

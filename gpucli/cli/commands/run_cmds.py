@@ -43,7 +43,15 @@ def launch(
                                 "(default 60; below the watchdog's grace)."),
     phase: str = typer.Option(None, "--phase", help="Training phase: fast (default) or extreme."),
     model: str = typer.Option(None, "--model", "-m", help="Model preset (default: tiny on CPU, 124m on GPUs)."),
-    provider: str | None = typer.Option(None, "--provider", help="local (default), ssh, runpod or vast."),
+    provider: str | None = typer.Option(None, "--provider", help="local, ssh, runpod, vast, any (every cloud whose "
+                                        "key is set, cheapest run first, the next offer when one fails) or a list "
+                                        "(runpod,vast). Default: local; a GPU profile this machine lacks: any."),
+    retry_until_up: str = typer.Option(None, "--retry-until-up", metavar="DURATION", help="With --provider any or a "
+                                       "list: when every offer failed, search again (backing off) until this long "
+                                       "has passed (30m, 2h)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Launch without asking when gpucli chose the provider."),
+    pick: str = typer.Option(None, "--pick", help="cheapest, fastest or best: the setup `gpucli plan` picks for the "
+                             "model, with its hours and dollars as --hours and --budget unless given."),
     host: list[str] = typer.Option([], "--host", help="ssh provider: user@host[:port]; repeat it for --nodes "
                                    "(rank 0 first)."),
     hosts_file: Path = typer.Option(None, "--hosts-file", help="ssh provider: one user@host[:port] a line, rank 0 "
@@ -192,7 +200,7 @@ def launch(
         given_own["own_seq_len"] = seq_len
     else:
         given_own = {}
-    if profile is None:
+    if profile is None and pick is None:
         raise UsageError("--profile is required", hint="gpucli profiles lists them (or set one: "
                                                        "gpucli config set profile NAME)")
     if tracker is not None:
@@ -213,7 +221,7 @@ def launch(
     if len(hosts) > 1 and nodes == 1:
         nodes = len(hosts)  # the hosts say how many nodes
     req = LaunchRequest(
-        profile=profile, **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size,
+        profile=profile or "cpu", **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size,
         name=name, host=hosts[0] if hosts else None, hosts=hosts if len(hosts) > 1 else (), nodes=nodes,
         nccl_ifname=nccl_ifname, link_gbps=link_gbps, probe_link=probe_link,
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
@@ -226,6 +234,12 @@ def launch(
         hand_over(req, task)
         return
     catalog = load_catalog()
+    if pick is not None:  # the plan's choice (gpucli/run/pick.py)
+        from gpucli.run.notice import Notice
+        from gpucli.run.pick import picked
+
+        req, line = picked(catalog, req, pick)
+        render.notice(Notice("info", line))
     if dry_run:
         resolved, job = lifecycle.plan(catalog, req, task)
         lines = job.describe()
@@ -238,9 +252,13 @@ def launch(
         with render.status_line() as step:
             record = warm.launch_on(prepared, machine, on_step=step, on_notice=render.notice)
     else:
-        prepared = lifecycle.prepare(catalog, req, task=task)
-        with render.status_line() as step:
-            record = lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
+        from gpucli.cli.commands.launch_any import launch_across
+
+        record = launch_across(catalog, req, task, given=provider is not None, retry=retry_until_up, yes=yes)
+        if record is None:  # one provider
+            prepared = lifecycle.prepare(catalog, req, task=task)
+            with render.status_line() as step:
+                record = lifecycle.launch(prepared, on_step=step, on_notice=render.notice)
     render.launched(record, json_=json_)
     if recover or mirror_checkpoints:
         lifecycle.watch(record.name, catalog, mirror=True, recover=recover, on_notice=render.notice)

@@ -87,6 +87,7 @@ class OfferAsk:
     hours: float | None = None  # None: ranked on one hour
     transfer_gb: tuple[float, float] = (0.0, 0.0)
     force: bool = False
+    offer_id: str | None = None  # this one offer only (a launch across providers tries them one by one)
 
 
 @dataclass(frozen=True)

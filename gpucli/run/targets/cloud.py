@@ -276,6 +276,10 @@ class CloudTarget:
         ask = ask or OfferAsk()
         offers = self.choose_offers(catalog, gpu_id, n_gpus, spot=spot, client=client, disk_gb=disk_gb,
                                     hours=ask.hours, transfer_gb=ask.transfer_gb, query=ask.query)
+        if ask.offer_id is not None:  # one offer of a ranking across providers (gpucli/run/failover.py)
+            offers = [o for o in offers if o.offer_id == ask.offer_id]
+            if not offers:
+                raise NoCapacityError(f"{self.name} offer {ask.offer_id} is no longer listed")
         note = None
         if spot:
             def floor_per_gpu(o: Offer) -> float:

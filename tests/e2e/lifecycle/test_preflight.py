@@ -105,3 +105,37 @@ def test_preflight_flags_are_checked(capsys):
     assert code == 2 and "--preflight CMD goes with --run" in err
     code, _, err = cli(capsys, "launch", "--code", ".", "--run", "true", "--preflight", "true", "--no-preflight")
     assert code == 2 and "contradict" in err
+
+
+def fake_nvidia_smi(tmp_path: Path, monkeypatch, answer: str) -> None:
+    """This machine's nvidia-smi: one RTX 4090 (``-L``) whose ``--query-gpu`` answer is ``answer``."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "answer.csv").write_text(answer)
+    script = tools / "nvidia-smi"
+    script.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu=*) cat "{tools}/answer.csv";; '
+                      '-L) echo "GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-0)";; *) exit 9;; esac\n')
+    script.chmod(0o755)
+    import os
+
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+
+
+def test_a_machine_below_the_bars_is_refused_here_unless_forced(capsys, tmp_path, monkeypatch):
+    fake_nvidia_smi(tmp_path, monkeypatch, "NVIDIA GeForce RTX 4090, 4, Not Active\n")
+    cpu = ["--set", "hardware.device=cpu", "--set", "hardware.compile=false", "--set", "hardware.mixed_precision=false"]
+    code, out, err = cli(capsys, "launch", "--provider", "local", "--profile", "rtx4090", "--model", "tiny",
+                         "--name", "pf-sick", *FAST, *cpu)
+    assert code == 1
+    lines = error_lines(err)
+    assert len(lines) == 1 and "preflight failed (smi): 4 uncorrected ECC errors" in lines[0], err
+    record = runs.load("pf-sick")
+    assert record.status == "failed" and record.preflight is not None and record.preflight.ecc_uncorrected == 4
+
+    code, out, err = cli(capsys, "launch", "--provider", "local", "--profile", "rtx4090", "--model", "tiny",
+                         "--name", "pf-sick-forced", "--force", *FAST, *cpu)
+    assert code == 0, err
+    assert "below the health bars (smi: 4 uncorrected ECC errors (the bar: 0)); running anyway (--force)" in " ".join((err + out).split())
+    pf = runs.load("pf-sick-forced").preflight
+    assert pf is not None and pf.ok and pf.ecc_uncorrected == 4 and pf.smi_gpus == 1
+    assert cli(capsys, "down", "pf-sick-forced")[0] == 0

@@ -57,3 +57,26 @@ def test_a_gpu_calibration_entry_names_the_gpu_the_catalogue_knows():
     assert entry["precision"] == "bf16" and entry["tokens_per_s"] == 4e5
     unknown = Preflight(**{**pf.to_json(), "gpu_name": "NVIDIA Something New"})
     assert calibration_entry(record, unknown) is None  # never a file the planner would refuse
+
+
+def test_nvidia_smi_is_held_to_the_rent_and_the_bars():
+    from gpucli.run.health import smi_check
+
+    bars = thresholds("Ampere")
+    healthy = "NVIDIA A100-SXM4-80GB, 0, Not Active\n" * 8
+    ok = smi_check(healthy, rented="A100 80GB", rented_count=8, same_model=True, bars=bars)
+    assert ok.ok and ok.smi_gpus == 8 and ok.ecc_uncorrected == 0 and ok.hw_slowdown == 0
+    assert "nvidia-smi 8x NVIDIA A100-SXM4-80GB, 0 ECC errors" in Preflight(ok=True, smi_gpus=8, smi_gpu=ok.smi_gpu,
+                                                                          ecc_uncorrected=0).line
+    short = smi_check("NVIDIA A100-SXM4-80GB, 0, Not Active\n" * 7, rented="A100 80GB", rented_count=8, same_model=True, bars=bars)
+    assert not short.ok and short.stage == "smi" and "lists 7 GPUs, 8 were rented" in (short.error or "")
+    ecc = smi_check(healthy.replace(", 0,", ", 2,", 1), rented="A100 80GB", rented_count=8, same_model=True, bars=bars)
+    assert not ecc.ok and "2 uncorrected ECC errors" in (ecc.error or "")
+    slow = smi_check(healthy.replace("Not Active", "Active", 1), rented="A100 80GB", rented_count=8, same_model=True,
+                     bars=bars)
+    assert not slow.ok and "hardware slowdown" in (slow.error or "")
+    other = smi_check(healthy, rented="H100 SXM", rented_count=8, same_model=False, bars=bars)
+    assert not other.ok and "H100 SXM was rented" in (other.error or "")
+    no_ecc = smi_check("NVIDIA GeForce RTX 4090, [N/A], Not Active\n", rented="RTX 4090", rented_count=1,
+                       same_model=True, bars=thresholds("Ada Lovelace"))
+    assert no_ecc.ok and no_ecc.ecc_uncorrected == 0

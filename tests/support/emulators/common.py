@@ -132,6 +132,11 @@ class PodBehaviour:
     exit_after_polls: int | None = None  # after this many polls the container exits
     bad_state: str = "exited"  # vast: exited | offline | unknown ; RunPod: EXITED
     no_public_ip: bool = False  # RunPod: runs, but its host has no public IP: 22/tcp never published
+    #: What the host's ``nvidia-smi --query-gpu=...`` prints (CSV lines), or None: no nvidia-smi (a CPU
+    #: host, as the emulators' pods are). Any other nvidia-smi call fails, as on a host whose driver is
+    #: broken, so the pod's environment build still takes the CPU path. The preflight's health check
+    #: reads it (gpucli/run/health.py ``SMI_COMMAND``): a host with ECC errors or fewer GPUs, to order.
+    nvidia_smi: str | None = None
 
 
 # --- pods -------------------------------------------------------------------------------------------
@@ -167,8 +172,17 @@ class EmuPod:
             self.environ_path = folder / "environ"
             self.environ_path.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environment.items()))
             os.chmod(self.environ_path, 0o600)
-            self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env={
-                "GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker})
+            env = {"GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker}
+            if self.behaviour.nvidia_smi is not None:  # the host's nvidia-smi, first on the sessions' PATH
+                tools = folder / "bin"
+                tools.mkdir(exist_ok=True)
+                (tools / "answer.csv").write_text(self.behaviour.nvidia_smi)
+                script = tools / "nvidia-smi"
+                script.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu=*) cat "{tools}/answer.csv";; '
+                                  '*) echo "NVIDIA-SMI has failed" >&2; exit 9;; esac\n')
+                script.chmod(0o755)
+                env["PATH"] = f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+            self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env=env)
         return self.sshd
 
     def add_key(self, key: str) -> None:
