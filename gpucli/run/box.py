@@ -100,6 +100,7 @@ def _ready(host: Host, resolved: Any, record: RunRecord, idle_minutes: float, on
     host.write_file(f"{wd}/watchdog.py", start.POD_WATCHDOG.read_bytes(), mode=0o755)
     host.write_file(f"{wd}/idlewatch.py", IDLEWATCH.read_bytes(), mode=0o755)
     host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)
+    host.write_file(f"{wd}/endwords.py", (start.POD_WATCHDOG.parent / "endwords.py").read_bytes(), mode=0o644)
     created = runs.parse_iso(record.created_at)
     args = [resolved.python, "../idlewatch.py", "--run-dir", "..", "--machine-dir", "../..",
             "--provider", resolved.provider, "--idle-minutes", f"{idle_minutes:g}", "--on-end", resolved.on_end,

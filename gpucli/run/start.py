@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 EventFn = Callable[[str], None]
 POD_SETUP = Path(__file__).resolve().parents[1] / "pod" / "setup_pod.sh"
 POD_WATCHDOG = Path(__file__).resolve().parents[1] / "pod" / "watchdog.py"
+WATCHDOG_PARTS = ("endwords.py", "gpuidle.py", "slowrun.py")  # beside watchdog.py, loaded by it
 
 
 def trainer_package_dir() -> Path:
@@ -238,10 +239,14 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watc
     wd = resolved.workdir
     host.write_file(f"{wd}/watchdog.py", POD_WATCHDOG.read_bytes(), mode=0o755)
     host.write_file(f"{wd}/procid.py", PROCID.read_bytes(), mode=0o644)  # imported by the watchdog
+    for name in WATCHDOG_PARTS:  # loaded by it: its end's words, the idle-GPU stop, the slow check
+        host.write_file(f"{wd}/{name}", (POD_WATCHDOG.parent / name).read_bytes(), mode=0o644)
     created = parse_iso(record.created_at)
     args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid-file", "../.trainer",
             "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
             "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end, *resolved.limits.watchdog_args()]
+    if resolved.planned.tokens_per_s and not resolved.own_code:  # the slow check's yardstick (slowrun.py)
+        args += ["--planned-tokens-per-s", f"{resolved.planned.tokens_per_s:.6g}"]
     if created is not None:
         args += ["--started-at", f"{created.timestamp():.0f}"]
     args += list(watch_args)

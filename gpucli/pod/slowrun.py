@@ -1,0 +1,113 @@
+"""A slow run, against its plan: the measured tokens/s after warm-up compared with the planned tokens/s
+for the run's setup. Standard library only: the pod-side watchdog loads it by path from beside it (its
+verdict, ``slow.json``, ``--replace-slow``), and ``gpucli status`` / ``tail`` import the same functions
+to say it from the metrics rows they read.
+
+- Measured: the median ``tok_per_s`` of the trainer's ``train`` rows since its last ``started`` or
+  ``resumed`` event, the first :data:`WARMUP_ROWS` of them left out (compile, the allocator, the data
+  loader's first fill), once :data:`MIN_ROWS` rows are left. The median, so one slow row (a checkpoint
+  write, a validation) does not decide.
+- Slow: measured / planned under the threshold (``--slow-below``, default 0.7). A run whose plan has no
+  tokens/s (your own code, a CPU run) is never called slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+WARMUP_ROWS = 3  # train rows left out after each start: compile and warm-up
+MIN_ROWS = 5  # rows after warm-up before anything is said
+TAIL_BYTES = 256 << 10  # the end of metrics.jsonl the watchdog reads each poll
+FILE = "slow.json"
+
+
+def _tps(row: dict[str, Any]) -> float | None:
+    v = row.get("tok_per_s")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0 else None
+
+
+def measured_tps(rows: Iterable[dict[str, Any]], *, warmup: int = WARMUP_ROWS, need: int = MIN_ROWS) -> float | None:
+    """The median tokens/s of the train rows since the last start, after warm-up; None while too few."""
+    speeds: list[float] = []
+    for row in rows:
+        if row.get("kind") == "event" and row.get("event") in ("started", "resumed"):
+            speeds = []
+        elif row.get("kind") == "train" and (v := _tps(row)) is not None:
+            speeds.append(v)
+    speeds = sorted(speeds[warmup:])
+    if len(speeds) < need:
+        return None
+    mid = len(speeds) // 2
+    return speeds[mid] if len(speeds) % 2 else (speeds[mid - 1] + speeds[mid]) / 2
+
+
+def kilo(v: float) -> str:
+    return f"{v / 1e6:.1f}M" if v >= 1e6 else f"{v / 1e3:.1f}k" if v >= 1e3 else f"{v:.0f}"
+
+
+def words(measured: float, planned: float) -> str:
+    """``slow: 41 % of plan (12.3k tok/s measured, 30.0k planned)``."""
+    return f"slow: {100 * measured / planned:.0f} % of plan ({kilo(measured)} tok/s measured, {kilo(planned)} planned)"
+
+
+def slow_words(rows: Iterable[dict[str, Any]], planned: float | None, below: float | None) -> str | None:
+    """The words for a slow run (None: not slow, not known yet, or nothing planned to compare with)."""
+    if not planned or not below or planned <= 0:
+        return None
+    got = measured_tps(rows)
+    return words(got, planned) if got is not None and got < below * planned else None
+
+
+def tail_rows(path: Path, limit: int = TAIL_BYTES) -> list[dict[str, Any]]:
+    """The JSON rows of the last ``limit`` bytes of a metrics file (a partial first line dropped)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            data = fh.read(limit)
+    except OSError:
+        return []
+    lines = data.splitlines()
+    if size > limit and lines:
+        lines = lines[1:]
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+class SlowWatch:
+    """The watchdog's slow check: once slow is confirmed, ``slow.json`` is written and logged once;
+    with ``replace`` the check's verdict ends the run (checkpoint, then the pod's end action) so that a
+    watcher continues it on another machine."""
+
+    def __init__(self, run_dir: Path, planned: float, below: float, replace: bool, log: Callable[[str], None]) -> None:
+        self.run_dir, self.planned, self.below, self.replace, self.log = run_dir, planned, below, replace, log
+        self.said = (run_dir / FILE).exists()  # a restarted watchdog does not say it again
+        log(f"slow check: under {below:.0%} of the planned {kilo(planned)} tok/s"
+            + (" ends this machine for another (--replace-slow)" if replace else " is reported"))
+
+    def check(self) -> str | None:
+        got = measured_tps(tail_rows(self.run_dir / "metrics.jsonl"))
+        if got is None or got >= self.below * self.planned:
+            return None
+        text = words(got, self.planned)
+        if not self.said:
+            self.said = True
+            self.log(text)
+            tmp = self.run_dir / (FILE + ".tmp")
+            tmp.write_text(json.dumps({"measured_tokens_per_s": got, "planned_tokens_per_s": self.planned,
+                                       "below": self.below, "words": text, "replace": self.replace,
+                                       "time": time.time()}))
+            tmp.replace(self.run_dir / FILE)
+        return text if self.replace else None
