@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         if hit:
             verdict = hit
             say_stop(run_dir, f"by watchdog: {hit}")
+            write_state(run_dir, state="ending", pgid=args.pgid, verdict=hit)  # status reads it from now on
             stop_group(run_dir, args.pgid, args.grace_s, ident)
             break
         if max_hours is not None and now - started >= max_hours * 3600:

@@ -25,6 +25,8 @@ from gpucli.errors import UsageError
 # What a remaining limit never drops below: run.yaml refuses zero and negative limits, and a limit
 # that is used up still has to reach the trainer so that it stops at once.
 _SPENT = 1e-6
+#: The limits whose 0 means off (the rest are positive or absent).
+ZERO_OFF = ("idle_stop_minutes", "slow_below")
 
 
 @dataclass(frozen=True)
