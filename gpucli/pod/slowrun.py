@@ -9,6 +9,10 @@ to say it from the metrics rows they read.
   write, a validation) does not decide.
 - Slow: measured / planned under the threshold (``--slow-below``, default 0.7). A run whose plan has no
   tokens/s (your own code, a CPU run) is never called slow.
+- ``--replace-slow``: the watchdog signals the trainer (its checkpoint), then waits up to
+  ``--replace-wait-s`` (default 10 min) with the pod up: a ``gpucli watch`` on your machine sees the verdict,
+  copies the newest checkpoint home and ends this pod as it rents the next one. Nobody came (no watcher):
+  the pod's end action (stop) runs, and ``gpucli down`` + ``gpucli resume`` continue the run later.
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ def _tps(row: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0 else None
 
 
-def measured_tps(rows: Iterable[dict[str, Any]], *, warmup: int = WARMUP_ROWS, need: int = MIN_ROWS) -> float | None:
-    """The median tokens/s of the train rows since the last start, after warm-up; None while too few."""
+def measured_tps(rows: Iterable[dict[str, Any]], *, warmup: int = WARMUP_ROWS, need: int = MIN_ROWS,
+                 since: float | None = None) -> float | None:
+    """The median tokens/s of the train rows since the last start, after warm-up; None while too few.
+    ``since``: rows written before it (epoch s; a resumed run's restored rows, another machine's) are
+    left out."""
     speeds: list[float] = []
     for row in rows:
+        if since is not None and not (isinstance(row.get("time"), (int, float)) and row["time"] >= since):
+            continue
         if row.get("kind") == "event" and row.get("event") in ("started", "resumed"):
             speeds = []
         elif row.get("kind") == "train" and (v := _tps(row)) is not None:
@@ -94,11 +103,12 @@ class SlowWatch:
     def __init__(self, run_dir: Path, planned: float, below: float, replace: bool, log: Callable[[str], None]) -> None:
         self.run_dir, self.planned, self.below, self.replace, self.log = run_dir, planned, below, replace, log
         self.said = (run_dir / FILE).exists()  # a restarted watchdog does not say it again
+        self.since = time.time()  # this machine's rows only: a resumed run's metrics begin with the last one's
         log(f"slow check: under {below:.0%} of the planned {kilo(planned)} tok/s"
             + (" ends this machine for another (--replace-slow)" if replace else " is reported"))
 
     def check(self) -> str | None:
-        got = measured_tps(tail_rows(self.run_dir / "metrics.jsonl"))
+        got = measured_tps(tail_rows(self.run_dir / "metrics.jsonl"), since=self.since)
         if got is None or got >= self.below * self.planned:
             return None
         text = words(got, self.planned)
@@ -111,3 +121,15 @@ class SlowWatch:
                                        "time": time.time()}))
             tmp.replace(self.run_dir / FILE)
         return text if self.replace else None
+
+
+def wait_for_watcher(run_dir: Path, wait_s: float, log: Callable[[str], None]) -> None:
+    """A slow run to be replaced: keep the pod up for ``wait_s`` so that a watcher can copy its checkpoint
+    and end it (this process ends with the pod then); the caller's end action follows otherwise."""
+    if wait_s <= 0:
+        return
+    log(f"slow: waiting up to {wait_s:g} s for `gpucli watch` to take the checkpoint and replace this machine")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(min(5.0, max(0.05, deadline - time.monotonic())))
+    log("slow: no watcher replaced this machine; ending it (`gpucli resume` continues the run)")

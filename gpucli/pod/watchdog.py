@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--planned-tokens-per-s", type=float, help="the plan's speed, for the slow check (slowrun.py)")
     ap.add_argument("--slow-below", type=float, help="slow: measured under this share of the plan")
     ap.add_argument("--replace-slow", action="store_true", help="a slow run: checkpoint, then end this machine")
+    ap.add_argument("--replace-wait-s", type=float, default=600.0, help="then wait this long for a watcher to replace it")
     args = ap.parse_args(argv)
     if args.pgid is None and args.pgid_file is None:
         ap.error("--pgid or --pgid-file is required")
@@ -497,6 +498,8 @@ def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | 
     if peers is not None:
         peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
     wait_for_store(run_dir)
+    if verdict.startswith("slow: ") and args.provider in ("runpod", "vast"):  # a watcher's time to take over
+        _load("slowrun").wait_for_watcher(run_dir, args.replace_wait_s, lambda m: log(run_dir, m))
     keep = args.on_end == "keep"  # a run on a box: the machine is not this run's to end, even when abandoned
     ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") and not keep \
         else False

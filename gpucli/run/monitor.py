@@ -156,7 +156,11 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any]], *, alive: bool 
     train = [r for r in rows if r.get("kind") == "train"]
     vals = [r for r in rows if r.get("kind") == "val"]
     events = [r for r in rows if r.get("kind") == "event"]
-    finished = next((e for e in reversed(events) if e.get("event") == "finished"), None)
+    ends = [i for i, e in enumerate(events) if e.get("event") == "finished"]
+    starts = [i for i, e in enumerate(events) if e.get("event") in ("started", "resumed")]
+    finished = events[ends[-1]] if ends else None
+    if finished is not None and ((starts and starts[-1] > ends[-1]) or (finished.get("reason") == "signal" and alive)):
+        finished = None  # an earlier machine's end before a resume, or a signalled trainer still saving and exiting
     last = train[-1] if train else None
     step = last.get("step") if last else None
     max_steps = record.limits.max_steps
@@ -265,11 +269,18 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
         except (GpucliError, OSError, ValueError, AttributeError):
             phase = None
     st = summarize(record, rows, alive=alive, log_tail=tail, phase=phase)
-    if st.finished_reason == "signal" or (alive is False and st.finished_reason is None):
+    if alive is False and st.finished_reason in (None, "signal"):
         ended = watchdog_end(host, record)  # idle GPUs, a slow run replaced: the watchdog's words, not "signal"
         if ended is not None:
             st = dataclasses.replace(st, state="stopped", finished_reason=ended)
     return st
+
+
+def replaces_slow(record: RunRecord, st: RunStatus) -> bool:
+    """The run's pod ended its slow run for another (``--replace-slow``): a watcher continues it on a new
+    pod (:func:`gpucli.run.lifecycle.watch`); the run is not over."""
+    return bool(record.limits.replace_slow and record.instance_id and st.state == "stopped"
+                and (st.finished_reason or "").startswith("slow: "))
 
 
 def watchdog_end(host: Host, record: RunRecord) -> str | None:

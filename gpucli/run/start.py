@@ -81,14 +81,17 @@ def step_of(checkpoint: Path) -> int:
 
 
 def metrics_until(data: bytes, step: int) -> bytes:
-    """The metrics rows up to a checkpoint's step: the steps after it are trained again on the new
-    pod, so dropping them makes the curve join up instead of repeating a stretch."""
+    """The metrics rows up to a checkpoint's step, without the old pod's ``finished`` event: the steps
+    after it are trained again on the new pod, so dropping them makes the curve join up instead of
+    repeating a stretch."""
     keep = []
     for line in data.splitlines(keepends=True):
         try:
             row = json.loads(line)
         except (ValueError, RecursionError):
             continue
+        if isinstance(row, dict) and row.get("event") == "finished":
+            continue  # the old pod's end (its signal at the checkpoint's step) is not the run's: it goes on
         if not isinstance(row, dict) or not isinstance(row.get("step"), int) or row["step"] <= step:
             keep.append(line if line.endswith(b"\n") else line + b"\n")
     return b"".join(keep)

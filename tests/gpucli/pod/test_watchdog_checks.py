@@ -27,14 +27,14 @@ def fake_smi(folder: Path, utils: list[int]) -> dict[str, str]:
 def trainer(run_dir: Path, tok_per_s: float | None = None) -> subprocess.Popen:
     """A stand-in job in its own session writing a train row every 0.1 s (so it never stalls); on SIGTERM
     it writes its checkpoint marker and exits, as the trainer writes its emergency checkpoint."""
-    row = json.dumps({"kind": "train", "step": 1, "tok_per_s": tok_per_s or 1000.0})
+    row = {"kind": "train", "step": 1, "tok_per_s": tok_per_s or 1000.0}
     script = (
-        "import signal, sys, time, pathlib\n"
+        "import json, signal, sys, time, pathlib\n"
         f"d = pathlib.Path({str(run_dir)!r})\n"
         "def bye(*_):\n    (d / 'ckpt').write_text('saved'); sys.exit(143)\n"
         "signal.signal(signal.SIGTERM, bye)\n"
         "while True:\n"
-        f"    with open(d / 'metrics.jsonl', 'a') as fh: fh.write({row!r} + '\\n')\n"
+        f"    with open(d / 'metrics.jsonl', 'a') as fh: fh.write(json.dumps(dict({row!r}, time=time.time())) + '\\n')\n"
         "    time.sleep(0.1)\n")
     return subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
 
