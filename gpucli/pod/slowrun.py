@@ -9,6 +9,9 @@ to say it from the metrics rows they read.
   write, a validation) does not decide.
 - Slow: measured / planned under the threshold (``--slow-below``, default 0.7). A run whose plan has no
   tokens/s (your own code, a CPU run) is never called slow.
+- Said once: ``watchdog.log``, ``slow.json`` and one alert through the bundled trainer's own senders
+  (``code/trainer/watch/notify.py`` and ``webhook.py``: Telegram, the webhook), with the Telegram token and
+  chat or the webhook URL from the run's 0600 ``env`` file, as the trainer reads them.
 - ``--replace-slow``: the watchdog signals the trainer (its checkpoint), then waits up to
   ``--replace-wait-s`` (default 10 min) with the pod up: a ``gpucli watch`` on your machine sees the verdict,
   copies the newest checkpoint home and ends this pod as it rents the next one. Nobody came (no watcher):
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -120,6 +125,8 @@ class SlowWatch:
                                        "below": self.below, "words": text, "replace": self.replace,
                                        "time": time.time()}))
             tmp.replace(self.run_dir / FILE)
+            alert(self.run_dir, text + (": ending this machine for another (--replace-slow)" if self.replace else ""),
+                  self.log)
         return text if self.replace else None
 
 
@@ -133,3 +140,53 @@ def wait_for_watcher(run_dir: Path, wait_s: float, log: Callable[[str], None]) -
     while time.monotonic() < deadline:
         time.sleep(min(5.0, max(0.05, deadline - time.monotonic())))
     log("slow: no watcher replaced this machine; ending it (`gpucli resume` continues the run)")
+
+
+def read_env(path: Path) -> dict[str, str]:
+    """The run's env file (``KEY='value'`` lines, shell-quoted), as a dict; {} when unreadable."""
+    env = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key.isidentifier():
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                continue
+            env[key] = words[0] if words else ""
+    return env
+
+
+def alert(run_dir: Path, text: str, log: Callable[[str], None]) -> None:
+    """One message through the bundled trainer's senders (its code folder in the run folder), to the
+    Telegram chat and the webhook the run was given; nothing when it has neither. Waits at most ~10 s."""
+    env = read_env(run_dir / "env")
+    telegram = env.get("TELEGRAM_BOT_TOKEN") and env.get("TELEGRAM_CHAT_ID")
+    hook = (env.get("GPUCLI_WEBHOOK_URL") or "").strip()
+    code = run_dir / "code"
+    if not (telegram or hook) or not (code / "trainer" / "watch" / "notify.py").is_file():
+        return
+    sys.path.insert(0, str(code))
+    try:
+        from trainer.watch.notify import Notifier  # standard library only (its docstring)
+        from trainer.watch.webhook import WebhookNotifier
+    except Exception as exc:  # noqa: BLE001 - an alert is a courtesy: the check goes on without it
+        log(f"slow: no alert ({type(exc).__name__})")
+        return
+    finally:
+        sys.path.remove(str(code))
+    senders: list[Any] = []
+    if telegram:
+        senders.append(Notifier(env["TELEGRAM_BOT_TOKEN"], env["TELEGRAM_CHAT_ID"],
+                                api_base=env.get("TELEGRAM_API_BASE") or None))
+    if hook:
+        senders.append(WebhookNotifier(hook))
+    name = run_dir.name
+    for sender in senders:
+        sender.send(f"*{name}*: {text}")
+    for sender in senders:
+        sender.close(wait_s=10.0)
+    log("slow: alert sent")

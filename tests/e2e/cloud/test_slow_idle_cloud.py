@@ -13,7 +13,14 @@ import pytest
 from gpucli.plan.catalog import load_catalog
 from gpucli.run import lifecycle
 from gpucli.run import records as runs
-from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, cli, emulator_for, launch, rows_of, wait_for
+from tests.e2e.cloud.test_cloud_launch import (
+    assert_nothing_running,
+    cli,
+    emulator_for,
+    launch,
+    rows_of,
+    wait_for,
+)
 
 
 def replaced_at(texts: list[str]) -> int:

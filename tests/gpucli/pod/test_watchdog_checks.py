@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,23 @@ def test_measured_speed_skips_warmup_and_each_restart():
     assert slowrun.slow_words(rows, None, 0.7) is None  # no plan: nothing said
     assert slowrun.slow_words(rows, 6.0, 0.7) is None and slowrun.slow_words(rows, 10.0, 0.7).startswith("slow: 50 %")
 
+
+
+def test_slow_run_alerts_once_through_the_trainers_sender(tmp_path, telegram_emulator):
+    """The alert goes out through the bundled trainer's Telegram sender in the run's code folder, with the
+    token and chat from the run's env file (as the launch writes it: shell-quoted, 0600)."""
+    run_dir = tmp_path / "gpucli-runs" / "slow-alert"
+    (run_dir / "code").mkdir(parents=True)
+    (run_dir / "code" / "trainer").symlink_to(Path(__file__).resolve().parents[3] / "trainer")
+    env = {"TELEGRAM_BOT_TOKEN": telegram_emulator.token, "TELEGRAM_CHAT_ID": telegram_emulator.chat_id,
+           "TELEGRAM_API_BASE": telegram_emulator.url}
+    (run_dir / "env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TELEGRAM_")}  # only the env file counts
+    p = trainer(run_dir, tok_per_s=12300.0)
+    state = watchdog(run_dir, p.pid, "--planned-tokens-per-s", "30000", "--slow-below", "0.7", "--max-hours", "0.0015",
+                     env=clean)
+    p.wait(timeout=10)
+    assert state["verdict"].startswith("limit reached")
+    texts = telegram_emulator.texts()
+    assert texts == ["*slow-alert*: slow: 41 % of plan (12.3k tok/s measured, 30.0k planned)"], texts
+    assert telegram_emulator.token not in (run_dir / "watchdog.log").read_text()
