@@ -7,6 +7,7 @@ far under its plan, so the slow check has something true to say."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -75,9 +76,41 @@ def test_slow_is_said_without_replacing(runpod_emulator, capsys, tmp_path, monke
     slow = wait_for(said, 120, "status saying slow")
     assert slow.startswith("slow: ") and "tok/s measured" in slow and "planned)" in slow
     record = runs.load("slow-said")
-    log = (tmp_path / "pod" / "slow-said" / "watchdog.log").read_text()
-    assert "% of plan (" in log and json.loads((tmp_path / "pod" / "slow-said" / "slow.json").read_text())["replace"] is False
+    log = wait_for(lambda: "% of plan (" in (tmp_path / "pod" / "slow-said" / "watchdog.log").read_text(), 60,
+                   "the watchdog's line")
+    assert log and json.loads((tmp_path / "pod" / "slow-said" / "slow.json").read_text())["replace"] is False
     assert record.status == "running"
     code, _, err = cli(capsys, "down", "slow-said")
     assert code == 0, err
     assert_nothing_running(runpod_emulator)
+
+
+@pytest.mark.parametrize("provider", ["runpod", "vast"])
+def test_idle_gpus_end_an_emulator_pod_with_a_checkpoint(provider, request, capsys, tmp_path, monkeypatch):
+    """Every GPU at 0 % (a fake nvidia-smi first on the pod's PATH): the watchdog signals the trainer (its
+    checkpoint), then stops the pod with the pod's own key, with the laptop doing nothing."""
+    emu = emulator_for(request, provider)
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text("#!/bin/sh\nprintf '0, 0\\n'\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("GPUCLI_EMU_POD_PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
+    name = f"idle-{provider}"
+    code, _, err = launch(capsys, tmp_path, provider, name, "--idle-stop", "5s", "--slow-below", "0")
+    assert code == 0, err
+    record = runs.load(name)
+    wait_for(lambda: emu.ledger.ended(record.instance_id) or None, 180, "the watchdog to end the pod")
+    (event,) = emu.ledger.ended(record.instance_id)
+    assert event.event == "stopped" and event.by == "pod-key"
+    run_dir = tmp_path / "pod" / name
+    verdict = json.loads((run_dir / "watchdog.json").read_text())
+    # (the emulator's stop takes the pod's processes, the watchdog too, before it writes "done")
+    assert verdict["verdict"].startswith("idle: GPUs at 0 % for "), verdict
+    finished = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"finished"' in x]
+    assert finished and finished[-1]["reason"] == "signal"
+    assert (run_dir / "checkpoints" / f"step_{finished[-1]['step']:06d}").is_dir()
+    assert not (run_dir / "slow.json").exists()  # --slow-below 0: no slow check
+    code, _, err = cli(capsys, "down", name)
+    assert code == 0, err
+    assert_nothing_running(emu)

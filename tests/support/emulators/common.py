@@ -168,7 +168,9 @@ class EmuPod:
             self.environ_path.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environment.items()))
             os.chmod(self.environ_path, 0o600)
             self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env={
-                "GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker})
+                "GPUCLI_POD_ENVIRON": str(self.environ_path), "GPUCLI_EMU_POD": self.marker,
+                # a test's PATH for the pod's sessions (a fake nvidia-smi first, as a GPU pod has the real one)
+                **({"PATH": os.environ["GPUCLI_EMU_POD_PATH"]} if os.environ.get("GPUCLI_EMU_POD_PATH") else {})})
         return self.sshd
 
     def add_key(self, key: str) -> None:
