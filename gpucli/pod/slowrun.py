@@ -20,6 +20,7 @@ to say it from the metrics rows they read.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -160,6 +161,34 @@ def read_env(path: Path) -> dict[str, str]:
     return env
 
 
+def _load(path: Path, name: str) -> Any:
+    """A standard-library-only file of the bundled trainer, by path (this file cannot import the trainer)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path.name} not found")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_webhook(code: Path, notify: Any) -> Any:
+    """The trainer's webhook sender; its two trainer imports answered by the files loaded here, while it loads
+    (as gpucli/pod/jobalerts.py does for your own code's job)."""
+    hooks = _load(code / "trainer" / "spec" / "webhooks.py", "gpucli_slow_webhooks")
+    names = ("trainer.watch.notify", "trainer.spec.webhooks")
+    saved = {n: sys.modules.get(n) for n in names}
+    sys.modules.update({names[0]: notify, names[1]: hooks})
+    try:
+        return _load(code / "trainer" / "watch" / "webhook.py", "gpucli_slow_webhook")
+    finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
 def alert(run_dir: Path, text: str, log: Callable[[str], None]) -> None:
     """One message through the bundled trainer's senders (its code folder in the run folder), to the
     Telegram chat and the webhook the run was given; nothing when it has neither. Waits at most ~10 s."""
@@ -169,21 +198,18 @@ def alert(run_dir: Path, text: str, log: Callable[[str], None]) -> None:
     code = run_dir / "code"
     if not (telegram or hook) or not (code / "trainer" / "watch" / "notify.py").is_file():
         return
-    sys.path.insert(0, str(code))
     try:
-        from trainer.watch.notify import Notifier  # standard library only (its docstring)
-        from trainer.watch.webhook import WebhookNotifier
+        notify = _load(code / "trainer" / "watch" / "notify.py", "gpucli_slow_notify")
+        webhook = _load_webhook(code, notify) if hook else None
     except Exception as exc:  # noqa: BLE001 - an alert is a courtesy: the check goes on without it
         log(f"slow: no alert ({type(exc).__name__})")
         return
-    finally:
-        sys.path.remove(str(code))
     senders: list[Any] = []
     if telegram:
-        senders.append(Notifier(env["TELEGRAM_BOT_TOKEN"], env["TELEGRAM_CHAT_ID"],
-                                api_base=env.get("TELEGRAM_API_BASE") or None))
-    if hook:
-        senders.append(WebhookNotifier(hook))
+        senders.append(notify.Notifier(env["TELEGRAM_BOT_TOKEN"], env["TELEGRAM_CHAT_ID"],
+                                       api_base=env.get("TELEGRAM_API_BASE") or None))
+    if webhook is not None:
+        senders.append(webhook.WebhookNotifier(hook))
     name = run_dir.name
     for sender in senders:
         sender.send(f"*{name}*: {text}")
