@@ -132,6 +132,8 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
                      f"{hours(record.planned.hours)}"
                      + (f", {money(record.planned.cost_usd)}" if record.planned.cost_usd is not None else "")
                      + (f"; measured {si(st.tok_per_s)} tok/s" if st.tok_per_s else "")))
+    if st.slow:
+        rows.append(("slow", f"[yellow]{escape(st.slow)}[/]"))
     if record.preflight is not None:  # the machine as checked before the run was detached
         rows.append(("preflight", escape(record.preflight.line)))
     for k, v in rows:
@@ -351,7 +353,8 @@ def tail_live(record: RunRecord, stream: Iterator[TailUpdate], *, json_: bool) -
         extra = (f"\n{g}" if g else "") + (f"\n{warning}" if warning else "")
         if activity:
             return Text(f"{record.name}: {activity}{extra}")
-        return Text(_loss_line(record, rows, summarize(record, rows, alive=True)) + extra)
+        st = summarize(record, rows, alive=True)
+        return Text(_loss_line(record, rows, st) + (f"\n{st.slow}" if st.slow else "") + extra)
 
     with Live(footer(), console=o, refresh_per_second=2, transient=True) as live:
         for update in stream:

@@ -42,16 +42,19 @@ from pathlib import Path
 from typing import Any
 
 
-def _load_procid():  # noqa: ANN202 - a module
-    """procid.py from next to this file (on the pod as here): by path, so this file stays one that
+def _load(name: str):  # noqa: ANN202 - a module
+    """``name``.py from next to this file (on the pod as here): by path, so this file stays one that
     runs as a plain script with nothing but the standard library."""
-    spec = importlib.util.spec_from_file_location("gpucli_procid", Path(__file__).with_name("procid.py"))
+    spec = importlib.util.spec_from_file_location(f"gpucli_{name}", Path(__file__).with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
-procid = _load_procid()
+procid = _load("procid")
+_words = _load("endwords")  # how a run's end is said (endwords.py)
+cap_words, elapsed_words, say_stop, finished_reason = (_words.cap_words, _words.elapsed_words, _words.say_stop,
+                                                       _words.finished_reason)
 
 
 def log(run_dir: Path, message: str) -> None:
@@ -289,37 +292,6 @@ def last_progress(run_dir: Path, started: float) -> float:
     return latest
 
 
-def cap_words(max_hours: float | None, budget_usd: float | None, price: float | None) -> str:
-    """The cap that ends the run first, as it was given: ``max_hours 0.01 h`` or ``budget $5 at $2/h``
-    ("no cap" when there is none: never an error, this runs before the watch loop)."""
-    budget_h = budget_usd / price if budget_usd is not None and price else None
-    if budget_h is not None and (max_hours is None or budget_h < max_hours):
-        return f"budget ${budget_usd:g} at ${price:g}/h"
-    return f"max_hours {max_hours:g} h" if max_hours is not None else "no cap"
-
-
-def elapsed_words(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def say_stop(run_dir: Path, reason: str) -> None:
-    """Who stops the job and why, for its runner's end story (``jobrun.py`` reads it on SIGTERM)."""
-    try:
-        (run_dir / "stop_reason").write_text(reason + "\n")
-    except OSError:
-        pass
-
-
-def finished_reason(run_dir: Path) -> str | None:
-    try:
-        status = json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return status.get("reason") if status.get("state") == "finished" else None
-
-
 #: Past the cap before the trainer started, how long the launch may be quiet before the pod is ended.
 CAP_QUIET_S = 60.0
 
@@ -392,6 +364,15 @@ def start_peers(args: argparse.Namespace, run_dir: Path):  # noqa: ANN201 - peer
                             log=lambda m: log(run_dir, m))
 
 
+def start_checks(args: argparse.Namespace, run_dir: Path) -> list[Any]:
+    """The idle-GPU stop and the slow-run check asked for (gpuidle.py, slowrun.py beside this file)."""
+    say = lambda m: log(run_dir, m)  # noqa: E731
+    idle = [_load("gpuidle").IdleWatch(run_dir, args.idle_stop_minutes * 60, say, startup_s=args.startup_minutes * 60)
+            ] if args.idle_stop_minutes else []
+    return idle + ([_load("slowrun").SlowWatch(run_dir, args.planned_tokens_per_s, args.slow_below, args.replace_slow, say)]
+                   if args.planned_tokens_per_s and args.slow_below else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", required=True, type=Path)
@@ -417,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-addr", help="HOST:PORT where rank 0's watchdog listens for the other nodes'")
     ap.add_argument("--peer-timeout-s", type=float, default=300.0, help="a node silent this long is lost")
     ap.add_argument("--peer-token-file", type=Path, help="the run's shared secret for peers.py (0600)")
+    ap.add_argument("--idle-stop-minutes", type=float, help="end the run when every GPU idles this long (0: off)")
+    ap.add_argument("--planned-tokens-per-s", type=float, help="the plan's speed, for the slow check (slowrun.py)")
+    ap.add_argument("--slow-below", type=float, help="slow: measured under this share of the plan")
+    ap.add_argument("--replace-slow", action="store_true", help="a slow run: checkpoint, then end this machine")
+    ap.add_argument("--replace-wait-s", type=float, default=600.0, help="then wait this long for a watcher to replace it")
     args = ap.parse_args(argv)
     if args.pgid is None and args.pgid_file is None:
         ap.error("--pgid or --pgid-file is required")
@@ -442,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     write_state(run_dir, state="watching", pgid=args.pgid)
     cap = cap_words(args.max_hours, args.budget_usd, args.price_per_hour_usd)
     peers = start_peers(args, run_dir)
+    checks = start_checks(args, run_dir)
     peer_since: float | None = None
     verdict = None
     while verdict is None:
@@ -474,6 +461,13 @@ def main(argv: list[str] | None = None) -> int:
             say_stop(run_dir, f"by watchdog: no metrics for {(now - progress) / 60:.1f} min")
             stop_group(run_dir, args.pgid, args.grace_s, ident)
             break
+        hit = next((v for v in (c.check() for c in checks) if v), None)  # idle GPUs, a slow run replaced
+        if hit:
+            verdict = hit
+            say_stop(run_dir, f"by watchdog: {hit}")
+            write_state(run_dir, state="ending", pgid=args.pgid, verdict=hit)  # status reads it from now on
+            stop_group(run_dir, args.pgid, args.grace_s, ident)
+            break
         if max_hours is not None and now - started >= max_hours * 3600:
             verdict = f"limit reached ({(now - started) / 3600:.3f} h)"
             say_stop(run_dir, f"by cap: {cap} at {elapsed_words(now - started)}")
@@ -504,6 +498,8 @@ def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | 
     if peers is not None:
         peers.finish(verdict, wait_s=args.grace_s + 3 * args.poll_s)
     wait_for_store(run_dir)
+    if verdict.startswith("slow: ") and args.provider in ("runpod", "vast"):  # a watcher's time to take over
+        _load("slowrun").wait_for_watcher(run_dir, args.replace_wait_s, lambda m: log(run_dir, m))
     keep = args.on_end == "keep"  # a run on a box: the machine is not this run's to end, even when abandoned
     ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") and not keep \
         else False

@@ -307,7 +307,10 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         price = p.usd_per_gpu_hour * n_gpus * req.nodes if p else None  # every node bills
     if limits.budget_usd is not None and not price:
         raise UsageError("--budget needs a price per hour", hint="pass --price USD_PER_HOUR for this machine")
-    limits = limits.with_(price_per_hour_usd=price, stall_minutes=limits.stall_minutes or DEFAULTS.stall_minutes)
+    limits = limits.with_(price_per_hour_usd=price, stall_minutes=limits.stall_minutes or DEFAULTS.stall_minutes,
+                          idle_stop_minutes=DEFAULTS.idle_stop_minutes if limits.idle_stop_minutes is None
+                          else limits.idle_stop_minutes,
+                          slow_below=DEFAULTS.slow_below if limits.slow_below is None else limits.slow_below)
     source = parse_data(req.data) if req.data else None
     if req.workdir:
         workdir = req.workdir.rstrip("/")

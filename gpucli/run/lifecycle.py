@@ -24,7 +24,7 @@ from gpucli.run.harvest import mirror_root
 from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, folder_bytes, resolve
 from gpucli.run.money import balance_guard
-from gpucli.run.monitor import best_val, status_of, trainer_alive
+from gpucli.run.monitor import best_val, replaces_slow, status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
 from gpucli.run.notice import EventFn, Notice, NoticeFn, StepFn
@@ -437,6 +437,10 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
                 if mirror:
                     job_of(record).mirror(host, record, on_event=info)
                 st = status_of(host, record)
+            if replaces_slow(record, st) and (resumes := resumes + 1) <= max_resumes:  # its pod waits for this
+                on_notice(Notice("warn", f"{name}: {st.finished_reason}; on a new machine ({resumes}/{max_resumes})"))
+                resume(name, catalog, on_notice=on_notice)  # its checkpoint home, the slow pod ended, the next
+                continue
             if (st.state in ("finished", "failed") or (st.state == "stopped" and st.finished_reason)) \
                     and (st.finished_reason or cluster_of(record)):
                 # "failed": the user's own command exited non-zero; a new pod would fail the same way

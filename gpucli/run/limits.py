@@ -6,6 +6,9 @@
     --budget          budget_usd             limits.budget_usd     --budget-usd
     --price           price_per_hour_usd     limits.price_per_hour_usd  --price-per-hour-usd
     --stall-minutes   stall_minutes          -                     --stall-minutes
+    --idle-stop       idle_stop_minutes      -                     --idle-stop-minutes (0: off)
+    --slow-below      slow_below             -                     --slow-below (0: off)
+    --replace-slow    replace_slow           -                     --replace-slow
 
 The price is that of the whole machine (all its GPUs), in dollars per hour.
 """
@@ -22,6 +25,8 @@ from gpucli.errors import UsageError
 # What a remaining limit never drops below: run.yaml refuses zero and negative limits, and a limit
 # that is used up still has to reach the trainer so that it stops at once.
 _SPENT = 1e-6
+#: The limits whose 0 means off (the rest are positive or absent).
+ZERO_OFF = ("idle_stop_minutes", "slow_below")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,9 @@ class Limits:
     budget_usd: float | None = None
     price_per_hour_usd: float | None = None  # the whole machine
     stall_minutes: float | None = None  # the watchdog ends a run with no new metrics row for this long
+    idle_stop_minutes: float | None = None  # ... or whose GPUs all idle this long (gpucli/pod/gpuidle.py; 0: off)
+    slow_below: float | None = None  # slow: measured tokens/s under this share of the plan's (0: off)
+    replace_slow: bool = False  # a slow run is checkpointed and its machine ended, for a watcher to replace
 
     def checked(self) -> Limits:
         """These limits, or a UsageError naming the flag of the first one that is not a positive
@@ -40,6 +48,11 @@ class Limits:
                             ("--stall-minutes", self.stall_minutes)):
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise UsageError(f"{flag} must be a positive number, got {value}")
+        idle, slow = self.idle_stop_minutes, self.slow_below
+        if idle is not None and not (isinstance(idle, (int, float)) and math.isfinite(idle) and idle >= 0):
+            raise UsageError(f"--idle-stop must be a time such as 30m or 0 (off), got {idle}")
+        if slow is not None and not (isinstance(slow, (int, float)) and 0 <= slow < 1):
+            raise UsageError(f"--slow-below must be a share of the plan's speed from 0 (off) to under 1, got {slow}")
         return self
 
     def with_(self, **changes: Any) -> Limits:
@@ -69,6 +82,10 @@ class Limits:
             args += ["--max-hours", f"{self.max_hours:g}"]
         if self.budget_usd is not None and self.price_per_hour_usd:
             args += ["--budget-usd", f"{self.budget_usd:g}", "--price-per-hour-usd", f"{self.price_per_hour_usd:g}"]
+        if self.idle_stop_minutes:
+            args += ["--idle-stop-minutes", f"{self.idle_stop_minutes:g}"]
+        if self.slow_below:
+            args += ["--slow-below", f"{self.slow_below:g}"] + (["--replace-slow"] if self.replace_slow else [])
         return args
 
     @classmethod
@@ -76,3 +93,21 @@ class Limits:
         """From a run record's ``limits`` (records before price and stall moved here lack them)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+def parse_idle_stop(text: str | None) -> float | None:
+    """``--idle-stop``: ``30m``, ``1h``, ``900s``, a bare number of minutes, or ``0``/``off`` (0: no idle
+    stop); None when not given (the default then applies)."""
+    if text is None:
+        return None
+    s = str(text).strip().lower()
+    if s in ("off", "no", "none", "0"):
+        return 0.0
+    factor = {"s": 1 / 60, "m": 1.0, "h": 60.0}.get(s[-1:], None)
+    try:
+        value = float(s[:-1] if factor else s) * (factor or 1.0)
+    except ValueError:
+        raise UsageError(f"--idle-stop must be a time such as 30m, 1h or off, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"--idle-stop must be a time such as 30m, 1h or off, got {text!r}")
+    return value

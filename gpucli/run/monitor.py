@@ -7,6 +7,7 @@ checkpoints are :mod:`gpucli.run.checkpoints` and :mod:`gpucli.run.harvest`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import heapq
 import json
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, TransferError
+from gpucli.pod.slowrun import slow_words
 from gpucli.run import procs, untrusted
 from gpucli.run.records import RunRecord, parse_iso
 from trainer.spec.metricsrow import MetricsRow, as_rows
@@ -136,17 +138,21 @@ class RunStatus:
     billed_usd: float | None = None  # what the provider says the pod has billed so far (vast: its charges)
     bandwidth_usd: float | None = None  # of which data moved in and out (vast bills it per byte)
     contract_note: str | None = None  # the rental's end and a price increase asked, not accepted (vast)
+    slow: str | None = None  # "slow: 41 % of plan (...)" (gpucli/pod/slowrun.py); None: not slow or no plan
 
 
 #: The trainer's ``finished`` reasons that are a cap of the run's (``trainer/train.py``, ``stop_reason``);
 #: the own-code runner writes ``stopped by cap: ...`` or ``stopped by you`` (``gpucli/pod/jobrun.py``).
 CAP_REASONS = ("max_hours", "max_cost")
+#: The watchdog's own ends that leave the run stopped (gpucli/pod/gpuidle.py, slowrun.py), read from
+#: ``watchdog.json`` when the trainer's own reason is only the signal it got.
+WATCHDOG_ENDS = ("idle: ", "slow: ")
 
 
 def end_state(reason: str) -> str:
     """``stopped`` for an end a cap or a person made, else ``finished``: a run cut short by its cap did
     not finish its training."""
-    return "stopped" if reason in CAP_REASONS or reason.startswith("stopped ") else "finished"
+    return "stopped" if reason in CAP_REASONS or reason.startswith(WATCHDOG_ENDS + ("stopped ",)) else "finished"
 
 
 def summarize(record: RunRecord, rows: Iterable[dict[str, Any] | MetricsRow], *, alive: bool | None,
@@ -157,7 +163,11 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any] | MetricsRow], *,
     train = [r for r in typed if r.kind == "train"]
     vals = [r for r in typed if r.kind == "val"]
     events = [r for r in typed if r.kind == "event"]
-    finished = next((e for e in reversed(events) if e.event == "finished"), None)
+    ends = [i for i, e in enumerate(events) if e.event == "finished"]
+    starts = [i for i, e in enumerate(events) if e.event in ("started", "resumed")]
+    finished = events[ends[-1]] if ends else None
+    if finished is not None and ((starts and starts[-1] > ends[-1]) or (finished.reason == "signal" and alive)):
+        finished = None  # an earlier machine's end before a resume, or a signalled trainer still saving and exiting
     last = train[-1] if train else None
     step = last.step if last else None
     max_steps = record.limits.max_steps
@@ -212,7 +222,10 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any] | MetricsRow], *,
         elapsed_s=elapsed, cost_usd=cost, usd_per_hour=price, projected_cost_usd=projected, eta_s=eta,
         finished_reason=finished.reason if finished else None, process_alive=alive,
         story=str(finished.get("story")) if finished and isinstance(finished.get("story"), str) else None,
-        last_event=events[-1].event if events else None, log_tail=log_tail)
+        last_event=events[-1].event if events else None, log_tail=log_tail,
+        slow=None if (record.launch or {}).get("own") else slow_words([r.to_json() for r in typed],
+                                                                     record.planned.tokens_per_s,
+                                                                     record.limits.slow_below))
 
 
 def read_head(host: Host, path: str, limit: int = SMALL_FILE_BYTES) -> bytes:
@@ -263,7 +276,28 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
             phase = json.loads(read_head(host, f"{record.workdir}/status.json")).get("phase")
         except (GpucliError, OSError, ValueError, AttributeError):
             phase = None
-    return summarize(record, rows, alive=alive, log_tail=tail, phase=phase)
+    st = summarize(record, rows, alive=alive, log_tail=tail, phase=phase)
+    if alive is False and st.finished_reason in (None, "signal"):
+        ended = watchdog_end(host, record)  # idle GPUs, a slow run replaced: the watchdog's words, not "signal"
+        if ended is not None:
+            st = dataclasses.replace(st, state="stopped", finished_reason=ended)
+    return st
+
+
+def replaces_slow(record: RunRecord, st: RunStatus) -> bool:
+    """The run's pod ended its slow run for another (``--replace-slow``): a watcher continues it on a new
+    pod (:func:`gpucli.run.lifecycle.watch`); the run is not over."""
+    return bool(record.limits.replace_slow and record.instance_id and st.state == "stopped"
+                and (st.finished_reason or "").startswith("slow: "))
+
+
+def watchdog_end(host: Host, record: RunRecord) -> str | None:
+    """The watchdog's verdict when it ended the run for idle GPUs or slowness (``watchdog.json``), else None."""
+    try:
+        verdict = json.loads(read_head(host, f"{record.workdir}/watchdog.json")).get("verdict")
+    except (GpucliError, OSError, ValueError, AttributeError):
+        return None
+    return verdict if isinstance(verdict, str) and verdict.startswith(WATCHDOG_ENDS) else None
 
 
 def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,

@@ -16,7 +16,7 @@ from gpucli.cloud.base import TERMINATE_PENDING, Billed
 from gpucli.errors import GpucliError, TransferError
 from gpucli.run import records as runs
 from gpucli.run.gpuwatch import read_report
-from gpucli.run.monitor import RunStatus, best_val, parse_rows, read_head, status_of
+from gpucli.run.monitor import RunStatus, best_val, parse_rows, read_head, replaces_slow, status_of
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end_record, status_of_own_end
@@ -236,7 +236,8 @@ def _observe(record: RunRecord) -> Observed:
     if restarts:
         st = dataclasses.replace(st, restarts=restarts)
     due = None
-    if record.active and (st.state in ("finished", "failed") or (st.state == "stopped" and st.finished_reason)):
+    if record.active and not replaces_slow(record, st) and (st.state in ("finished", "failed")
+                                                           or (st.state == "stopped" and st.finished_reason)):
         # its cluster, if it has one, is to be ended too: no pod can end it (gpucli/run/clusterend.py)
         due = Due(record, save=record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                             cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss),

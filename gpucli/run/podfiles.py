@@ -98,13 +98,16 @@ class PodTree:
 
 _PROCID = PodFile("procid.py", "pod/procid.py")
 _WATCHDOG = PodFile("watchdog.py", "pod/watchdog.py", 0o755)
+# loaded by the watchdog from beside it: how an end is said, the idle-GPU stop, the slow-run check
+_WATCHDOG_PARTS = (PodFile("endwords.py", "pod/endwords.py"), PodFile("gpuidle.py", "pod/gpuidle.py"),
+                   PodFile("slowrun.py", "pod/slowrun.py"))
 
 WATCHDOG = Bundle("watchdog", "the run's watchdog (caps, stall, the machine's end) and the process identity it "
-                  "loads (gpucli.run.start.start_watchdog, the resume script)", (_WATCHDOG, _PROCID))
+                  "loads (gpucli.run.start.start_watchdog, the resume script)", (_WATCHDOG, _PROCID, *_WATCHDOG_PARTS))
 PEERS = Bundle("peers", "a run over several machines: the watchdog's watch of the other nodes",
                (PodFile("peers.py", "pod/peers.py"),), beside=("watchdog.py",))
 BOX = Bundle("box", "a dev box: its idle watch, which ends the machine through the watchdog's code",
-             (PodFile("idlewatch.py", "pod/idlewatch.py", 0o755), _WATCHDOG, _PROCID))
+             (PodFile("idlewatch.py", "pod/idlewatch.py", 0o755), _WATCHDOG, _PROCID, *_WATCHDOG_PARTS))
 ENVIRONMENT = Bundle("environment", "the bundled trainer's pinned environment, built or reused (setup_pod.sh "
                      "runs envbuild.py with the pin file)",
                      (PodFile("setup_pod.sh", "pod/setup_pod.sh", 0o755), PodFile("envbuild.py", "pod/envbuild.py"),

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpucli.errors import NotFoundError, UnknownNameError, UsageError
 from gpucli.run.health import Preflight
-from gpucli.run.limits import Limits
+from gpucli.run.limits import ZERO_OFF, Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
 
@@ -314,7 +314,10 @@ def _problem(data: Any) -> str | None:
         return "'ssh' is not an SSH endpoint"
     limits = data.get("limits") or {}
     for key, value in limits.items():
-        if value is not None and not (_is_number(value) and value > 0):
+        if key == "replace_slow":  # a flag; idle_stop_minutes and slow_below take 0 (off)
+            if not isinstance(value, bool):
+                return "limits.replace_slow is not true or false"
+        elif value is not None and not (_is_number(value) and (value > 0 or (value == 0 and key in ZERO_OFF))):
             return f"limits.{key} is not a positive number"
     for key, value in (data.get("planned") or {}).items():
         if value is not None and not (_is_number(value) or (key == "source" and isinstance(value, str))):

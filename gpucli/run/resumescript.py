@@ -72,6 +72,8 @@ def write_resume_script(host: Host, resolved: ResolvedLaunch, record: RunRecord)
     args = ["--run-dir", "..", "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
             "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end,
             *resolved.limits.watchdog_args()]
+    if resolved.planned.tokens_per_s and not resolved.own_code:  # the slow check's yardstick, as at launch
+        args += ["--planned-tokens-per-s", f"{resolved.planned.tokens_per_s:.6g}"]
     created = parse_iso(record.created_at)
     if created is not None:
         args += ["--started-at", f"{created.timestamp():.0f}"]

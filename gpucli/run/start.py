@@ -74,8 +74,9 @@ def step_of(checkpoint: Path) -> int:
 
 
 def metrics_until(data: bytes, step: int) -> bytes:
-    """The metrics rows up to a checkpoint's step: the steps after it are trained again on the new
-    pod, so dropping them makes the curve join up instead of repeating a stretch."""
+    """The metrics rows up to a checkpoint's step, without the old pod's ``finished`` event: the steps
+    after it are trained again on the new pod, so dropping them makes the curve join up instead of
+    repeating a stretch."""
     keep = []
     for line in data.splitlines(keepends=True):
         row = parse_line(line)
@@ -234,6 +235,8 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watc
     args = [resolved.python, "../watchdog.py", "--run-dir", "..", "--pgid-file", "../.trainer",
             "--provider", resolved.provider, "--poll-s", f"{watchdog_poll_s():g}",
             "--grace-s", f"{watchdog_grace_s():g}", "--on-end", resolved.on_end, *resolved.limits.watchdog_args()]
+    if resolved.planned.tokens_per_s and not resolved.own_code:  # the slow check's yardstick (slowrun.py)
+        args += ["--planned-tokens-per-s", f"{resolved.planned.tokens_per_s:.6g}"]
     if created is not None:
         args += ["--started-at", f"{created.timestamp():.0f}"]
     args += list(watch_args)

@@ -101,6 +101,12 @@ def launch(
     workdir: str = typer.Option(None, "--workdir", help="The run's folder on the host (default: gpucli-runs/RUN)."),
     stall_minutes: float | None = typer.Option(None, "--stall-minutes", help="The pod's watchdog ends a run with no new "
                                         "metrics for this long (default 30)."),
+    idle_stop: str = typer.Option(None, "--idle-stop", help="The pod's watchdog ends a run whose GPUs all sit at "
+                                  "or under 5 % this long (default 30m; 0 or off: never), checkpoint first."),
+    slow_below: float | None = typer.Option(None, "--slow-below", help="Say (status, tail, the log) when the "
+                                            "run's tokens/s after warm-up is under this share of the plan's (default 0.7; 0: off)."),
+    replace_slow: bool = typer.Option(False, "--replace-slow", help="A slow run is checkpointed and its machine "
+                                      "ended; `gpucli watch --recover` continues it on a new one."),
     on_end: str = typer.Option(None, "--on-end", help="When the run is over, the watchdog stops (default; the "
                                "disk and checkpoints stay) or terminates the pod."),
     preflight: str = typer.Option(None, "--preflight", help="Your own code: a check command (bash, from the code "
@@ -133,7 +139,7 @@ def launch(
     from gpucli.plan.catalog import load_catalog
     from gpucli.run import lifecycle, userconfig
     from gpucli.run.launch import LaunchRequest
-    from gpucli.run.limits import Limits
+    from gpucli.run.limits import Limits, parse_idle_stop
 
     machine = None
     if on is not None:  # the machine of a run: its provider, endpoint and profile unless given
@@ -229,7 +235,8 @@ def launch(
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query, store=store,
         preflight=None if no_preflight else (preflight or ""),
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
-                      stall_minutes=stall_minutes))
+                      stall_minutes=stall_minutes, idle_stop_minutes=parse_idle_stop(idle_stop),
+                      slow_below=slow_below, replace_slow=replace_slow))
     if (hand_over := RESOLVED.get()) is not None:
         hand_over(req, task)
         return

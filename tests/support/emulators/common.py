@@ -182,6 +182,8 @@ class EmuPod:
                                   '*) echo "NVIDIA-SMI has failed" >&2; exit 9;; esac\n')
                 script.chmod(0o755)
                 env["PATH"] = f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+            elif os.environ.get("GPUCLI_EMU_POD_PATH"):  # a test's PATH for the pod's sessions (a fake nvidia-smi first)
+                env["PATH"] = os.environ["GPUCLI_EMU_POD_PATH"]
             self.sshd = SshServer.start(folder, authorized_keys=self.keys, port=self.keep_port, set_env=env)
         return self.sshd
 
