@@ -87,9 +87,11 @@ def _opened(url: str) -> Any:
 
 
 def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpoints: str, keep_last: int,
-                     on_event: EventFn) -> int | None:
+                     on_event: EventFn, node_rank: int = 0) -> int | None:
     """Start gpucli/store/storesync.py beside the watchdog (its own session, the run's env file), after
-    making sure the pod's Python has the store's client. Returns its pid; None without a store."""
+    making sure the pod's Python has the store's client. Returns its pid; None without a store.
+    ``node_rank``: a run over several nodes runs one on every node, each sending its node's part of
+    every sharded checkpoint; node 0's writes the manifest once every part is there."""
     if not resolved.store:
         return None
     wd, py = resolved.workdir, resolved.python
@@ -105,10 +107,13 @@ def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpo
         res = host.run(f"{shlex.quote(py)} -m pip install -q {shlex.quote(requirement)}", timeout_s=600, check=False)
         if res.exit_code != 0:
             raise GpucliError(f"installing {requirement} on the pod failed: {(res.stderr or res.stdout).strip()[-300:]}")
-    for name, src in (("objstore.py", STORE_DIR), ("storesync.py", STORE_DIR), ("storeflush.py", POD_DIR)):
+    for name, src in (("objstore.py", STORE_DIR), ("storelocal.py", STORE_DIR), ("storesync.py", STORE_DIR),
+                      ("storeflush.py", POD_DIR)):
         host.write_file(f"{wd}/{name}", (src / name).read_bytes(), mode=0o644)
     args = [py, "../storesync.py", "--run-dir", "..", "--run", resolved.name, "--store", resolved.store,
             "--kind", kind, "--checkpoints", checkpoints, "--keep-last", str(max(1, keep_last))]
+    if node_rank:
+        args += ["--node-rank", str(node_rank)]
     poll = os.environ.get("GPUCLI_STORE_POLL_S")
     if poll:
         args += ["--poll-s", poll]
@@ -116,7 +121,8 @@ def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpo
     # what a vast instance started again runs (resume.sh, gpucli/run/resumescript.py): the same uploader
     host.write_file(f"{wd}/{SYNC_SCRIPT}", f"#!/bin/sh\nexec {line}\n".encode(), mode=0o755)
     pid = host.start_detached(line, cwd=f"{wd}/code", log_path=f"{wd}/storesync.out", env_file=f"{wd}/env")
-    on_event(f"checkpoint uploader started (pid {pid}): every checkpoint kept, and the best, to {resolved.store}")
+    on_event(f"checkpoint uploader started (pid {pid}): every checkpoint kept, and the best, to {resolved.store}"
+             + (f" (node {node_rank}'s part of each)" if node_rank else ""))
     return pid
 
 
