@@ -133,7 +133,7 @@ def launch(
 
         machine = warm.machine(on)
         provider, profile = provider or machine.provider, profile or machine.profile
-        host = host or ([machine.host] if machine.host else [])
+        host = host or machine.hosts
         identity = identity or (Path(machine.identity) if machine.identity else identity)
     mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
     task = None
