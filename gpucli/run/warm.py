@@ -223,7 +223,7 @@ def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: dict[str, Any
     """The run on every node the base run had (gpucli.run.multinode), ranks as before: each node's folder
     beside the base run's node folder there, node 0 seeded as one machine is, the others' code copied."""
     from gpucli.run.multinode import launch_nodes  # lazy: the multi-node launch (and its cluster rentals)
-    from gpucli.run.nodes import as_run, node_workdir
+    from gpucli.run.nodes import as_run, node_workdir  # lazy: with the multi-node launch above
 
     resolved = prepared.resolved
     try:

@@ -64,8 +64,9 @@ def trainer_checkpoints(root: Path) -> list[Local]:
         hashes = {str(k): str(v) for k, v in meta["files"].items()}
         names = [*hashes, *(n for n in ("tokenizer.json", "data_meta.json") if (folder / n).is_file())]
         best = folder.name == "best"
-        nodes = meta.get("nodes") if isinstance(meta.get("nodes"), dict) and len(meta["nodes"]) > 1 else {}
-        nodes = {str(k): {str(n): str(h) for n, h in v.items()} for k, v in nodes.items() if isinstance(v, dict)}
+        listed = meta.get("nodes")
+        nodes = {str(k): {str(n): str(h) for n, h in v.items()} for k, v in listed.items() if isinstance(v, dict)} \
+            if isinstance(listed, dict) and len(listed) > 1 else {}
         out.append(Local(name=f"best_step_{step:06d}" if best else folder.name, kind="best" if best else "regular",
                          step=step, files={n: folder / n for n in [*names, "meta.json"]}, hashes=hashes,
                          loss=_num(meta.get("train_loss")), val_loss=_num(meta.get("val_loss")), nodes=nodes))

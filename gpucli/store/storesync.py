@@ -62,7 +62,8 @@ def _load(name: str):  # noqa: ANN202 - a module
 
 objstore = _load("objstore")
 storelocal = _load("storelocal")  # what is on the pod to send
-Local, trainer_checkpoints, own_checkpoints = storelocal.Local, storelocal.trainer_checkpoints, storelocal.own_checkpoints
+trainer_checkpoints, own_checkpoints = storelocal.trainer_checkpoints, storelocal.own_checkpoints
+Local = storelocal.Local  # a checkpoint on the pod (annotated Any here: the module is loaded by path)
 group_own, step_in_name = storelocal.group_own, storelocal.step_in_name
 
 FLUSH = "storesync.flush"
@@ -137,14 +138,14 @@ class Uploader:
             self.listed = True
             log(self.args.run_dir, f"{len(self.stored)} whole checkpoint(s) of {self.args.run} in the store already")
 
-    def local(self, flushing: bool) -> list[Local]:
+    def local(self, flushing: bool) -> list[Any]:
         a = self.args
         if a.kind == "trainer":
             return trainer_checkpoints(a.checkpoints)
         now = time.time()
         return [c for c in own_checkpoints(a.checkpoints, a.run_dir) if flushing or now - c.mtime >= a.min_age_s]
 
-    def send(self, ck: Local, items: list[tuple[str, Path]]) -> dict[str, dict[str, Any]] | None:
+    def send(self, ck: Any, items: list[tuple[str, Path]]) -> dict[str, dict[str, Any]] | None:
         """These files of ``ck`` into its folder in the store: {name: sha256, bytes}; None when one changed
         or went away on the pod meanwhile (the trainer pruned it)."""
         prefix = f"{self.root}/{ck.name}"
@@ -163,7 +164,7 @@ class Uploader:
         self.bytes_sent += sum(f["bytes"] for f in files.values())
         return files
 
-    def part(self, ck: Local, node: str) -> dict[str, dict[str, Any]] | None:
+    def part(self, ck: Any, node: str) -> dict[str, dict[str, Any]] | None:
         """Node ``node``'s part of ``ck`` when it is in the store with the files node 0's meta.json lists."""
         key = f"{self.root}/{ck.name}/{PART.format(node)}"
         if key not in self.listing:
@@ -177,7 +178,7 @@ class Uploader:
             return None  # an older save of the same step, or not this checkpoint's
         return files
 
-    def upload(self, ck: Local) -> bool:
+    def upload(self, ck: Any) -> bool:
         """Every file, then the manifest. False when the checkpoint changed or went away on the pod
         meanwhile (the trainer pruned it): nothing of it counts, the next poll decides again. A run over
         several nodes: node 0's files once, then the manifest when every other node's part is there."""
@@ -222,7 +223,7 @@ class Uploader:
         log(self.args.run_dir, f"uploaded {ck.name} (step {ck.step}, {len(files)} files, {sent / 1e6:.1f} MB)")
         return True
 
-    def keep(self, pending: list[Local] = ()) -> set[str]:  # type: ignore[assignment]
+    def keep(self, pending: list[Any] = ()) -> set[str]:  # type: ignore[assignment]
         """The store keeps what the pod keeps: the newest keep_last, the best by val loss, the newest best
         (of what is there and what is about to be: an old checkpoint is never sent only to be pruned)."""
         cks: list[Any] = [*self.stored.values(), *pending]
@@ -294,11 +295,11 @@ class PartUploader(Uploader):
             self.listed = True
             log(self.args.run_dir, f"node {self.node}: sending this node's part of every checkpoint of {self.args.run}")
 
-    def mine(self) -> list[Local]:
+    def mine(self) -> list[Any]:
         cks = [c for c in trainer_checkpoints(self.args.checkpoints) if c.kind == "regular" and c.nodes]
         return sorted(cks, key=lambda c: c.step or 0, reverse=True)[: self.args.keep_last]
 
-    def done(self, ck: Local) -> bool:
+    def done(self, ck: Any) -> bool:
         prefix = f"{self.root}/{ck.name}"
         if self.parts.get(ck.name) == ck.hashes or f"{prefix}/{objstore.MANIFEST}" in self.listing:
             return True
