@@ -11,7 +11,8 @@ What travels, and why so:
   them there), checked with one line before anything is copied.
 - the run's record, in a gpucli home of its own there (``~/.gpucli-watch/RUN/home``), and, for a cloud
   run, gpucli's pod key pair (0600), which the watcher opens the pods with;
-- the provider key, the store's credentials and the endpoints, in a 0600 env file that the detached
+- the provider key, the store's credentials, the run's ``--env`` secrets (a recovery's new pod gets them)
+  and the endpoints, in a 0600 env file that the detached
   shell sources (``set -a``): never on a command line, in a log or in the record.
 
 The watcher starts in its own session (``setsid nohup``), its pid kept there (``watch.log.pid``) and
@@ -36,6 +37,7 @@ from gpucli.errors import GpucliError, NotFoundError, UsageError
 from gpucli.run import records as runs
 from gpucli.run.notice import StepFn
 from gpucli.run.records import RunRecord
+from gpucli.run.secretenv import lookup
 from gpucli.run.store import run_store, store_env
 from gpucli.settings import home
 
@@ -93,6 +95,11 @@ def _env(record: RunRecord) -> dict[str, str]:
 
         env[settings.KEYS[record.provider].env_var] = resolve_key(record.provider).value
     env.update(store_env(run_store(record)))
+    req = (record.launch or {}).get("request") or {}
+    for name in (req.get("env_names") or ()) if isinstance(req, dict) else ():  # --env: a recovery's new pod needs them
+        hit = lookup(str(name))
+        if hit is not None:
+            env[str(name)] = hit[0]
     return env
 
 
