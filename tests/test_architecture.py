@@ -295,6 +295,7 @@ RUN_FLOORS = {
     "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle  # the next run on a machine a run already has (launch --on)
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
+    "remotewatch": 9.4,  # the watcher on an always-on machine of yours (watch --detach --on)
     "sweep": 11,  # many runs under one budget, on top of the life of each
 }
 

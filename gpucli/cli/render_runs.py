@@ -454,3 +454,17 @@ def confirm(question: str) -> bool:
         warn(f"{question} (not asked: no terminal; pass --yes)")
         return False
     return err().input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def remote_watch(st: Any, *, json_: bool) -> None:
+    """``watch RUN --status`` / ``--stop``: the watcher on the other machine (gpucli.run.remotewatch)."""
+    w = st.state
+    if json_:
+        json_out({"run": w.run, "on": w.on, "pid": w.pid, "folder": w.folder, "started_at": w.started_at,
+                  "running": st.running, "run_status": st.record_status, "log_tail": list(st.log_tail)})
+        return
+    info(f"watcher of {w.run} on {w.on} (pid {w.pid}, started {w.started_at}): "
+         + ("running" if st.running else "not running")
+         + (f"; the run there: {st.record_status}" if st.record_status else ""))
+    for line in st.log_tail:
+        out().print(f"  {escape(line)}", soft_wrap=True)

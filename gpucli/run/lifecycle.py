@@ -279,7 +279,7 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
                              f"({type(exc).__name__}: {str(exc)[:120]})",
                              hint="start it again with `gpucli launch`") from None
     old_target = get_target(record.provider)
-    req, moving = store.moved_request(req, record, provider)  # --provider: the same run elsewhere
+    req, moving = store.moved_request(req, record, provider, nodes)  # --provider: the same run elsewhere
     target = get_target(req.provider)
     if req.nodes > 1:  # one run over several machines (run/multinode.py)
         return _resume_nodes(record, req, job, catalog, on_step=on_step, on_notice=on_notice, nodes=nodes)

@@ -125,7 +125,8 @@ OWN_CODE = Bundle("own", "your own command's runner: its console turned into met
                    PodFile("webhook.py", "trainer/watch/webhook.py", optional=True),
                    PodFile("webhooks.py", "trainer/spec/webhooks.py", optional=True)))
 STORE = Bundle("store", "--store: the checkpoint uploader, and the flush the watchdog's end waits for",
-               (PodFile("objstore.py", "store/objstore.py"), PodFile("storesync.py", "store/storesync.py"),
+               (PodFile("objstore.py", "store/objstore.py"), PodFile("storelocal.py", "store/storelocal.py"),
+                PodFile("storesync.py", "store/storesync.py"),
                 PodFile("storeflush.py", "pod/storeflush.py")), beside=("watchdog.py",))
 GPU_SAMPLER = Bundle("gpustats", "the GPU use sampler beside the job (gpu.jsonl)",
                      (PodFile("gpustats.py", "pod/gpustats.py"),))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import GpucliError, NotFoundError, TransferError
+from gpucli.errors import GpucliError, NotFoundError, TransferError, UsageError
 from gpucli.plan.storecost import S3_STANDARD_USD_PER_GB_MONTH, StoreQuote, store_quote
 from gpucli.run import podfiles
 from gpucli.run.checkpoints import CheckpointInfo, checkpoint_step
@@ -86,9 +86,11 @@ def _opened(url: str) -> Any:
 
 
 def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpoints: str, keep_last: int,
-                     on_event: EventFn) -> int | None:
+                     on_event: EventFn, node_rank: int = 0) -> int | None:
     """Start gpucli/store/storesync.py beside the watchdog (its own session, the run's env file), after
-    making sure the pod's Python has the store's client. Returns its pid; None without a store."""
+    making sure the pod's Python has the store's client. Returns its pid; None without a store.
+    ``node_rank``: a run over several nodes runs one on every node, each sending its node's part of
+    every sharded checkpoint; node 0's writes the manifest once every part is there."""
     if not resolved.store:
         return None
     wd, py = resolved.workdir, resolved.python
@@ -107,14 +109,17 @@ def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpo
     podfiles.STORE.write(host, wd)
     args = [py, "../storesync.py", "--run-dir", "..", "--run", resolved.name, "--store", resolved.store,
             "--kind", kind, "--checkpoints", checkpoints, "--keep-last", str(max(1, keep_last))]
-    poll = os.environ.get("GPUCLI_STORE_POLL_S")
-    if poll:
-        args += ["--poll-s", poll]
+    if node_rank:
+        args += ["--node-rank", str(node_rank)]
+    for var, flag in (("GPUCLI_STORE_POLL_S", "--poll-s"), ("GPUCLI_STORE_FLUSH_S", "--flush-s")):
+        if os.environ.get(var):  # set here at launch: the pod's uploader takes it (its own env is the pod's)
+            args += [flag, os.environ[var]]
     line = " ".join(shlex.quote(a) for a in args)
     # what a vast instance started again runs (resume.sh, gpucli/run/resumescript.py): the same uploader
     host.write_file(f"{wd}/{SYNC_SCRIPT}", f"#!/bin/sh\nexec {line}\n".encode(), mode=0o755)
     pid = host.start_detached(line, cwd=f"{wd}/code", log_path=f"{wd}/storesync.out", env_file=f"{wd}/env")
-    on_event(f"checkpoint uploader started (pid {pid}): every checkpoint kept, and the best, to {resolved.store}")
+    on_event(f"checkpoint uploader started (pid {pid}): every checkpoint kept, and the best, to {resolved.store}"
+             + (f" (node {node_rank}'s part of each)" if node_rank else ""))
     return pid
 
 
@@ -261,15 +266,21 @@ def pull_newest(record: RunRecord, on_event: EventFn) -> Path | None:
     return got.dest
 
 
-def moved_request(req: LaunchRequest, record: RunRecord, provider: str | None) -> tuple[LaunchRequest, bool]:
+def moved_request(req: LaunchRequest, record: RunRecord, provider: str | None,
+                  nodes: int | None = None) -> tuple[LaunchRequest, bool]:
     """``resume --provider X``: the run's request on another provider (what belonged to the old one, its
     host, volume, image, workdir and vast query, left to the new one's defaults); it needs a checkpoint
-    store or a mirrored checkpoint to continue from. (request, whether it moved)."""
+    store or a mirrored checkpoint to continue from. (request, whether it moved). A run over several
+    nodes moves onto one machine (``--nodes 1``): the store's checkpoint holds every node's part and
+    the trainer reshards it."""
     if provider is None or provider.strip().lower() == record.provider:
         return req, False
+    if req.nodes > 1 and nodes != 1:
+        raise UsageError(f"run {record.name} ran on {req.nodes} nodes: it moves to another provider on one machine",
+                          hint="resume --provider X --nodes 1 (its store's newest whole checkpoint holds every node's part)")
     moved = dataclasses.replace(req, provider=provider.strip().lower(), host=None, hosts=(), identity=None,
                                 volume=None, volume_size_gb=None, image=None, workdir=None, python=None,
-                                query=None).checked()
+                                query=None, nodes=nodes or req.nodes).checked()
     return moved, True
 
 
@@ -277,7 +288,7 @@ def moved_record(record: RunRecord, req: LaunchRequest, workdir: str) -> RunReco
     """The run's record on its new provider: the same run (name, metrics, store), its old pod remembered."""
     old = (record.instance_id,) if record.instance_id else ()
     return record.with_(provider=req.provider, workdir=workdir, ssh=None, instance_id=None, pid=None,
-                        watchdog_pid=None, previous_instances=tuple(dict.fromkeys(record.previous_instances + old)),
+                        watchdog_pid=None, nodes=record.nodes if req.nodes > 1 else (), previous_instances=tuple(dict.fromkeys(record.previous_instances + old)),
                         launch={**(record.launch or {}), **req.to_json()})
 
 

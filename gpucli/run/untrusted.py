@@ -136,7 +136,9 @@ def checkpoint_manifest(meta: Any) -> dict[str, str] | None:
         return None
     out: dict[str, str] = {}
     for name, digest in files.items():
-        if name_problem(name) or "/" in name or not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+        # a '/' is a sharded checkpoint's folder (dcp/__0_0.distcp, trainer/loop/sharded.py): each part is
+        # checked here, and local_path() refuses a symlink or anything but a folder on the way
+        if name_problem(name) or not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
             return None
         out[name] = digest
     if not any(w in out for w in WEIGHT_FILES):

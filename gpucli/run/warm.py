@@ -21,6 +21,7 @@ import dataclasses
 import json
 import posixpath
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.lifecycle import PreparedLaunch, cleanup_failed, start_run
 from gpucli.run.machines import is_box, machine_root
 from gpucli.run.monitor import trainer_alive
+from gpucli.run.notice import Notice
 from gpucli.run.records import RunRecord
 from gpucli.run.secretenv import resolve as secrets_present
 from gpucli.run.targets import get_target, open_host
@@ -65,11 +67,17 @@ class Machine:
         return posixpath.dirname(self.base.workdir.rstrip("/")) or "."
 
     @property
-    def host(self) -> str | None:
-        ssh = self.base.ssh
-        if ssh is None or self.provider != "ssh":
-            return None
-        return f"{ssh.user}@{ssh.host}" + (f":{ssh.port}" if ssh.port != 22 else "")
+    def nodes(self) -> int:
+        """The machines the base run had: one, or its nodes (local node agents, your own SSH hosts)."""
+        return 1 + len(self.base.nodes)
+
+    @property
+    def hosts(self) -> list[str]:
+        """``user@host[:port]`` of every node, rank 0 first (SSH only)."""
+        if self.provider != "ssh":
+            return []
+        targets = [self.base.ssh, *(n.ssh for n in self.base.nodes)]
+        return [f"{t.user}@{t.host}" + (f":{t.port}" if t.port != 22 else "") for t in targets if t is not None]
 
     @property
     def identity(self) -> str | None:
@@ -83,9 +91,10 @@ class Machine:
 def machine(on: str) -> Machine:
     """The machine of run ``on`` (its name), read from the records only."""
     base = runs.resolve(on)
-    if base.nodes:
-        raise UsageError(f"run {base.name} ran on {1 + len(base.nodes)} machines; --on takes a run on one",
-                         hint="launch on several machines with --nodes")
+    if base.nodes and get_target(base.provider).cloud:
+        raise UsageError(f"run {base.name} ran on a rented group of {1 + len(base.nodes)} machines; --on takes "
+                         "one machine, or the nodes of a run on this machine or your own SSH hosts",
+                         hint="launch on several rented machines with --nodes")
     if base.provider != "local" and base.ssh is None:
         raise UsageError(f"run {base.name} never reached a machine (it has no SSH endpoint)",
                          hint="launch without --on")
@@ -103,9 +112,20 @@ def sharing(root: str) -> list[RunRecord]:
                   key=lambda r: (r.name != root, r.created_at))
 
 
-def check_free(m: Machine, host: Host) -> None:
+def check_free(m: Machine, host: Host, *, wait_s: float = 0.0) -> None:
     """A UsageError when a job of one of the machine's runs is still running there, or a launch on it is
-    under way."""
+    under way (after waiting up to ``wait_s`` for it to end)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _check_free(m, host)
+        except UsageError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(2.0)
+
+
+def _check_free(m: Machine, host: Host) -> None:
     for r in sharing(m.root):
         if r.status in ("provisioning", "starting") and not is_box(r):
             raise UsageError(f"the machine of {m.base.name} is busy: run {r.name} is being launched there",
@@ -139,8 +159,11 @@ def prepare_on(catalog: Catalog, req: LaunchRequest, m: Machine, *, task: Task |
     machine's, so caps and costs match its bill), a folder beside the base run's; nothing searched or rented."""
     if req.provider != m.provider:
         raise UsageError(f"--on {m.base.name}: that machine is {m.provider}'s, not {req.provider}'s")
-    if req.nodes > 1 or req.volume:
-        raise UsageError("--on runs on the one machine a run has: --nodes and --volume are for a new rental")
+    if req.nodes not in (1, m.nodes) or req.volume:
+        raise UsageError(f"--on runs on the {'one machine' if m.nodes == 1 else f'{m.nodes} nodes'} "
+                         f"{m.base.name} had: another --nodes and --volume are for a new rental")
+    if m.nodes > 1:  # every node the run had, ranks as before
+        req = dataclasses.replace(req, nodes=m.nodes, hosts=tuple(m.hosts) if len(m.hosts) > 1 else req.hosts)
     job = job_for(task)
     secrets_present(req.env_names + job.secret_names())
     price = req.limits.price_per_hour_usd or m.base.limits.price_per_hour_usd
@@ -167,14 +190,17 @@ def prepare_on(catalog: Catalog, req: LaunchRequest, m: Machine, *, task: Task |
 
 
 def launch_on(prepared: PreparedLaunch, m: Machine, *, on_step: Callable[[str], None],
-              on_notice: Callable[[Any], None]) -> RunRecord:
+              on_notice: Callable[[Any], None], wait_free_s: float = 0.0) -> RunRecord:
     """Start the prepared run on the machine: checked free, what it holds copied in, then the launch
-    sequence without its rental (the run's own watchdog first, the job handed to it)."""
+    sequence without its rental (the run's own watchdog first, the job handed to it). ``wait_free_s``:
+    how long a machine still busy with a job that is ending is waited for (a sweep's next trial)."""
     resolved = prepared.resolved
     inputs = {**prepared.inputs, "on": {"machine": m.root, "after": m.base.name}}
+    if m.nodes > 1:
+        return _launch_on_nodes(prepared, m, inputs, on_step=on_step, on_notice=on_notice, wait_free_s=wait_free_s)
     try:
         with open_machine(m) as host:
-            check_free(m, host)
+            check_free(m, host, wait_s=wait_free_s)
             seed(host, m, resolved, prepared.request, on_step)
         record = prepared.job.labelled(start.record_for(resolved).with_(
             launch=inputs, instance_id=None if m.box else m.base.instance_id,
@@ -189,6 +215,45 @@ def launch_on(prepared: PreparedLaunch, m: Machine, *, on_step: Callable[[str], 
         raise
     finally:
         runs.release_name(resolved.name)
+
+
+def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: dict[str, Any], *, on_step: Callable[[str], None],
+                     on_notice: Callable[[Any], None], wait_free_s: float) -> RunRecord:
+    """The run on every node the base run had (gpucli.run.multinode), ranks as before: each node's folder
+    beside the base run's node folder there, node 0 seeded as one machine is, the others' code copied."""
+    from gpucli.run.multinode import launch_nodes  # lazy: the multi-node launch (and its cluster rentals)
+    from gpucli.run.nodes import as_run, node_workdir  # lazy: with the multi-node launch above
+
+    resolved = prepared.resolved
+    try:
+        with open_machine(m) as host:
+            check_free(m, host, wait_s=wait_free_s)
+            seed(host, m, resolved, prepared.request, on_step)
+        for node in m.base.nodes:
+            src, dst = as_run(m.base, node).workdir.rstrip("/"), node_workdir(resolved.workdir, node.rank)
+            with open_host(as_run(m.base, node), connect_timeout_s=20) as host:
+                if host.exists(dst):
+                    raise UsageError(f"{dst} already exists on node {node.rank}", hint="pick another --name")
+                host.run(f"mkdir -p -- {shlex.quote(dst)}", timeout_s=60)
+                if host.exists(f"{src}/code"):
+                    host.run(f"cp -a -- {shlex.quote(src)}/code {shlex.quote(dst)}/code", timeout_s=600)
+                    on_step(f"node {node.rank}: code copied from {m.base.name}'s folder there")
+        on = _OnNodes(prepared.request, resolved, prepared.provision, prepared.ssh, prepared.job, on=inputs["on"])
+        return launch_nodes(on, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                            on_info=lambda t: on_notice(Notice("info", t)), save=runs.save)
+    finally:
+        runs.release_name(resolved.name)
+
+
+@dataclass(frozen=True)
+class _OnNodes(PreparedLaunch):
+    """A launch on the nodes of a run: its record says which machines it shares (``launch.on``)."""
+
+    on: Any = None
+
+    @property
+    def inputs(self) -> dict:
+        return {**super().inputs, "on": self.on}
 
 
 def _same_data(base: RunRecord, req: LaunchRequest) -> bool:

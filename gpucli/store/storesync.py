@@ -5,7 +5,7 @@ Started by the launch beside the watchdog, in its own session, with the run's 06
 store's credentials are read there by boto3 / huggingface_hub; never on its command line):
 
     python3 storesync.py --run-dir DIR --run NAME --store URL --kind trainer|own --checkpoints DIR
-                         [--keep-last N] [--poll-s S] [--min-age-s S]
+                         [--keep-last N] [--poll-s S] [--min-age-s S] [--node-rank R]
 
 Why a process of its own, in the trainer's Python: the watchdog (gpucli/pod) is standard library only
 and must stay so (it ends the billing; nothing it imports may fail to install), while S3 and the Hub
@@ -22,6 +22,12 @@ What it does each poll (``--poll-s``):
   is never taken for a whole one;
 - keeps in the store what the pod keeps: the newest ``--keep-last`` and the best by val loss (each
   pruned checkpoint loses its manifest first);
+- a run over several nodes (the trainer's sharded checkpoints, every node holding its ranks' files,
+  meta.json listing each node's under ``nodes``): each node runs one uploader (``--node-rank R``). Node
+  R > 0 sends its files into the same checkpoint folder, then ``part-nodeR.json`` (its files' sha256
+  and bytes); node 0 sends its own and writes ``manifest.json``, listing every node's files, only once
+  every other node's part is there with the hashes node 0's meta.json gives for it. A node whose
+  uploader died leaves that checkpoint without a manifest: not whole, never taken. Node 0 alone prunes;
 - never writes to the pod's disk beyond its log and state (files are streamed from where they are)
   and never deletes a local file.
 
@@ -38,36 +44,33 @@ import argparse
 import hashlib
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 
-def _load_objstore():  # noqa: ANN202 - a module
-    spec = importlib.util.spec_from_file_location("gpucli_objstore", Path(__file__).with_name("objstore.py"))
+def _load(name: str):  # noqa: ANN202 - a module
+    spec = importlib.util.spec_from_file_location(f"gpucli_{name}", Path(__file__).with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules.setdefault("gpucli_objstore", module)  # dataclasses resolve their module by name
+    sys.modules.setdefault(f"gpucli_{name}", module)  # dataclasses resolve their module by name
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
-objstore = _load_objstore()
+objstore = _load("objstore")
+storelocal = _load("storelocal")  # what is on the pod to send
+trainer_checkpoints, own_checkpoints = storelocal.trainer_checkpoints, storelocal.own_checkpoints
+Local = storelocal.Local  # a checkpoint on the pod (annotated Any here: the module is loaded by path)
+group_own, step_in_name = storelocal.group_own, storelocal.step_in_name
 
 FLUSH = "storesync.flush"
+PART = "part-node{}.json"  # one node's files of a checkpoint of a run over several nodes
 STATE = "storesync.json"
 LOG = "storesync.log"
 REFUSED_REPEAT_S = 600.0
-# The checkpoint-naming rules of gpucli/run/checkpoints.py (fetch-best), for the user's own code; a test
-# holds the two to the same answers.
-_KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?(\d+)", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![A-Za-z\d])(?<!rank)(?<!rank_)(?<!of)(?<!of_)(\d+)")
-_SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
-_LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")
 
 
 #: The credentials this process has from the run's env file: never written to its log or state, whatever
@@ -103,130 +106,6 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-@dataclass
-class Local:
-    """A whole checkpoint on the pod."""
-
-    name: str  # its name in the store
-    kind: str  # regular | best | own
-    step: int | None
-    files: dict[str, Path]  # name in the store -> the file on the pod
-    hashes: dict[str, str] = field(default_factory=dict)  # known sha256 (the trainer's meta.json)
-    loss: float | None = None
-    val_loss: float | None = None
-    mtime: float = 0.0
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def _meta(folder: Path) -> dict | None:
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def trainer_checkpoints(root: Path) -> list[Local]:
-    """The bundled trainer's ``step_N/`` folders and ``best/``, each with what its meta.json lists."""
-    out: list[Local] = []
-    try:
-        entries = sorted(root.iterdir())
-    except OSError:
-        return out
-    for folder in entries:
-        if not folder.is_dir() or not (folder.name.startswith("step_") or folder.name == "best"):
-            continue
-        meta = _meta(folder)
-        if meta is None or not isinstance(meta.get("files"), dict) or not isinstance(meta.get("step"), int):
-            continue
-        step = meta["step"]
-        hashes = {str(k): str(v) for k, v in meta["files"].items()}
-        names = [*hashes, *(n for n in ("tokenizer.json", "data_meta.json") if (folder / n).is_file())]
-        best = folder.name == "best"
-        out.append(Local(name=f"best_step_{step:06d}" if best else folder.name, kind="best" if best else "regular",
-                         step=step, files={n: folder / n for n in [*names, "meta.json"]}, hashes=hashes,
-                         loss=_num(meta.get("train_loss")), val_loss=_num(meta.get("val_loss"))))
-    return out
-
-
-def step_in_name(name: str) -> int | None:
-    stem = re.sub(r"\.(pt|pth|bin|ckpt|safetensors|json|npz|npy|pkl|tar|zip|h5)$", "", name, flags=re.IGNORECASE)
-    m = _KEYWORD_STEP.search(stem)
-    if m:
-        return int(m.group(1))
-    if re.fullmatch(r"version_\d+|v\d+|run_?\d+", stem):
-        return None
-    m = _NUMBER.search(stem)
-    return int(m.group(1)) if m else None
-
-
-def group_own(rels: list[str]) -> dict[tuple[str, int], list[str]]:
-    """The per-step checkpoints among relative paths, keyed as gpucli.run.checkpoints.group_checkpoints
-    keys them: (a folder with a step, or a folder + "/" for the files of one step in it, step)."""
-    groups: dict[tuple[str, int], list[str]] = {}
-    for rel in sorted(rels):
-        parts = rel.split("/")
-        if any(_SKIP.search(p) for p in parts) or _LOGS.search(parts[-1]):
-            continue
-        for i, part in enumerate(parts):
-            step = step_in_name(part)
-            if step is None:
-                continue
-            key = ("/".join(parts[: i + 1]), step) if i < len(parts) - 1 else ("/".join(parts[:i]) + "/", step)
-            groups.setdefault(key, []).append(rel)
-            break
-    return groups
-
-
-def own_checkpoints(root: Path, run_dir: Path) -> list[Local]:
-    """Your own code's per-step checkpoints under ``root``, scored by the val loss logged nearest before
-    (or at) each step in metrics.jsonl, as fetch-best scores them. (An overwritten file without a step,
-    nanoGPT's ckpt.pt, has no version to keep apart: fetch-best brings it from the pod.)"""
-    rels, mtimes = [], {}
-    for dirpath, _dirs, names in os.walk(root):
-        for n in names:
-            p = Path(dirpath) / n
-            if p.is_file() and not p.is_symlink():
-                rel = p.relative_to(root).as_posix()
-                rels.append(rel)
-                mtimes[rel] = p.stat().st_mtime
-    vals, losses = _metric_rows(run_dir)
-    out = []
-    for (folder, step), files in group_own(rels).items():
-        name = folder.rstrip("/").rsplit("/", 1)[-1] if not folder.endswith("/") else f"step_{step}"
-        name = re.sub(r"[^A-Za-z0-9._\-]", "_", name) or f"step_{step}"
-        if not name[0].isalnum():
-            name = f"c{name}"
-        val = [v for s, v in vals if s <= step]
-        loss = [v for s, v in losses if s <= step]
-        out.append(Local(name=name, kind="own", step=step, files={f: root / f for f in files},
-                         val_loss=val[-1] if val else None, loss=loss[-1] if loss else None,
-                         mtime=max(mtimes[f] for f in files)))
-    return out
-
-
-def _metric_rows(run_dir: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    vals, losses = [], []
-    try:
-        with open(run_dir / "metrics.jsonl", "rb") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                except (ValueError, RecursionError):
-                    continue
-                if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                    continue
-                if row.get("kind") == "val" and _num(row.get("val_loss")) is not None:
-                    vals.append((row["step"], float(row["val_loss"])))
-                elif _num(row.get("loss")) is not None:
-                    losses.append((row["step"], float(row["loss"])))
-    except OSError:
-        pass
-    return sorted(vals), sorted(losses)
-
 
 def watchdog_done(run_dir: Path) -> bool:
     """The watchdog has ended the run without asking (killed mid-flush, an older watchdog): the job is
@@ -248,6 +127,9 @@ class Uploader:
         self.bytes_sent = 0
         self.stored: dict[str, Any] = {}
         self.listed = False  # what the store holds is read once it answers
+        self.sent: dict[str, tuple[dict[str, str], dict[str, dict[str, Any]]]] = {}  # several nodes: my part sent
+        self.listing: dict[str, int] = {}  # the run's keys, read each poll when some checkpoint waits on parts
+        self.waiting: dict[str, str] = {}  # checkpoint -> what it waits for (said once in the log)
 
     def load(self) -> None:
         if not self.listed:
@@ -256,42 +138,92 @@ class Uploader:
             self.listed = True
             log(self.args.run_dir, f"{len(self.stored)} whole checkpoint(s) of {self.args.run} in the store already")
 
-    def local(self, flushing: bool) -> list[Local]:
+    def local(self, flushing: bool) -> list[Any]:
         a = self.args
         if a.kind == "trainer":
             return trainer_checkpoints(a.checkpoints)
         now = time.time()
         return [c for c in own_checkpoints(a.checkpoints, a.run_dir) if flushing or now - c.mtime >= a.min_age_s]
 
-    def upload(self, ck: Local) -> bool:
-        """Every file, then the manifest. False when the checkpoint changed or went away on the pod
-        meanwhile (the trainer pruned it): nothing of it counts, the next poll decides again."""
+    def send(self, ck: Any, items: list[tuple[str, Path]]) -> dict[str, dict[str, Any]] | None:
+        """These files of ``ck`` into its folder in the store: {name: sha256, bytes}; None when one changed
+        or went away on the pod meanwhile (the trainer pruned it)."""
         prefix = f"{self.root}/{ck.name}"
-        files: dict[str, dict[str, Any]] = {}
-        items = sorted(ck.files.items(), key=lambda kv: kv[0] == "meta.json")
         try:
             before = {name: path.stat() for name, path in items}
             digests = {name: ck.hashes.get(name) or sha256_file(path) for name, path in items}
             self.store.put_files([(f"{prefix}/{name}", path) for name, path in items])  # the Hub: one commit
             after = {name: path.stat() for name, path in items}
         except FileNotFoundError:
-            return False
+            return None
+        files: dict[str, dict[str, Any]] = {}
         for name, _ in items:
             if (after[name].st_size, after[name].st_mtime_ns) != (before[name].st_size, before[name].st_mtime_ns):
-                return False
+                return None
             files[name] = {"sha256": digests[name], "bytes": after[name].st_size}
+        self.bytes_sent += sum(f["bytes"] for f in files.values())
+        return files
+
+    def part(self, ck: Any, node: str) -> dict[str, dict[str, Any]] | None:
+        """Node ``node``'s part of ``ck`` when it is in the store with the files node 0's meta.json lists."""
+        key = f"{self.root}/{ck.name}/{PART.format(node)}"
+        if key not in self.listing:
+            return None
+        try:
+            part = json.loads(self.store.get_bytes(key) or b"null")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        files = part.get("files") if isinstance(part, dict) else None
+        if not isinstance(files, dict) or {n: (f or {}).get("sha256") for n, f in files.items()} != ck.nodes[node]:
+            return None  # an older save of the same step, or not this checkpoint's
+        return files
+
+    def upload(self, ck: Any) -> bool:
+        """Every file, then the manifest. False when the checkpoint changed or went away on the pod
+        meanwhile (the trainer pruned it): nothing of it counts, the next poll decides again. A run over
+        several nodes: node 0's files once, then the manifest when every other node's part is there."""
+        prefix = f"{self.root}/{ck.name}"
+        items = sorted(ck.files.items(), key=lambda kv: kv[0] == "meta.json")
+        if not ck.nodes:
+            got = self.send(ck, items)
+            if got is None:
+                return False
+            files = got
+        else:
+            mine = self.sent.get(ck.name)
+            if mine is None or mine[0] != ck.hashes:
+                got = self.send(ck, items)
+                if got is None:
+                    return False
+                self.sent[ck.name] = mine = (dict(ck.hashes), got)
+            files = dict(mine[1])
+            missing = []
+            for node in sorted(n for n in ck.nodes if n != "0"):
+                part = self.part(ck, node)
+                if part is None:
+                    missing.append(node)
+                else:
+                    files.update({n: f for n, f in part.items() if n not in files})
+            if missing:
+                said = f"node {', '.join(missing)}"
+                if self.waiting.get(ck.name) != said:
+                    log(self.args.run_dir, f"{ck.name}: waiting for the part of {said} (not whole until then)")
+                    self.waiting[ck.name] = said
+                return False
+            self.sent.pop(ck.name, None)
+            self.waiting.pop(ck.name, None)
         sent = sum(f["bytes"] for f in files.values())
         manifest = {"format": objstore.MANIFEST_FORMAT, "run": self.args.run, "name": ck.name, "kind": ck.kind,
                     "step": ck.step, "loss": ck.loss, "val_loss": ck.val_loss, "files": files,
                     "uploaded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         data = json.dumps(manifest, indent=1).encode()
         self.store.put_bytes(f"{prefix}/{objstore.MANIFEST}", data)
-        self.bytes_sent += sent + len(data)
+        self.bytes_sent += len(data)
         self.stored[ck.name] = objstore.parse_manifest(data, prefix)
         log(self.args.run_dir, f"uploaded {ck.name} (step {ck.step}, {len(files)} files, {sent / 1e6:.1f} MB)")
         return True
 
-    def keep(self, pending: list[Local] = ()) -> set[str]:  # type: ignore[assignment]
+    def keep(self, pending: list[Any] = ()) -> set[str]:  # type: ignore[assignment]
         """The store keeps what the pod keeps: the newest keep_last, the best by val loss, the newest best
         (of what is there and what is about to be: an old checkpoint is never sent only to be pruned)."""
         cks: list[Any] = [*self.stored.values(), *pending]
@@ -308,7 +240,9 @@ class Uploader:
             keep.add(max(bests, key=lambda c: c.step or 0).name)
         return keep
 
-    def prune(self, uploading: set[str]) -> None:
+    def prune(self, uploading: set[str], newest: int | None = None) -> None:
+        """``newest``: the newest step on this node; an unfinished folder past it is another node's
+        part of a checkpoint this node has not renamed into place yet, not a leftover."""
         keep = self.keep()
         listing = self.store.ls(self.root)
         folders: dict[str, list[str]] = {}
@@ -316,13 +250,91 @@ class Uploader:
             folders.setdefault(key[len(self.root) + 1:].split("/", 1)[0], []).append(key)
         for name, keys in sorted(folders.items()):
             whole = name in self.stored
-            if name in keep or (not whole and name in uploading):
+            ahead = re.fullmatch(r"step_(\d+)", name) and newest is not None and int(name[5:]) > newest
+            if name in keep or (not whole and (name in uploading or ahead)):
                 continue
             manifest = [k for k in keys if k.endswith("/" + objstore.MANIFEST)]
             self.store.delete(manifest)  # first: from here on nobody takes it for whole
             self.store.delete([k for k in keys if k not in manifest])
             self.stored.pop(name, None)
             log(self.args.run_dir, f"pruned {name} from the store" if whole else f"removed the unfinished {name}")
+
+    def sync(self, flushing: bool) -> None:
+        """One poll: what is new goes up (the best, then the newest first), what the pod no longer keeps goes."""
+        self.load()
+        local = self.local(flushing)
+        pending = [c for c in local if c.name not in self.stored]
+        wanted = self.keep(pending)
+        pending = [c for c in pending if c.name in wanted]
+        pending.sort(key=lambda c: (c.kind == "best", c.step or 0), reverse=True)
+        if any(c.nodes for c in pending):
+            self.listing = self.store.ls(self.root)
+        for ck in pending:
+            write_state(self.args.run_dir, state="uploading", checkpoint=ck.name, bytes_sent=self.bytes_sent,
+                        uploaded=sorted(self.stored))
+            self.upload(ck)
+        self.prune({c.name for c in pending}, max((c.step or 0 for c in local if c.kind == "regular"), default=None))
+
+    def left(self) -> list[str]:
+        every = [c for c in self.local(True) if c.name not in self.stored]
+        return [c.name for c in every if c.name in self.keep(every)]
+
+
+class PartUploader(Uploader):
+    """Node R > 0 of a run over several nodes: its files of each sharded checkpoint, then its
+    ``part-nodeR.json``; node 0's uploader writes the manifest and prunes."""
+
+    def __init__(self, args: argparse.Namespace, store: Any) -> None:
+        super().__init__(args, store)
+        self.node = str(args.node_rank)
+        self.parts: dict[str, dict[str, str]] = {}  # checkpoint -> the hashes of the part in the store
+
+    def load(self) -> None:
+        if not self.listed:
+            self.store.ensure()
+            self.listed = True
+            log(self.args.run_dir, f"node {self.node}: sending this node's part of every checkpoint of {self.args.run}")
+
+    def mine(self) -> list[Any]:
+        cks = [c for c in trainer_checkpoints(self.args.checkpoints) if c.kind == "regular" and c.nodes]
+        return sorted(cks, key=lambda c: c.step or 0, reverse=True)[: self.args.keep_last]
+
+    def done(self, ck: Any) -> bool:
+        prefix = f"{self.root}/{ck.name}"
+        if self.parts.get(ck.name) == ck.hashes or f"{prefix}/{objstore.MANIFEST}" in self.listing:
+            return True
+        key = f"{prefix}/{PART.format(self.node)}"
+        if key in self.listing:
+            try:
+                part = json.loads(self.store.get_bytes(key) or b"null")
+            except (ValueError, UnicodeDecodeError):
+                part = None
+            files = part.get("files") if isinstance(part, dict) else None
+            if isinstance(files, dict) and {n: (f or {}).get("sha256") for n, f in files.items()} == ck.hashes:
+                self.parts[ck.name] = dict(ck.hashes)
+                return True
+        return False
+
+    def sync(self, flushing: bool) -> None:
+        self.load()
+        self.listing = self.store.ls(self.root)
+        for ck in self.mine():
+            if self.done(ck):
+                continue
+            write_state(self.args.run_dir, state="uploading", checkpoint=ck.name, bytes_sent=self.bytes_sent,
+                        uploaded=sorted(self.parts))
+            files = self.send(ck, [(n, ck.files[n]) for n in sorted(ck.hashes) if n in ck.files])
+            if files is None:
+                continue
+            part = {"format": objstore.MANIFEST_FORMAT, "run": self.args.run, "name": ck.name, "node": int(self.node),
+                    "step": ck.step, "files": files}
+            self.store.put_bytes(f"{self.root}/{ck.name}/{PART.format(self.node)}", json.dumps(part, indent=1).encode())
+            self.parts[ck.name] = dict(ck.hashes)
+            log(self.args.run_dir, f"uploaded node {self.node}'s part of {ck.name} ({len(files)} files)")
+
+    def left(self) -> list[str]:
+        return [c.name for c in self.mine() if self.parts.get(c.name) != c.hashes
+                and f"{self.root}/{c.name}/{objstore.MANIFEST}" not in self.listing]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -333,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
         pass
     write_state(run_dir, state="starting")  # the watchdog's end waits for an uploader that has said this
     try:
-        up = Uploader(args, objstore.open_store(args.store))
+        up = (PartUploader if args.node_rank > 0 else Uploader)(args, objstore.open_store(args.store))
     except objstore.StoreError as exc:
         log(run_dir, f"the store {args.store} cannot be used: {exc}; checkpoints stay on the pod only")
         write_state(run_dir, state="failed", error=str(exc))
@@ -346,16 +358,7 @@ def run(args: argparse.Namespace) -> int:
         flushing = (run_dir / FLUSH).exists() or watchdog_done(run_dir)
         error = None
         try:
-            up.load()
-            pending = [c for c in up.local(flushing) if c.name not in up.stored]
-            wanted = up.keep(pending)
-            pending = [c for c in pending if c.name in wanted]
-            pending.sort(key=lambda c: (c.kind == "best", c.step or 0), reverse=True)  # the best, then newest first
-            for ck in pending:
-                write_state(run_dir, state="uploading", checkpoint=ck.name, bytes_sent=up.bytes_sent,
-                            uploaded=sorted(up.stored))
-                up.upload(ck)
-            up.prune({c.name for c in pending})
+            up.sync(flushing)
         except objstore.StoreError as exc:
             error = exc
         if error is None:
@@ -370,8 +373,7 @@ def run(args: argparse.Namespace) -> int:
                 log(run_dir, f"{line}; training goes on, its checkpoints stay on the pod; trying again with backoff")
                 said, said_at = line, now
             delay = min(max(5.0, delay * 2), 300.0)
-        every = [c for c in up.local(True) if c.name not in up.stored] if flushing else []
-        left = [c.name for c in every if c.name in up.keep(every)]
+        left = up.left() if flushing else []
         flush_since = (flush_since or time.monotonic()) if flushing else None
         late = flush_since is not None and time.monotonic() - flush_since > args.flush_s
         if flushing and (not left or late or (error is not None and error.refused)):
@@ -392,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", choices=("trainer", "own"), default="trainer")
     ap.add_argument("--checkpoints", type=Path, help="default: RUN_DIR/checkpoints")
     ap.add_argument("--keep-last", type=int, default=3)
+    ap.add_argument("--node-rank", type=int, default=0, help="a run over several nodes: this node's rank")
     ap.add_argument("--poll-s", type=float, default=10.0)
     ap.add_argument("--min-age-s", type=float, default=10.0, help="own code: a checkpoint untouched this long is whole")
     ap.add_argument("--flush-s", type=float, default=float(os.environ.get("GPUCLI_STORE_FLUSH_S") or 900),

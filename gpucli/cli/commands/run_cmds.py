@@ -147,7 +147,7 @@ def launch(
 
         machine = warm.machine(on)
         provider, profile = provider or machine.provider, profile or machine.profile
-        host = host or ([machine.host] if machine.host else [])
+        host = host or machine.hosts
         identity = identity or (Path(machine.identity) if machine.identity else identity)
     mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
     task = None
@@ -316,6 +316,13 @@ def watch(
     recover: bool = typer.Option(False, "--recover", help="Resume on a new pod when a spot pod is taken away."),
     poll: float = typer.Option(30.0, "--poll", help="Seconds between checks."),
     json_: bool = typer.Option(False, "--json", help="Each notice as a JSON line, then how the watch ended."),
+    detach: bool = typer.Option(False, "--detach", help="With --on: start the watcher there and return."),
+    on: str = typer.Option(None, "--on", metavar="USER@HOST[:PORT]", help="Run the watcher on that always-on "
+                           "machine over SSH (gpucli copied there; the provider key in a 0600 env file)."),
+    identity: Path = typer.Option(None, "--identity", "-i", help="SSH private key for --on."),
+    watcher_status: bool = typer.Option(False, "--status", help="Whether the watcher on the other machine runs, "
+                                        "the end of its log; the run's record it keeps brought back here."),
+    stop: bool = typer.Option(False, "--stop", help="End the watcher on the other machine."),
 ) -> None:
     """Stay attached to a run: mirror checkpoints, notice preemption, and (with --recover) resume."""
     from gpucli.cli import render_runs as render
@@ -325,6 +332,18 @@ def watch(
 
     if not poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {poll}")
+    if detach or on or watcher_status or stop:
+        from gpucli.run import remotewatch
+
+        if watcher_status or stop:
+            st = remotewatch.stop(run) if stop else remotewatch.status(run)
+            render.remote_watch(st, json_=json_)
+            return
+        if not (detach and on):
+            raise UsageError("--detach and --on go together: gpucli watch RUN --detach --on USER@HOST")
+        remotewatch.detach(run, on, identity=str(identity) if identity else None, recover=recover, mirror=mirror_,
+                           poll_s=poll, on_step=render.info)
+        return
     if json_:
         from gpucli.cli import render_json
 

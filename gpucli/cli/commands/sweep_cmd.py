@@ -59,9 +59,14 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
     req, task = got[0]
     if task is not None and task.sweep:  # task.yaml's sweep: block, under the command line's --set
         axes, fixed = sweeps.with_file_sets(task.sweep, axes, fixed)
+    on = options.get("on")
+    if on is not None and parallel != 1:  # one machine: its trials one after another
+        raise UsageError(f"--on {on}: the sweep's runs take turns on that machine; --parallel must be 1")
     if budget is None and get_target(req.provider).cloud:
         raise UsageError("a sweep on a cloud provider needs --budget (the dollars of all its runs together)")
     inputs = sweeps.launch_inputs(req, task)
+    if on is not None:  # nothing rented: each run on that machine, at its price (its time is what the budget buys)
+        inputs["on_machine"] = on
     if name is None:  # the same command line names the same sweep, so running it again continues it
         key = json.dumps([inputs, [[a.key, a.values] for a in axes], fixed, budget, run_budget], sort_keys=True,
                          default=str)
@@ -88,6 +93,14 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
 
     def launch_one(run: Any, cap_usd: float | None) -> None:
         req, task = sweeps.run_request(sweep, run, cap_usd)
+        if sweep.launch.get("on_machine"):
+            from gpucli.run import warm
+
+            machine = warm.machine(str(sweep.launch["on_machine"]))
+            prepared = warm.prepare_on(catalog, req, machine, task=task)
+            with render.status_line() as step:  # the last run's processes may take a moment to exit
+                warm.launch_on(prepared, machine, on_step=step, on_notice=render.notice, wait_free_s=120)
+            return
         prepared = lifecycle.prepare(catalog, req, task=task)
         with render.status_line() as step:
             lifecycle.launch(prepared, on_step=step, on_notice=render.notice)

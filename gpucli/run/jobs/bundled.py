@@ -104,10 +104,11 @@ class BundledTrainer:
                                             **(node_env or {}), **store_env(resolved.store)})
         # The machine and this configuration checked before anything is detached (--no-preflight skips it).
         record = check_trainer(host, resolved, record, on_event=on_event, save=save)
-        if not (node_env or {}).get("GPUCLI_NODE_RANK", "0").strip("0"):  # rank 0 writes the checkpoints
-            # before the job: the watchdog's end then always knows there is an uploader to wait for
-            start_store_sync(host, resolved, kind="trainer", checkpoints="checkpoints",
-                             keep_last=trainer_keep_last(resolved), on_event=on_event)
+        # before the job: the watchdog's end then always knows there is an uploader to wait for. Several
+        # nodes: every node's, each sending its part of the sharded checkpoints (gpucli/store/storesync.py)
+        rank = (node_env or {}).get("GPUCLI_NODE_RANK", "0")
+        start_store_sync(host, resolved, kind="trainer", checkpoints="checkpoints", keep_last=trainer_keep_last(resolved),
+                         on_event=on_event, node_rank=int(rank) if rank.isdigit() else 0)
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
         if getattr(target, "resumes_in_place", False):  # vast: a container started again resumes the run
             write_resume_script(host, resolved, record)
