@@ -73,7 +73,7 @@ def find_cluster(resolved: Any, req: Any, nodes: int, client: VastProvider | Non
     by_cluster: dict[str, list[Offer]] = {}
     for vname in gpu.vast_names or (gpu.name,):
         q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={resolved.n_gpus} "
-                        + launch_filters(disk, getattr(target, "min_cuda", None), req.query,
+                        + launch_filters(disk, target.min_cuda, req.query,
                                          hours=rental_hours(_planned_hours(resolved))))
         for cid, offers in cluster_offers(client, q, disk_gb=disk).items():
             by_cluster.setdefault(cid, []).extend(o for o in offers if o.gpu_count == resolved.n_gpus)
@@ -92,7 +92,7 @@ def rent_vast(prepared: Any, record: RunRecord, specs: list[NodeSpec], chosen: t
     name = overlay_name(resolved.label)
     record = record.with_(launch={**(record.launch or {}), "vast_cluster_id": cluster_id, "overlay_name": name})
     save(record)
-    image = req.image or getattr(get_target("vast"), "default_image", "")
+    image = req.image or get_target("vast").default_image
 
     def spec(rank: int, offer: Offer) -> LaunchSpec:
         return LaunchSpec(name=resolved.name if rank == 0 else f"{resolved.name}-node{rank}",

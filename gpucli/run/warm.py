@@ -68,13 +68,14 @@ class Machine:
     @property
     def host(self) -> str | None:
         ssh = self.base.ssh
-        if ssh is None or self.provider != "ssh":
+        if ssh is None or not get_target(self.provider).caps.endpoint_given:
             return None
         return f"{ssh.user}@{ssh.host}" + (f":{ssh.port}" if ssh.port != 22 else "")
 
     @property
     def identity(self) -> str | None:
-        return self.base.ssh.identity_file if self.base.ssh is not None and self.provider == "ssh" else None
+        return self.base.ssh.identity_file if self.base.ssh is not None and get_target(self.provider).caps.endpoint_given \
+            else None
 
     @property
     def profile(self) -> str:
@@ -87,7 +88,7 @@ def machine(on: str) -> Machine:
     if base.nodes:
         raise UsageError(f"run {base.name} ran on {1 + len(base.nodes)} machines; --on takes a run on one",
                          hint="launch on several machines with --nodes")
-    if base.provider != "local" and base.ssh is None:
+    if not get_target(base.provider).caps.this_machine and base.ssh is None:
         raise UsageError(f"run {base.name} never reached a machine (it has no SSH endpoint)",
                          hint="launch without --on")
     root = machine_root(base)
@@ -153,7 +154,7 @@ def prepare_on(catalog: Catalog, req: LaunchRequest, m: Machine, *, task: Task |
         workdir = asked.workdir or posixpath.join(m.folder, name)
         want = dataclasses.replace(job.request(asked), workdir=workdir)
         resolved = resolve(catalog, want, run_name=name)
-        if job.checks_disk and get_target(m.provider).name == "local":
+        if job.checks_disk and get_target(m.provider).caps.this_machine:
             check_disk(resolved)
         if m.box:  # the box's idle watch ends the machine; this run's watchdog only ends the run
             resolved = dataclasses.replace(resolved, on_end="keep")
