@@ -390,3 +390,61 @@ def test_every_command_has_help():
     group = typer.main.get_command(app)
     for name, cmd in group.commands.items():
         assert (cmd.help or "").strip(), f"gpucli {name} has no help text"
+
+
+# -- provider names stay in the provider folders --------------------------------------------------------
+
+PROVIDER_WORDS = ("local", "ssh", "runpod", "vast")
+#: Where provider names may be compared and targets' attributes probed: the run targets (each declares
+#: its ``Capabilities``), the provider clients, and ``gpucli/pod``: it runs on the pod with the standard
+#: library only (test_pod_code_is_standard_library_only), so it cannot ask a target; the launch hands
+#: its watchdog ``--provider`` and it calls that provider's API to end its own pod.
+PROVIDER_FOLDERS = (PKG / "run" / "targets", PKG / "cloud", PKG / "pod")
+
+
+def _provider_word(node: ast.AST) -> bool:
+    """A provider name ("vast") or a stray kind made from a cloud's ("vast-overlay")."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and (node.value in PROVIDER_WORDS or any(
+        node.value.startswith(w + "-") for w in ("runpod", "vast")))
+
+
+def provider_name_uses(path: Path) -> list[str]:
+    """Comparisons with a provider name (``== "vast"``, ``in ("local", "ssh")``: a collection of names
+    only) and tables keyed by provider names (``{"runpod": ..., "vast": ...}``); a data source's
+    ``kind`` ("local") is not a provider, nor is a record's ``ssh`` field among its other fields."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            many = [s for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set))]
+            named = any(_provider_word(s) for s in sides) or any(s.elts and all(_provider_word(e) for e in s.elts)
+                                                                 for s in many)
+            others = [ast.unparse(s) for s in sides if not (_provider_word(s) or s in many)]
+            if named and not all(o.endswith(".kind") for o in others):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Dict) and sum(k is not None and _provider_word(k) for k in node.keys) >= 2:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: a table keyed by provider names")
+    return found
+
+
+def capability_probes(path: Path) -> list[str]:
+    """``getattr`` on a target or a provisioner: a capability it does not declare."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and node.args:
+            what = ast.unparse(node.args[0])
+            if "target" in what or "provision" in what:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_provider_names_stay_in_the_provider_folders():
+    """Outside the provider folders nothing compares a provider's name or probes a target with
+    ``getattr``: it asks the target (``get_target(record.provider).caps.network_volumes``, a method for
+    behaviour). Moving a provider into a folder of its own is then a change of import paths."""
+    problems = []
+    for path in all_modules():
+        if any(path.is_relative_to(folder) for folder in PROVIDER_FOLDERS):
+            continue
+        problems += provider_name_uses(path) + capability_probes(path)
+    assert not problems, "ask the run target (its caps) instead:\n" + "\n".join(problems)

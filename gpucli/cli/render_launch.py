@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.cli.render import hanging, hours, json_out, money, out, si, to_jsonable
 from gpucli.plan.internode import describe, link_for
+from gpucli.run.targets import get_target
 
 if TYPE_CHECKING:
     from gpucli.run.launch import ResolvedLaunch
@@ -70,7 +71,7 @@ def _nodes(r: ResolvedLaunch) -> tuple[str | None, dict[str, Any] | None]:
     measured at launch); (None, None) for one machine."""
     if r.nodes <= 1:
         return None, None
-    link = link_for(r.provider, r.link_gbps)
+    link = link_for(get_target(r.provider).caps.link(), r.link_gbps)
     return describe(r.nodes, r.n_gpus, r.gpu_name, link, r.price_per_hour_usd), {
         "count": r.nodes, "gpus_per_node": r.n_gpus, "gpus": r.nodes * r.n_gpus, "link_gbps": link.gbps,
         "link_source": link.source, "link_probed": link.probed, "price_per_hour_usd_all_nodes": r.price_per_hour_usd}
@@ -157,7 +158,7 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
             f"{size(c.optimizer_gb)}{per_rank}); keep_last {d.keep_last} + the best + the one being written = "
             f"{c.at_once} at once = {size(c.disk_gb)}",
             f"disk: {size(c.disk_gb)} checkpoints + {data} + {size(d.headroom_gb)} headroom = "
-            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and r.provider == "local" else "")
+            f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and get_target(r.provider).caps.this_machine else "")
             ] + ([f"checkpoints written: {d.written} ({d.written_note}); keeping them all would need "
                   f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else []) \
         + _store_lines(r)

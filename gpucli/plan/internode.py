@@ -31,22 +31,12 @@ class Link:
     probed: bool = False  # not known yet: measured when the run starts (your own machines)
 
 
-def link_for(provider: str, link_gbps: float | None = None) -> Link:
-    """The inter-node link of a multi-node setup on ``provider`` and where the figure comes from."""
+def link_for(declared: Link, link_gbps: float | None = None) -> Link:
+    """The inter-node link of a multi-node setup: ``--link-gbps`` when given, else the one the provider
+    declares (its run target's ``caps.link()``: a published figure, none, or measured at launch)."""
     if link_gbps is not None:
         return Link(float(link_gbps), "--link-gbps")
-    if provider == "runpod":
-        # RunPod Instant Clusters: 1600-3200 Gbps between nodes (runpod/docs instant-clusters.mdx);
-        # the lower bound is planned with.
-        return Link(1600.0, "RunPod Instant Clusters: 1600-3200 Gbps node to node (runpod docs, instant-clusters)")
-    if provider == "vast":
-        return Link(None, "vast.ai cluster overlay network: the cluster's own link, not published per offer "
-                          "(vast docs, multi-node-training-using-torch-nccl)")
-    if provider == "local":
-        return Link(None, "loopback on this machine")
-    # Your own machines' link is measured when the run starts (gpucli/run/linkprobe.py), unless given.
-    return Link(None, "your machines' link: measured at launch, 64 MB from each node to rank 0 over the "
-                      "rendezvous address (--link-gbps gives it instead)", probed=True)
+    return declared
 
 
 def comm_seconds(params: float, nodes: int, link: Link, *, sharded: bool = False) -> float | None:
@@ -88,9 +78,11 @@ CATALOG_LINK = Link(1600.0, "RunPod Instant Clusters' node-to-node link, 1600 Gb
                             "instant-clusters): the catalogue's multi-node offer")
 
 
-def with_nodes(catalog, request, plan, max_nodes: int, link: Link = CATALOG_LINK):  # noqa: ANN001, ANN201
+def with_nodes(catalog, request, plan, max_nodes: int, link: Link = CATALOG_LINK,  # noqa: ANN001, ANN201
+               unplanned: tuple[Link, ...] = ()):
     """``plan`` with N-node setups (2, 4, ... up to ``max_nodes``) of every runnable largest-count setup,
-    each priced as N machines and sped up by N x :func:`node_efficiency`, on the front with the rest."""
+    each priced as N machines and sped up by N x :func:`node_efficiency`, on the front with the rest.
+    ``unplanned``: the links of clusters whose speed is not known (named in the notes, not planned)."""
     if max_nodes <= 1 or request.workload != "train":
         return plan
     params = count_params(request.model).total
@@ -119,8 +111,7 @@ def with_nodes(catalog, request, plan, max_nodes: int, link: Link = CATALOG_LINK
     return dataclasses.replace(plan, estimates=plan.estimates + tuple(added), front=front.members,
                                dominated=front.dominated, picks=_picks(runnable, front.members, request),
                                notes=plan.notes + (f"multi-node setups: {link.source}; {__doc__.split('So ')[0].strip()}",
-                                                   f"vast.ai clusters: {link_for('vast').source}; "
-                                                   "their setups are not planned"))
+                                                   *(f"{u.source}: its setups are not planned" for u in unplanned)))
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def up(catalog: Catalog, req: LaunchRequest, *, idle_minutes: float, on_step: Ca
                 runs.save(record)
 
             ssh = prepared.provision(on_created=on_created, on_event=on_step)
-            billed = getattr(prepared.provision, "billed_usd_per_hour", None)
+            billed = prepared.provision.billed_usd_per_hour
             if billed:
                 record = record.with_(limits=record.limits.with_(price_per_hour_usd=float(billed)))
         else:

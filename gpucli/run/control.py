@@ -20,15 +20,15 @@ from gpucli.errors import GpucliError, ProviderError, UsageError
 from gpucli.run import procs, reconcile, store
 from gpucli.run import records as runs
 from gpucli.run.monitor import RunStatus, best_val, status_of, stop_trainer
-from gpucli.run.multinode import end_nodes, end_rented, end_stray_cluster, stray_clusters
+from gpucli.run.multinode import CLUSTER_STRAY, end_nodes, end_rented, end_stray_cluster, stray_clusters
 from gpucli.run.nodes import stop_watchdogs
 from gpucli.run.notice import Notice, NoticeFn
 from gpucli.run.observe import billed_cost, provider_billed
-from gpucli.run.overlayrent import stray_overlays
+from gpucli.run.overlayrent import OVERLAY_STRAY, stray_overlays
 from gpucli.run.owner import orphaned
 from gpucli.run.records import RunRecord
 from gpucli.run.sshconfig import remove_entry
-from gpucli.run.targets import TARGETS, get_target, open_host
+from gpucli.run.targets import all_targets, get_target, open_host
 
 if TYPE_CHECKING:
     from gpucli.run.targets import Stray
@@ -132,7 +132,7 @@ def find_strays(on_notice: NoticeFn = _quiet) -> list[Stray]:
     reported and skipped)."""
     strays: list[Stray] = []
     unread: list[str] = []
-    for target in TARGETS.values():
+    for target in all_targets():
         if not target.cloud:
             continue
         # A run owns its pod while it is active, unless its launch died before handing the pod over
@@ -179,7 +179,7 @@ def end_strays(strays: Iterable[Stray], on_notice: NoticeFn = _quiet) -> None:
     failed = []
     for s in strays:
         try:
-            if s.provider in ("runpod-cluster", "vast-overlay"):
+            if s.provider in (CLUSTER_STRAY, OVERLAY_STRAY):  # a rented cluster or overlay, not one pod
                 end_stray_cluster(s.instance_id, s.provider)
             else:
                 get_target(s.provider).end_stray(s.instance_id)

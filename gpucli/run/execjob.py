@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
+from gpucli.run.targets import get_target
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
@@ -75,7 +76,7 @@ def exec_log(record: RunRecord, exec_id: str) -> str:
 def venv_of(record: RunRecord) -> str | None:
     """The venv the run's own code runs in on a local or SSH host (gpucli.run.jobs.own.venv_dir)."""
     own = (record.launch or {}).get("own")
-    if not isinstance(own, dict) or record.provider not in ("local", "ssh"):
+    if not isinstance(own, dict) or get_target(record.provider).cloud:
         return None
     code = own.get("code")
     if isinstance(code, dict) and code.get("url"):

@@ -112,7 +112,7 @@ class LaunchRequest:
             parse_data(req.data)
         if req.query is not None:
             comparisons(req.query)  # a bad --query is said before anything is searched
-        if req.volume is not None and not getattr(get_target(req.provider), "network_volumes", False):
+        if req.volume is not None and not get_target(req.provider).caps.network_volumes:
             raise UsageError(f"--volume: {req.provider} has no network volumes",
                              hint="network volumes are RunPod's; elsewhere checkpoints are mirrored to "
                                   "this machine (--mirror-checkpoints or --recover)")
@@ -477,7 +477,7 @@ def _disk_need(checked: Any, model: ModelShape, vram_gb: float | None, n_gpus: i
         have = float(size)
         where = (f"the default --disk {size} GB" if size == DEFAULTS.disk_gb else
                  f"--disk {size} GB (the default {DEFAULTS.disk_gb} GB grown to hold the checkpoints)")
-    elif target.name == "local":
+    elif target.caps.this_machine:
         have, where = _free_gb(workdir)
     else:
         have, where = None, "the host's disk"  # known once connected: the trainer checks before each checkpoint
@@ -504,7 +504,7 @@ def check_disk(r: ResolvedLaunch, *, volume_gb: float | None = None) -> None:
              "a smaller --model (not even training.keep_last=1 fits)")
     if r.volume:
         fix = f"use a network volume of at least {math.ceil(need.need_gb)} GB, or {lower}"
-    elif r.provider == "local":
+    elif get_target(r.provider).caps.this_machine:
         fix = f"free some space there or pass --workdir on a larger disk, or {lower}"
     else:
         fix = f"pass --disk {math.ceil(need.need_gb)}, or {lower}"

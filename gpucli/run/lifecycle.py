@@ -67,7 +67,7 @@ class PreparedLaunch:
     def inputs(self) -> dict:
         """What the record keeps to resolve the same launch again (``gpucli resume``)."""
         data = self.request.to_json()
-        volume = getattr(self.provision, "volume", None)
+        volume = self.provision.volume if self.provision is not None else None
         if volume is not None:  # the volume's id: a resume mounts this very volume (names need not be unique)
             data["volume"] = volume.to_json()
         data.update(self.job.inputs())
@@ -134,7 +134,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
     provision = None
     if target.needs_gpu and resolved.gpu_id is None:
         raise UsageError(f"profile {req.profile} has no GPU; {target.name} pods need a GPU profile")
-    if req.provider == "local" and resolved.gpu_id is not None and not req.force:
+    if target.caps.this_machine and resolved.gpu_id is not None and not req.force:
         if local_gpus() == 0:  # refused before anything starts: nothing is recorded, nothing costs
             raise UsageError(f"profile {req.profile} needs a GPU ({resolved.gpu_name}) and this machine has none",
                              hint="--profile cpu runs here on the CPU; --force launches anyway")
@@ -154,7 +154,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
             check_disk(resolved, volume_gb=req.volume_size_gb)
         provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb,  # type: ignore[attr-defined]
                                        volume_id=volume_id)
-        volume = getattr(provision, "volume", None)
+        volume = provision.volume
         if job.checks_disk and volume is not None:  # an existing volume's size is known now
             check_disk(resolved, volume_gb=volume.size_gb)
     return PreparedLaunch(req, job.resolved(resolved, catalog, asked), provision, target.endpoint(req.host, req.identity), job)
@@ -172,7 +172,7 @@ def offer_ask(req: LaunchRequest, resolved: ResolvedLaunch) -> OfferAsk:
 
 def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: NoticeFn = _quiet) -> RunRecord:
     """Start a new run; a failed launch ends every pod it created before the error goes on."""
-    volume = getattr(prepared.provision, "volume", None)
+    volume = prepared.provision.volume if prepared.provision is not None else None
     if volume is not None and volume.created:
         price = f", ${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else ""
         on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
@@ -220,12 +220,10 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
                 record = record.with_(instance_id=instance_id)
                 keep(record)
 
-            with_workdir = getattr(provision, "with_workdir", None)
-            if with_workdir is not None:  # vast: the instance's onstart runs the run's resume.sh
-                provision = with_workdir(resolved.workdir)
+            provision = provision.with_workdir(resolved.workdir)  # vast: the instance's onstart runs its resume.sh
             started = record  # the record as this launch wrote it (saved above)
             ssh = provision(on_created=on_created, on_event=on_event, cancelled=lambda: ended_elsewhere(started, runs.load))
-            billed = getattr(provision, "billed_usd_per_hour", None)
+            billed = provision.billed_usd_per_hour
             if billed:  # the price is what is billed: budget, watchdog cap and cost records use it
                 request = (inputs or {}).get("request") or {}
                 stated = (request.get("limits") or {}).get("price_per_hour_usd")  # --price: kept if higher

@@ -83,7 +83,7 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
         [NodeSpec(r, node_workdir(resolved.workdir, r), None, "") for r in range(req.nodes)]  # known once rented
     # vast: the cluster with N machines is chosen before anything is recorded (none: one line, nothing made),
     # and the run's price is what those machines bill together (a higher --price is kept)
-    chosen = find_cluster(resolved, req, len(specs)) if target.cloud and resolved.provider == "vast" else None
+    chosen = find_cluster(resolved, req, len(specs)) if target.caps.overlays else None
     if chosen is not None:
         billed = sum(o.price_per_hour_usd for o in chosen[1])
         resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
@@ -115,7 +115,7 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                 pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
                 record = record.with_(ssh=pinned) if spec.rank == 0 else set_node(record, spec.rank, ssh=pinned)
                 save(record)
-        if resolved.provider == "vast":  # no address variables there: each node's, read on its overlay interface
+        if target.caps.overlays:  # no address variables there: each node's, read on its overlay interface
             specs = overlay_addresses(hosts, specs, req.nccl_ifname)
         if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
             check_nodes(hosts, specs, 0, None)
@@ -137,7 +137,7 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                      "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}",
                      "--peer-token-file", "../peer.token")
             on_step(f"node {spec.rank}: starting")
-            if target.cloud and resolved.provider != "vast":
+            if target.caps.clusters:
                 # A RunPod cluster's member pod cannot be stopped on its own (it is managed through its
                 # cluster), so its watchdog stops the run and gpucli deletes the cluster (down, watch). A
                 # vast.ai instance on an overlay is an instance like any other: its own watchdog ends it
@@ -231,7 +231,7 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
     try:
         _, rented = rent_cluster(
             client, name=resolved.label, gpu_type=gpu_type_id(load_catalog(), resolved.gpu_id),
-            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or str(getattr(target, "default_image", "")),
+            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or target.default_image,
             disk_gb=req.disk_gb or resolved.pod_disk_gb, public_key=pub,
             ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
             on_cluster=on_cluster, on_pods=on_pods, on_event=on_step)

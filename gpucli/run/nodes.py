@@ -46,13 +46,9 @@ if TYPE_CHECKING:
 
 WarnFn = Callable[[str], None]
 
-MAX_LOCAL_NODES = 8  # node agents on this machine (each a torchrun with its own processes)
 RDZV_TIMEOUT_S = 6 * 3600  # node 0 may fetch and prepare the data for hours before it joins
-# The network interface NCCL (and gloo) must use between the nodes, per provider, where it is fixed:
-# RunPod Instant Clusters route inter-node traffic over ens1, never eth0 (runpod/docs
-# instant-clusters.mdx); a vast.ai cluster's overlay network is eth0 in the container (vast-ai docs,
-# multi-node-training-using-torch-nccl.mdx).
-NCCL_IFNAME = {"runpod": "ens1", "vast": "eth0"}
+# The network interface NCCL (and gloo) must use between the nodes, where the provider fixes it, is
+# its target's caps.nccl_ifname (with the provider's docs there).
 
 
 class NodesRequest(Protocol):
@@ -151,7 +147,7 @@ def check_request(req: NodesRequest) -> None:
         raise UsageError(f"--nodes must be a whole number of at least 1, got {n}")
     hosts = list(req.hosts) or ([req.host] if req.host else [])
     target = get_target(req.provider)
-    if req.provider == "ssh":
+    if target.caps.endpoint_given:
         parsed = [parse_target(h) for h in hosts]
         seen: dict[tuple[str, int], str] = {}
         for text, t in zip(hosts, parsed, strict=True):
@@ -169,15 +165,14 @@ def check_request(req: NodesRequest) -> None:
         if req.probe_link:
             raise UsageError("--probe-link goes with --nodes > 1 (it measures the link between the nodes)")
         return
-    if req.provider == "local" and n > MAX_LOCAL_NODES:
-        raise UsageError(f"--nodes {n}: --provider local runs at most {MAX_LOCAL_NODES} node agents")
-    if req.provider == "runpod" and n > 250:  # ClusterCompute.podCount: 2..250 (runpod api-reference-v2)
-        raise UsageError(f"--nodes {n}: a RunPod Instant Cluster holds 2 to 250 pods")
+    most = target.caps.max_nodes
+    if most is not None and n > most:
+        raise UsageError(f"--nodes {n}: --provider {req.provider} runs at most {most} {target.caps.nodes_are}")
     if target.cloud and req.spot:
         raise UsageError("--spot and --nodes > 1 do not go together: a cluster is rented on demand")
     if req.volume:
         raise UsageError("--volume and --nodes > 1 do not go together yet")
-    if req.probe_link and (target.cloud or req.provider == "local" or req.link_gbps is not None):
+    if req.probe_link and (not target.caps.endpoint_given or req.link_gbps is not None):
         raise UsageError("--probe-link measures the link between your own machines (--provider ssh) "
                          "when no --link-gbps is given", hint="leave out --probe-link or --link-gbps")
 
@@ -203,7 +198,7 @@ def free_port() -> int:
 def ports_for(run: str, provider: str) -> tuple[int, int]:
     """(torchrun's rendezvous port, the watchdogs' port) on rank 0: free ones here for ``local``, else
     a pair from the run's name in 29500-31499 (two runs on one machine rarely collide)."""
-    if provider == "local":
+    if get_target(provider).caps.this_machine:
         return free_port(), free_port()
     base = 29500 + 2 * (int(hashlib.sha256(run.encode()).hexdigest(), 16) % 1000)
     return base, base + 1
@@ -211,7 +206,7 @@ def ports_for(run: str, provider: str) -> tuple[int, int]:
 
 def layout(req: NodesRequest, workdir: str) -> list[NodeSpec]:
     """Every node of a ``LaunchRequest``'s run, rank 0 first, with its folder and address."""
-    if req.provider == "local":
+    if get_target(req.provider).caps.this_machine:
         return [NodeSpec(r, node_workdir(workdir, r), None, "127.0.0.1") for r in range(req.nodes)]
     hosts = list(req.hosts) or [req.host or ""]
     out = []
@@ -242,10 +237,11 @@ def node_env(specs: Sequence[NodeSpec], rank: int, gpus: int, port: int, provide
            "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NODE_IPS": ips, "SKYPILOT_NUM_NODES": str(n),
            "SKYPILOT_NUM_GPUS_PER_NODE": str(gpus), "DSTACK_MASTER_NODE_IP": master, "DSTACK_NODE_RANK": str(rank),
            "DSTACK_NODES_NUM": str(n), "DSTACK_GPUS_PER_NODE": str(gpus), "DSTACK_NODES_IPS": ips}
-    ifname = nccl_ifname or NCCL_IFNAME.get(provider)
+    caps = get_target(provider).caps
+    ifname = nccl_ifname or caps.nccl_ifname
     if ifname:  # what the provider's docs require of NCCL
         env["NCCL_SOCKET_IFNAME"] = ifname
-    if nccl_ifname or provider == "vast":  # own machines, vast's overlay: gloo takes the same interface
+    if nccl_ifname or caps.overlays:  # own machines, an overlay network: gloo takes the same interface
         env["GLOO_SOCKET_IFNAME"] = str(ifname)
     return env
 
@@ -307,7 +303,7 @@ def planned_across(one: Any, model: Any, nodes: int, provider: str, link_gbps: f
     one measured at launch); one machine's figure alone when the link is not known (the source says so)."""
     if not one.tokens_per_s or not one.hours:
         return one
-    link = link or link_for(provider, link_gbps)
+    link = link or link_for(get_target(provider).caps.link(), link_gbps)
     eff = node_efficiency(count_params(model).total, tokens_per_node_step * nodes, one.tokens_per_s, nodes, link)
     tokens = one.tokens_per_s * one.hours * 3600  # the run's tokens: every node's share
     tokens *= nodes

@@ -53,7 +53,7 @@ def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str]
     if record.active and not ended:
         return None
     target = get_target(record.provider)
-    ask = getattr(target, "kept_storage", None)
+    ask = target.kept_storage if target.cloud else None  # nothing rented: nothing kept
     launch = record.launch or {}
     raw = launch.get("request")
     request: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -174,7 +174,7 @@ def observe(record: RunRecord) -> Observed:
     running also says what its stopped pod or kept volume bills per month. Nothing is saved or ended."""
     seen = _observe(record)
     st = with_billed(seen.status, provider_billed(record))
-    ask = getattr(get_target(record.provider), "contract_note", None)  # vast: the rental's end and price changes
+    ask = get_target(record.provider).contract_note  # vast: the rental's end and price changes
     if ask is not None and record.active and record.instance_id:
         st = dataclasses.replace(st, contract_note=ask(record, now_epoch_s=time.time()))
     if st.kept_usd_per_month is None and st.state not in ("running", "starting", "provisioning"):
@@ -186,7 +186,7 @@ def observe(record: RunRecord) -> Observed:
 
 def provider_billed(record: RunRecord) -> Billed | None:
     """What the run's provider says its pod has billed so far (vast: charges with bandwidth), or None."""
-    ask = getattr(get_target(record.provider), "billed", None)
+    ask = get_target(record.provider).billed
     return ask(record) if ask is not None and record.instance_id else None
 
 

@@ -75,7 +75,7 @@ def find_cluster(resolved: NodesResolved, req: NodesRequest, nodes: int, client:
     by_cluster: dict[str, list[Offer]] = {}
     for vname in gpu.vast_names or (gpu.name,):
         q = parse_query(f"gpu_name={vname.replace(' ', '_')} num_gpus={resolved.n_gpus} "
-                        + launch_filters(disk, getattr(target, "min_cuda", None), req.query,
+                        + launch_filters(disk, target.min_cuda, req.query,
                                          hours=rental_hours(_planned_hours(resolved))))
         for cid, offers in cluster_offers(client, q, disk_gb=disk).items():
             by_cluster.setdefault(cid, []).extend(o for o in offers if o.gpu_count == resolved.n_gpus)
@@ -94,7 +94,7 @@ def rent_vast(prepared: NodesPrepared, record: RunRecord, specs: list[NodeSpec],
     name = overlay_name(resolved.label)
     record = record.with_(launch={**(record.launch or {}), "vast_cluster_id": cluster_id, "overlay_name": name})
     save(record)
-    image = req.image or str(getattr(get_target("vast"), "default_image", ""))
+    image = req.image or get_target("vast").default_image
 
     def spec(rank: int, offer: Offer) -> LaunchSpec:
         return LaunchSpec(name=resolved.name if rank == 0 else f"{resolved.name}-node{rank}",

@@ -12,11 +12,9 @@ from collections.abc import Callable, Iterable
 from gpucli.cloud.base import TERMINATE_PENDING
 from gpucli.errors import GpucliError
 from gpucli.run import records as runs
-from gpucli.run.clusterend import end_clusters_of_ended
 from gpucli.run.monitor import RunStatus
 from gpucli.run.observe import Due, Observed, observe, recorded_status
 from gpucli.run.records import RunRecord
-from gpucli.run.rentend import end_rented
 from gpucli.run.targets import get_target
 
 
@@ -31,6 +29,9 @@ def apply(due: Due | None) -> None:
     if due.save is not None:
         runs.save(due.save)
     if due.end_rented:
+        # lazy: a provider's cluster and overlay code (and its client) only once a rented cluster is due to end
+        from gpucli.run.rentend import end_rented
+
         end_rented(due.record, on_warn=_quiet)
 
 
@@ -75,5 +76,10 @@ def statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None
             rows.append((record, seen.status))
         else:
             rows.append((record, recorded_status(record)))
-    end_clusters_of_ended(runs.list_runs())
+    ended = runs.list_runs()
+    if any((r.launch or {}).get("cluster_id") for r in ended):  # clusterend.cluster_of, without its client
+        # lazy: RunPod's cluster client only where some run here had a cluster
+        from gpucli.run.clusterend import end_clusters_of_ended
+
+        end_clusters_of_ended(ended)
     return rows

@@ -102,11 +102,12 @@ def entry_text(record: RunRecord, known_hosts: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_entry(record: RunRecord, *, config: Path | None = None) -> SshConfigEntry:
-    """Write (or refresh) the run's entry and its pinned key; add the Include line when missing."""
+def write_entry(record: RunRecord, *, config: Path | None = None, here: bool = False) -> SshConfigEntry:
+    """Write (or refresh) the run's entry and its pinned key; add the Include line when missing.
+    ``here``: the run's host is this machine (its target's ``caps.this_machine``), which has no endpoint."""
     if record.ssh is None:
         raise UsageError(f"run {record.name} has no SSH endpoint" + (" (it runs on this machine)"
-                         if record.provider == "local" else f" yet (status: {record.status})"))
+                         if here else f" yet (status: {record.status})"))
     d = entries_dir()
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     name = alias(record.name)

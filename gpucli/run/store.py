@@ -177,7 +177,7 @@ def quote(resolved: ResolvedLaunch, transfer_usd_per_gb: float | None = None) ->
         return None
     from gpucli.run.targets import get_target  # lazy: the targets load the providers' clients
 
-    if transfer_usd_per_gb is None and not getattr(get_target(resolved.provider), "bills_transfer", True):
+    if transfer_usd_per_gb is None and get_target(resolved.provider).caps.bills_transfer is False:
         transfer_usd_per_gb = 0.0
     storage = storage_rate(resolved.store)
     return store_quote(checkpoint_gb=d.checkpoints.checkpoint_gb, written=d.written or 1, keep_last=d.keep_last,

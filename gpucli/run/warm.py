@@ -74,14 +74,15 @@ class Machine:
     @property
     def hosts(self) -> list[str]:
         """``user@host[:port]`` of every node, rank 0 first (SSH only)."""
-        if self.provider != "ssh":
+        if not get_target(self.provider).caps.endpoint_given:
             return []
         targets = [self.base.ssh, *(n.ssh for n in self.base.nodes)]
         return [f"{t.user}@{t.host}" + (f":{t.port}" if t.port != 22 else "") for t in targets if t is not None]
 
     @property
     def identity(self) -> str | None:
-        return self.base.ssh.identity_file if self.base.ssh is not None and self.provider == "ssh" else None
+        return self.base.ssh.identity_file if self.base.ssh is not None and get_target(self.provider).caps.endpoint_given \
+            else None
 
     @property
     def profile(self) -> str:
@@ -95,7 +96,7 @@ def machine(on: str) -> Machine:
         raise UsageError(f"run {base.name} ran on a rented group of {1 + len(base.nodes)} machines; --on takes "
                          "one machine, or the nodes of a run on this machine or your own SSH hosts",
                          hint="launch on several rented machines with --nodes")
-    if base.provider != "local" and base.ssh is None:
+    if not get_target(base.provider).caps.this_machine and base.ssh is None:
         raise UsageError(f"run {base.name} never reached a machine (it has no SSH endpoint)",
                          hint="launch without --on")
     root = machine_root(base)
@@ -175,7 +176,7 @@ def prepare_on(catalog: Catalog, req: LaunchRequest, m: Machine, *, task: Task |
         workdir = asked.workdir or posixpath.join(m.folder, name)
         want = dataclasses.replace(job.request(asked), workdir=workdir)
         resolved = resolve(catalog, want, run_name=name)
-        if job.checks_disk and get_target(m.provider).name == "local":
+        if job.checks_disk and get_target(m.provider).caps.this_machine:
             check_disk(resolved)
         if m.box:  # the box's idle watch ends the machine; this run's watchdog only ends the run
             resolved = dataclasses.replace(resolved, on_end="keep")

@@ -21,6 +21,7 @@ def ssh_config(
     from gpucli.cli import render
     from gpucli.run import records as runs
     from gpucli.run import sshconfig
+    from gpucli.run.targets import get_target
 
     record = runs.resolve(run, on_bad=render.warn)
     if remove:
@@ -30,7 +31,7 @@ def ssh_config(
         else:
             render.info(f"removed {sshconfig.alias(record.name)}" if gone else f"no entry for {record.name}")
         return
-    entry = sshconfig.write_entry(record)
+    entry = sshconfig.write_entry(record, here=get_target(record.provider).caps.this_machine)
     if json_:
         render.json_out({"run": record.name, "host": entry.alias, "file": str(entry.path),
                          "known_hosts": str(entry.known_hosts), "include_added": entry.include_added})
@@ -53,14 +54,14 @@ def forward(
     from gpucli.errors import UsageError
     from gpucli.run import records as runs
     from gpucli.run.forward import open_local_port, parse_spec
-    from gpucli.run.targets import open_host
+    from gpucli.run.targets import get_target, open_host
     from gpucli.run.tensorboard import PortForward, transport_of
 
     spec = parse_spec(ports)
     record = runs.resolve(run, on_bad=render.warn)
     if record.ssh is None:
         raise UsageError(f"run {record.name} has no SSH endpoint" + (": it runs on this machine, where port "
-                         f"{spec.remote_port} is already local" if record.provider == "local" else ""))
+                         f"{spec.remote_port} is already local" if get_target(record.provider).caps.this_machine else ""))
     open_local_port(spec.local_port)
     with open_host(record) as host, PortForward(transport_of(host), spec.remote_port,
                                                 local_port=spec.local_port) as fwd:

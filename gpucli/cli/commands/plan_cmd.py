@@ -135,8 +135,10 @@ def plan(
     result = make_plan(catalog, request, setups=setups)
     if max_nodes > 1:
         from gpucli.plan.internode import with_nodes
+        from gpucli.run.targets import all_targets
 
-        result = with_nodes(catalog, request, result, max_nodes)
+        unplanned = tuple(t.caps.link() for t in all_targets() if t.cloud and t.caps.link_gbps is None)
+        result = with_nodes(catalog, request, result, max_nodes, unplanned=unplanned)
     if explain is not None:
         from gpucli.plan.explain import explain_setup
 
@@ -165,10 +167,11 @@ def plan(
 
 def _provider_name(name: str) -> str:
     from gpucli.errors import UsageError
+    from gpucli.run.targets import all_targets
 
-    key = name.strip().lower()
-    if key not in ("vast", "runpod"):
-        raise UsageError(f"--provider must be vast, runpod or all, got '{name}'")
+    key, clouds = name.strip().lower(), [t.name for t in all_targets() if t.cloud]  # whose catalogue prices exist
+    if key not in clouds:
+        raise UsageError(f"--provider must be {', '.join(clouds)} or all, got '{name}'")
     return key
 
 

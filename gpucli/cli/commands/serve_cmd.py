@@ -69,13 +69,13 @@ def _serve_on_pod(run: str | None, port: int, engine: str, json_: bool = False) 
     from gpucli.run import podserve
     from gpucli.run import records as runs
     from gpucli.run import tensorboard as core
-    from gpucli.run.targets import open_host
+    from gpucli.run.targets import get_target, open_host
 
     record = runs.resolve(run)
     with open_host(record) as host:
         server = podserve.start_remote_server(host, record, engine=engine, on_event=render.info)
         try:
-            if record.provider == "local":  # the host is this machine: nothing to tunnel
+            if get_target(record.provider).caps.this_machine:  # nothing to tunnel
                 _ready_then_wait(host, server, f"http://127.0.0.1:{server.port}/v1", record.name, None, json_)
             else:
                 with core.PortForward(core.transport_of(host), server.port, local_port=port) as fwd:

@@ -26,15 +26,16 @@ def tensorboard(
     from gpucli.run import records as runs
     from gpucli.run import tensorboard as core
     from gpucli.run.harvest import mirror_root
-    from gpucli.run.targets import open_host
+    from gpucli.run.targets import get_target, open_host
 
     record = runs.resolve(run)
+    here = get_target(record.provider).caps.this_machine  # its folder is on this machine: no tunnel
     sub = core.run_logdir(record, logdir)  # "tb", or the code folder (or --logdir in it) for your own code
     local_dirs = [mirror_root(record.name) / "tb"] if sub == "tb" else []
-    if record.provider == "local":
+    if here:
         local_dirs.insert(0, Path(record.workdir).expanduser() / sub)
     over = record.status in ("finished", "failed", "stopped")
-    if record.provider != "local" and not (over and local_dirs and local_dirs[0].is_dir()):
+    if not here and not (over and local_dirs and local_dirs[0].is_dir()):
         with open_host(record) as host:
             remote_port = core.ensure_remote_tensorboard(host, record, logdir=sub, on_event=render.info)
             with core.PortForward(core.transport_of(host), remote_port, local_port=port) as fwd:

@@ -291,7 +291,7 @@ def venv_dir(resolved: ResolvedLaunch, task: Task) -> str | None:
     """The job's own environment on a local or SSH host: one per code folder (and Python), reused by
     every run of that folder, beside the run folders (``<runs>/.venvs/<hash>``). None on a pod: a
     pod's image Python is the job's, as it is the trainer's."""
-    if resolved.provider not in ("local", "ssh"):
+    if get_target(resolved.provider).cloud:
         return None
     source = f"{task.code.url}@{task.code.ref or ''}" if isinstance(task.code, GitCode) else str(task.code.resolve())
     digest = hashlib.sha256(f"{source}\0{resolved.python}".encode()).hexdigest()[:16]

@@ -6,34 +6,52 @@ compares provider names.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from gpucli.errors import UnknownNameError
 from gpucli.run.runid import check_folder
-from gpucli.run.targets.base import Host, PodState, Provisioner, Stray, Target
-from gpucli.run.targets.local import LocalHost, LocalTarget
-from gpucli.run.targets.runpod import RunPodTarget
-from gpucli.run.targets.ssh import SshServerTarget
-from gpucli.run.targets.vast import VastTarget
+from gpucli.run.targets.base import Capabilities, Host, PodState, Provisioner, Stray, Target
+from gpucli.run.targets.local import LocalHost
 
 if TYPE_CHECKING:
     from gpucli.run.records import RunRecord
 
-__all__ = ["TARGETS", "Host", "LocalHost", "PodState", "Provisioner", "Stray", "Target", "get_target",
-           "open_host", "target_names"]
+__all__ = ["Capabilities", "Host", "LocalHost", "PodState", "Provisioner", "Stray", "Target", "all_targets",
+           "get_target", "open_host", "target_names"]
 
-TARGETS: dict[str, Target] = {t.name: t for t in (LocalTarget(), SshServerTarget(), RunPodTarget(), VastTarget())}
+#: Where each target's class lives. A target's module is imported the first time it is asked for, so a
+#: command reading a local run never loads the cloud providers' clients (``gpucli status`` imports only
+#: what it shows).
+_WHERE = {"local": ("gpucli.run.targets.local", "LocalTarget"), "ssh": ("gpucli.run.targets.ssh", "SshServerTarget"),
+          "runpod": ("gpucli.run.targets.runpod", "RunPodTarget"), "vast": ("gpucli.run.targets.vast", "VastTarget")}
+_LOADED: dict[str, Target] = {}
 
 
 def target_names() -> list[str]:
-    return list(TARGETS)
+    return list(_WHERE)
 
 
 def get_target(name: str) -> Target:
-    target = TARGETS.get(name.strip().lower())
+    key = name.strip().lower()
+    target = _LOADED.get(key)
     if target is None:
-        raise UnknownNameError("provider", name, list(TARGETS))
+        if key not in _WHERE:
+            raise UnknownNameError("provider", name, list(_WHERE))
+        module, cls = _WHERE[key]
+        target = _LOADED.setdefault(key, getattr(importlib.import_module(module), cls)())
     return target
+
+
+def all_targets() -> list[Target]:
+    """Every target, each loaded (for what asks every provider: strays, doctor)."""
+    return [get_target(n) for n in _WHERE]
+
+
+def __getattr__(name: str) -> object:
+    if name == "TARGETS":  # the former eager registry: name -> target, every one loaded
+        return {t.name: t for t in all_targets()}
+    raise AttributeError(name)
 
 
 def open_host(record: RunRecord, *, connect_timeout_s: float = 20.0) -> Host:

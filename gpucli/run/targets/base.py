@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from gpucli.cloud.base import Billed
+    from gpucli.cloud.runpod import NetworkVolume
     from gpucli.plan.catalog import Catalog
+    from gpucli.plan.internode import Link
     from gpucli.run.records import RunRecord
     from gpucli.ssh import CommandResult, DownloadStats, RemoteFile, SshTarget, SyncStats
 
@@ -46,6 +49,62 @@ class Host(Protocol):
                  progress: Any = None) -> DownloadStats: ...
     def download_files(self, items: Sequence[tuple[str, str | os.PathLike[str], str | None]], *,
                        progress: Any = None) -> list[DownloadStats]: ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target can do and how its machines behave, declared once by each target (with the provider
+    document that says so) so that code outside ``gpucli/run/targets`` and ``gpucli/cloud`` asks
+    ``get_target(record.provider).caps`` instead of comparing provider names or probing attributes.
+    ``cloud``, ``needs_gpu`` and ``bootstrap`` stay plain attributes of the target (they came first)."""
+
+    #: The run's host is this machine: no tunnel to it, its disk and GPUs are checked here, its node
+    #: agents take free ports here and meet on 127.0.0.1, and it has no SSH endpoint.
+    this_machine: bool = False
+    #: The user names the machine(s) up front (``--host``, ``--hosts``): several hosts for ``--nodes``,
+    #: the link between them measured at launch (``--probe-link``), and ``--on`` reuses the host and key.
+    endpoint_given: bool = False
+    #: ``--volume``: a provider network volume mounted at the run folder's disk.
+    network_volumes: bool = False
+    #: Multi-node runs are one provider-managed cluster (RunPod Instant Clusters): its pods cannot be
+    #: stopped one by one, so each node's watchdog stops only the run and gpucli deletes the cluster.
+    clusters: bool = False
+    #: Multi-node runs are separate instances on the provider's overlay network (vast.ai): the machines
+    #: are chosen before anything is recorded, each node's address is read on its overlay interface (no
+    #: address variables), gloo takes that interface too, and each node's own watchdog ends its instance.
+    overlays: bool = False
+    #: The most nodes one run may have here (None: no limit of gpucli's or the provider's), and what
+    #: those nodes are, for the refusal ("node agents on this machine").
+    max_nodes: int | None = None
+    nodes_are: str = "nodes"
+    #: The interface NCCL must use between nodes, as the provider's docs require (None: NCCL's choice).
+    nccl_ifname: str | None = None
+    #: Gbit/s between two nodes as the provider publishes it (None: not known, or measured at launch),
+    #: and where that figure (or its absence) comes from.
+    link_gbps: float | None = None
+    link_source: str = ""
+    #: A container started again (the provider restarting a stopped instance) runs the run's resume.sh
+    #: and continues from its newest checkpoint by itself.
+    in_place_resume: bool = False
+    #: The provider bills data moved in or out of the pod (a ``--store``'s uploads then cost money);
+    #: None: gpucli does not know (an SSH host's network is the user's).
+    bills_transfer: bool | None = None
+    #: The provider reports per pod what it has billed so far (bandwidth included), and ``billed``
+    #: asks it; otherwise the cost is gpucli's meter (elapsed x price).
+    provider_billing: bool = False
+    #: What a stopped pod keeps and bills, in words (``kept_storage`` gives the figure for a run).
+    kept_storage: str = ""
+    #: ``--on-end stop`` exists: the pod can be stopped (billing only its disk) and started again.
+    stop_supported: bool = False
+    #: Spot (interruptible) pods can be rented with ``--spot``.
+    spot: bool = False
+
+    def link(self) -> Link:
+        """The declared inter-node link (the planner's ``Link``); measured at launch where the machines are
+        the user's own (``endpoint_given``)."""
+        from gpucli.plan.internode import Link  # lazy: the planner's modules, for multi-node plans only
+
+        return Link(self.link_gbps, self.link_source, probed=self.endpoint_given)
 
 
 @dataclass(frozen=True)
@@ -105,8 +164,19 @@ class Provisioner(Protocol):
     """A cloud launch's offers and bid, fixed before anything is created; calling it creates the pod
     (``on_created`` gets every pod id before any wait) and returns its SSH endpoint."""
 
+    volume: NetworkVolume | None  # the network volume the pod mounts (--volume), None without one
+
     @property
     def max_price_per_hour_usd(self) -> float: ...
+
+    @property
+    def billed_usd_per_hour(self) -> float | None:
+        """What the created pod bills per hour, as the provider said right after create (None before)."""
+        ...
+
+    def with_workdir(self, workdir: str) -> Provisioner:
+        """The same launch knowing the run folder (an in-place resume's start hook runs the run's resume.sh there)."""
+        ...
 
     def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None],
                  cancelled: Callable[[], bool] = ...) -> SshTarget:
@@ -123,6 +193,9 @@ class Target(Protocol):
     cloud: bool  # rents a pod that bills until it is ended
     bootstrap: bool  # the host needs setup_pod.sh (Python packages) before the trainer starts
     needs_gpu: bool  # only GPU profiles can run here
+    caps: Capabilities  # what it can do: asked instead of its name
+    default_image: str  # the image a pod starts from ("" where nothing is rented)
+    min_cuda: str | None  # the CUDA the default image needs of a host's driver (None: no image)
 
     def default_workdir(self, run: str) -> str: ...
     def default_python(self) -> str: ...
@@ -165,6 +238,18 @@ class Target(Protocol):
         """The API endpoints the pod-side watchdog calls, as its env file's variables ({} without a pod)."""
         ...
 
+    def billed(self, record: RunRecord) -> Billed | None:
+        """What the provider says the run's pod has billed so far; None where it does not say."""
+        ...
+
+    def contract_note(self, record: RunRecord, *, now_epoch_s: float) -> str | None:
+        """The live pod's rental end and price changes in one line; None where there are no such terms."""
+        ...
+
+    def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
+        """What the run's ended pod or volume keeps billing per month, and what; None: nothing kept."""
+        ...
+
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -184,6 +269,8 @@ class NoPod:
 
     cloud = False
     needs_gpu = False
+    default_image = ""
+    min_cuda: str | None = None
 
     def endpoint(self, host: str | None, identity_file: str | None) -> SshTarget | None:
         return None
@@ -210,3 +297,12 @@ class NoPod:
 
     def pod_api_env(self) -> dict[str, str]:
         return {}
+
+    def billed(self, record: RunRecord) -> Billed | None:
+        return None
+
+    def contract_note(self, record: RunRecord, *, now_epoch_s: float) -> str | None:
+        return None
+
+    def kept_storage(self, record: RunRecord) -> tuple[float, str] | None:
+        return None

@@ -40,7 +40,7 @@ from gpucli.cloud.runpod_v2 import volume_usd_per_month
 from gpucli.errors import GpucliError, NoCapacityError, ProviderError, UsageError
 from gpucli.run import userconfig
 from gpucli.run.records import parse_iso
-from gpucli.run.targets.base import OfferAsk, PodState, Stray
+from gpucli.run.targets.base import Capabilities, OfferAsk, PodState, Stray
 from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
 from gpucli.run.targets.onstart import onstart_hook
 from gpucli.run.targets.ssh import open_remote, ssh_shell_argv
@@ -194,6 +194,7 @@ class CloudTarget:
 
     name: str
     default_image: str
+    caps: Capabilities  # each provider's own, with its sources
     cloud = True
     bootstrap = True
     needs_gpu = True
@@ -333,7 +334,7 @@ class CloudTarget:
                           data_center_id=volume.data_center_id if volume else None,
                           cloud_type="SECURE" if volume else None, volume_gb=disk_gb,
                           min_cuda=plan.min_cuda or (getattr(self, "min_cuda", None) if not image else None),
-                          onstart=onstart_hook(workdir) if workdir and getattr(self, "resumes_in_place", False)
+                          onstart=onstart_hook(workdir) if workdir and self.caps.in_place_resume
                           else None,
                           # the pod guards itself until the watchdog runs (gpucli/cloud/bootguard.py)
                           boot_guard=guard_command(self.name, workdir, window_s(ready_timeout_s),

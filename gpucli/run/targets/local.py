@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import RemoteCommandError, TransferError
 from gpucli.pod import procid
-from gpucli.run.targets.base import NoPod, env_file_text
+from gpucli.run.targets.base import Capabilities, NoPod, env_file_text
 from gpucli.settings import home
 from gpucli.ssh import (
     DEFAULT_EXCLUDES,
@@ -260,7 +260,13 @@ class LocalTarget(NoPod):
     name = "local"
     describe = "this machine"
     bootstrap = False  # this Python already has the trainer's packages
-    bills_transfer = False  # no provider between this machine and a --store
+    caps = Capabilities(
+        this_machine=True,
+        max_nodes=8,  # node agents on this machine (each a torchrun with its own processes): gpucli's limit
+        nodes_are="node agents",
+        link_source="loopback on this machine",
+        bills_transfer=False,  # no provider between this machine and a --store
+    )
 
     def default_workdir(self, run: str) -> str:
         return str(home() / "local-runs" / run)

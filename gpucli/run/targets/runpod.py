@@ -9,6 +9,7 @@ from gpucli.cloud.credentials import runpod_base_url
 from gpucli.cloud.query import parse_query
 from gpucli.cloud.runpod import SPOT_REFUSED, RunPodProvider
 from gpucli.errors import NoCapacityError, UsageError
+from gpucli.run.targets.base import Capabilities
 from gpucli.run.targets.cloud import MAX_OFFERS, CloudPlan, CloudProvisioner, CloudTarget
 from gpucli.settings import volume_mount
 
@@ -32,12 +33,29 @@ class RunPodTarget(CloudTarget):
     # A pod stopped by RunPod (a host gone, a $0 balance: pods/pricing.mdx L59) reports EXITED (openapi
     # PodStatus), as podStop leaves it: the pod no longer runs the run.
     exited_means = "preempted"
-    network_volumes = True  # --volume: a network volume at /workspace (vast.ai has none)
-    bills_transfer = False  # "no fees for data ingress or egress" (runpod/docs pods/pricing.mdx): a --store's uploads are free
     #: The run folder is on the pod's volume disk (mounts.persistent at /workspace), which a stop keeps
     #: ("Volume disk ... Persistent; retained until Pod deleted", pods/pricing.mdx L47): --on-end stop
-    #: keeps the checkpoints, at $0.20/GB/month while stopped.
-    stop_keeps_disk = True
+    #: keeps the checkpoints, at $0.20/GB/month while stopped (caps.kept_storage).
+    caps = Capabilities(
+        network_volumes=True,  # storage/network-volumes.mdx: mounted at /workspace, Secure Cloud only
+        # Instant Clusters (runpod/docs instant-clusters.mdx): one cluster, its member pods are managed
+        # through it (ClusterCompute in api-reference-v2), and gpucli deletes it when the run ends.
+        clusters=True,
+        max_nodes=250,  # ClusterCompute.podCount: 2..250 (runpod api-reference-v2)
+        nodes_are="pods (a RunPod Instant Cluster holds 2 to 250)",
+        # instant-clusters/configuration.mdx: PRIMARY_ADDR/MASTER_ADDR "corresponds to ens1", the
+        # interface NCCL is told to use between the pods.
+        nccl_ifname="ens1",
+        # instant-clusters.mdx: 1600-3200 Gbps node to node; the lower bound is planned with.
+        link_gbps=1600.0,
+        link_source="RunPod Instant Clusters: 1600-3200 Gbps node to node (runpod docs, instant-clusters)",
+        bills_transfer=False,  # "no fees for data ingress or egress" (pods/pricing.mdx L16)
+        provider_billing=False,  # REST v2 reports no per-pod charges: gpucli's meter is the cost
+        # "Volume disk ... Persistent; retained until Pod deleted" at $0.20/GB/month stopped (pods/pricing.mdx L47)
+        kept_storage="a stopped pod keeps its volume disk (the run folder) at $0.20/GB/month",
+        stop_supported=True,  # podAction stop: "the pod moves to EXITED" (openapi podAction)
+        spot=False,  # no interruptible pods in REST v2 (gpucli/cloud/runpod.py SPOT_REFUSED)
+    )
 
     def default_workdir(self, run: str) -> str:
         return f"{volume_mount()}/gpucli-runs/{run}"  # the volume disk (or network volume) mount

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpucli.errors import UsageError
 from gpucli.run.sshconfig import target_from_config
-from gpucli.run.targets.base import NoPod
+from gpucli.run.targets.base import Capabilities, NoPod
 from gpucli.settings import home
 from gpucli.ssh import Remote, parse_target
 
@@ -55,6 +55,11 @@ class SshServerTarget(NoPod):
     name = "ssh"
     describe = "an SSH host"
     bootstrap = True
+    #: The user's own machines: named by --host, their link measured at launch (gpucli/run/linkprobe.py)
+    #: unless --link-gbps gives it; nothing is rented, so nothing bills per byte or per month here.
+    caps = Capabilities(endpoint_given=True,
+                        link_source="your machines' link: measured at launch, 64 MB from each node to rank 0 over "
+                                    "the rendezvous address (--link-gbps gives it instead)")
 
     def default_workdir(self, run: str) -> str:
         return f"gpucli-runs/{run}"  # relative to the login directory

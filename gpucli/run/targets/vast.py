@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpucli.cloud.credentials import vast_base_url
 from gpucli.cloud.query import comparisons, parse_query
+from gpucli.run.targets.base import Capabilities
 from gpucli.run.targets.cloud import CloudTarget
 
 if TYPE_CHECKING:
@@ -52,8 +53,25 @@ class VastTarget(CloudTarget):
     default_image = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
     min_cuda = "12.8"  # the default image's CUDA: hosts whose driver is older cannot run it
 
-    #: The instance's onstart runs the run's resume.sh at every container start (see onstart.py).
-    resumes_in_place = True
+    #: The instance's onstart runs the run's resume.sh at every container start (see onstart.py):
+    #: caps.in_place_resume.
+    caps = Capabilities(
+        # Instances joined to one overlay network (vast-ai/docs multi-node-training-using-torch-nccl.mdx;
+        # cli/reference overlay commands): each is an instance like any other, whose own watchdog ends it
+        # with its CONTAINER_API_KEY (hello-world.mdx L112), and no address variables are given.
+        overlays=True,
+        # torch-nccl.mdx L47: eth0 is the overlay network (unless networks were changed after creation).
+        nccl_ifname="eth0",
+        link_source="vast.ai cluster overlay network: the cluster's own link, not published per offer "
+                    "(vast docs, multi-node-training-using-torch-nccl)",
+        in_place_resume=True,  # the onstart runs resume.sh at every container start (targets/onstart.py)
+        bills_transfer=True,  # "Charges apply per byte transferred" (guides/instances/pricing.mdx L70)
+        provider_billing=True,  # GET /api/v0/charges/: per-instance charges, bwd/bwu included (show_charges.yaml)
+        # storage bills "regardless of running state ... typically higher for stopped" (pricing.mdx)
+        kept_storage="a stopped instance keeps its disk, billed at the host's storage rate",
+        stop_supported=True,  # PUT /api/v0/instances/{id}/ {"state":"stopped"} (manage_instance.yaml)
+        spot=True,  # interruptible instances rented with a bid (create_instance.yaml price)
+    )
 
     def pod_api_env(self) -> dict[str, str]:
         return {"GPUCLI_VAST_URL": vast_base_url()}

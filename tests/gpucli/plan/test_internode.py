@@ -7,27 +7,33 @@ import json
 import pytest
 
 from gpucli.plan.internode import comm_seconds, link_for, node_efficiency
+from gpucli.run.targets import get_target
+
+
+def declared(provider: str, link_gbps: float | None = None):  # noqa: ANN201
+    """The link a provider's target declares (its caps), as a launch on it plans with."""
+    return link_for(get_target(provider).caps.link(), link_gbps)
 
 
 def test_links_say_where_they_come_from():
-    assert link_for("runpod").gbps == 1600 and "instant-clusters" in link_for("runpod").source
-    assert link_for("vast").gbps is None and "overlay" in link_for("vast").source
-    assert link_for("ssh").gbps is None and "--link-gbps" in link_for("ssh").source
-    assert link_for("ssh").probed and "measured at launch" in link_for("ssh").source
-    assert not link_for("ssh", 100).probed and not link_for("local").probed
-    assert link_for("ssh", 100).gbps == 100 and link_for("ssh", 100).source == "--link-gbps"
+    assert declared("runpod").gbps == 1600 and "instant-clusters" in declared("runpod").source
+    assert declared("vast").gbps is None and "overlay" in declared("vast").source
+    assert declared("ssh").gbps is None and "--link-gbps" in declared("ssh").source
+    assert declared("ssh").probed and "measured at launch" in declared("ssh").source
+    assert not declared("ssh", 100).probed and not declared("local").probed
+    assert declared("ssh", 100).gbps == 100 and declared("ssh", 100).source == "--link-gbps"
 
 
 def test_ring_all_reduce_traffic_and_efficiency():
-    link = link_for("ssh", 100)
+    link = declared("ssh", 100)
     # 1e9 params, bf16 grads (2 GB), 2 nodes: 2 x 1/2 x 2 GB = 2 GB = 16 Gbit over 70 Gbit/s
     assert comm_seconds(1e9, 2, link) == pytest.approx(16 / 70)
     assert comm_seconds(1e9, 2, link, sharded=True) == pytest.approx(32 / 70)
-    assert comm_seconds(1e9, 1, link) == 0.0 and comm_seconds(1e9, 2, link_for("vast")) is None
+    assert comm_seconds(1e9, 1, link) == 0.0 and comm_seconds(1e9, 2, declared("vast")) is None
     # a step of 1M tokens at 1M tokens/s per node: 0.5 s of compute each against 0.229 s of traffic
     eff = node_efficiency(1e9, 1e6, 1e6, 2, link)
     assert eff == pytest.approx(0.5 / (0.5 + 16 / 70))
-    assert node_efficiency(1e9, 1e6, 1e6, 2, link_for("runpod")) > eff  # a faster link costs less
+    assert node_efficiency(1e9, 1e6, 1e6, 2, declared("runpod")) > eff  # a faster link costs less
 
 
 def test_plan_puts_multi_node_setups_on_the_front(capsys):
