@@ -277,6 +277,7 @@ RUN_FLOORS = {
     "clusterend": 4.6,  # a rented cluster ended from this machine: its watcher, and whether it is gone
     "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
+    "transfer": 7,  # a launch's planned bytes sized and priced where billed, reserved from --budget
     "store": 6.5,  # the run's checkpoint store seen from here: its uploader started, resume and fetch from it
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
     "execjob": 6,  # a command on a run's machine, in its folder and environment

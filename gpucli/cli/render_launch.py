@@ -25,6 +25,7 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
         "grad_accum": r.grad_accum, "batch_note": r.batch_note, "steps": r.steps, "seq_len": r.seq_len, "workdir": r.workdir,
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
+        "bandwidth": _transfer_lines(r),
     }
     volume = _planned_volume(r) if r.volume else None
     if volume is not None:
@@ -161,7 +162,20 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
             f"{size(d.need_gb)}; {verdict}" + (f" ({size(d.have_gb)})" if d.have_gb is not None and get_target(r.provider).caps.this_machine else "")
             ] + ([f"checkpoints written: {d.written} ({d.written_note}); keeping them all would need "
                   f"{size(d.all_kept_gb or 0)} (--set training.keep_last={d.written})"] if d.written else []) \
-        + _store_lines(r)
+        + _store_lines(r) + _transfer_lines(r)
+
+
+def _transfer_lines(r: ResolvedLaunch) -> list[str]:
+    """The planned bandwidth (gpucli.run.transfer): each leg's GB, and its $ where the provider bills bytes
+    (vast: at the offer's $/GB, chosen at launch; RunPod: none)."""
+    from gpucli.run.targets import get_target
+    from gpucli.run.transfer import plan_transfer
+
+    target = get_target(r.provider)
+    if not target.cloud:
+        return []
+    billed = getattr(target, "bills_transfer", True)
+    return plan_transfer(r).lines(None if billed else (0.0, 0.0), billed=billed)
 
 
 def _store_lines(r: ResolvedLaunch) -> list[str]:

@@ -91,6 +91,7 @@ class LaunchRequest:
     query: str | None = None  # --query: vast query words replacing the launch's offer filters field by field
     preflight: str | None = ""  # "": the job's own check of the machine before the run is detached (gpucli.run.preflight); None: --no-preflight; else your own code's --preflight CMD
     store: str | None = None  # --store s3://BUCKET/PREFIX | hf://OWNER/NAME: the checkpoints' store (gpucli.run.store)
+    mirror: bool = False  # --mirror-checkpoints/--recover: each checkpoint pulled here (its bytes are quoted)
 
     def checked(self) -> LaunchRequest:
         """This request, or a UsageError (one line) for the first bad value."""
@@ -131,7 +132,7 @@ class LaunchRequest:
         data["data"] = str(self.data) if self.data else None
         for key, default in (("volume", None), ("volume_size_gb", None), ("nodes", 1), ("hosts", ()),
                              ("nccl_ifname", None), ("link_gbps", None), ("probe_link", False), ("query", None), ("preflight", ""),
-                             ("store", None)):
+                             ("store", None), ("mirror", False)):
             if getattr(self, key) == default:
                 del data[key]  # records of one-machine runs (no --volume, --query) stay as they were
         if self.hosts:
@@ -203,6 +204,7 @@ class ResolvedLaunch:
     preflight: str | None = ""  # as LaunchRequest.preflight
     store: str | None = None  # the checkpoints' store (gpucli.run.store): its URL, never its credentials
     keep_unhealthy: bool = False  # --force on this machine or an ssh host: a machine below the health bars runs
+    mirror: bool = False  # as LaunchRequest.mirror
 
     @property
     def pod_disk_gb(self) -> int:
@@ -399,7 +401,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
         on_end=req.on_end or DEFAULTS.on_end, batch_note=batch_note, volume=req.volume,
         volume_size_gb=req.volume_size_gb, data_plan=data_plan, disk=disk, env_names=req.env_names, nodes=req.nodes,
         link_gbps=req.link_gbps, planned_one=planned_one, preflight=req.preflight,
-        store=req.store, keep_unhealthy=req.force and not target.cloud)
+        store=req.store, mirror=req.mirror, keep_unhealthy=req.force and not target.cloud)
 
 
 def _planned(catalog: Catalog, model: ModelShape, gpu_id: str | None, n_gpus: int, steps: int, micro: int,

@@ -22,7 +22,7 @@ from gpucli.run.clusterend import cluster_gone, cluster_of
 from gpucli.run.defaults import DEFAULTS
 from gpucli.run.harvest import mirror_root
 from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
-from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, folder_bytes, resolve
+from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.money import balance_guard
 from gpucli.run.monitor import best_val, replaces_slow, status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
@@ -36,6 +36,7 @@ from gpucli.run.secretenv import resolve as secrets_present
 from gpucli.run.targets import get_target, open_host
 from gpucli.run.targets.base import OfferAsk
 from gpucli.run.targets.local import local_gpus
+from gpucli.run.transfer import plan_transfer, reserve
 from gpucli.settings import watch_poll_s
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from gpucli.run.targets import Host, Provisioner
     from gpucli.run.task import Task
     from gpucli.ssh import SshTarget
-
-
 
 
 def _quiet(_: object) -> None:
@@ -144,10 +143,13 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,
                                        ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s,
                                        ask=dataclasses.replace(offer_ask(req, resolved), offer_id=offer_id))
+    priced, quote = reserve(req, resolved, target, provision)  # the planned bandwidth inside --budget
     if provision is not None and req.limits.price_per_hour_usd is None:
-        priced = dataclasses.replace(req, limits=req.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
+        priced = dataclasses.replace(priced, limits=priced.limits.with_(price_per_hour_usd=provision.max_price_per_hour_usd))
+    if priced is not req:
         resolved = resolve(catalog, priced, run_name=name)
     balance_guard(target, resolved, force=req.force)  # before anything is rented
+    provision = dataclasses.replace(provision, notes=tuple(quote)) if quote and provision else provision  # type: ignore[type-var]
     if req.volume and provision is not None:  # checked() let --volume through only where there are volumes
         # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
         if job.checks_disk and req.volume_size_gb:  # what would be created must hold the run, before it is
@@ -162,12 +164,10 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
 
 def offer_ask(req: LaunchRequest, resolved: ResolvedLaunch) -> OfferAsk:
     """What the offers are filtered and ranked on: ``--query``, ``--force``, the run's planned hours
-    (at most ``--hours``) and its planned transfer: the local data folder up, the checkpoints kept down."""
-    up = float(folder_bytes(resolved.data.local)) / 1e9 if resolved.data and resolved.data.local else 0.0
-    down = resolved.disk.checkpoints.disk_gb if resolved.disk is not None else 0.0
+    (at most ``--hours``) and its planned bytes in and out (gpucli.run.transfer)."""
     known = [h for h in (resolved.planned.hours, resolved.limits.max_hours) if h]  # --hours caps the plan
     return OfferAsk(query=req.query, hours=min(known) if known else None,
-                    transfer_gb=(round(up, 3), round(down, 3)), force=req.force)
+                    transfer_gb=plan_transfer(resolved).gb(), force=req.force)
 
 
 def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: NoticeFn = _quiet) -> RunRecord:

@@ -233,6 +233,7 @@ def launch(
         identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query, store=store,
+        mirror=bool(recover or mirror_checkpoints),
         preflight=None if no_preflight else (preflight or ""),
         limits=Limits(max_steps=steps, max_hours=hours, budget_usd=budget, price_per_hour_usd=price,
                       stall_minutes=stall_minutes, idle_stop_minutes=parse_idle_stop(idle_stop),

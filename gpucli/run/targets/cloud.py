@@ -153,6 +153,7 @@ class CloudProvisioner:
     force: bool = False  # --force: keep a pod billed more than 5 % above its quote
     billed: list[float] = field(default_factory=list)  # the billed $/h read back after create (filled by __call__)
     workdir: str | None = None  # the run folder: vast's onstart runs its resume.sh at every container start
+    notes: tuple[str, ...] = ()  # said before the pod is created: the planned bandwidth (gpucli.run.transfer)
 
     def with_workdir(self, workdir: str) -> CloudProvisioner:
         return dataclasses.replace(self, workdir=workdir)
@@ -168,6 +169,8 @@ class CloudProvisioner:
 
     def __call__(self, *, on_created: Callable[[str], None], on_event: Callable[[str], None],
                  cancelled: Callable[[], bool] = lambda: False) -> SshTarget:
+        for line in self.notes:
+            on_event(line)
         try:
             return self.target.provision(self.run, self.plan, image=self.image, disk_gb=self.disk_gb,
                                          ready_timeout_s=self.ready_timeout_s, on_created=on_created,

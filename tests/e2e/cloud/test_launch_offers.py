@@ -119,7 +119,7 @@ def test_offers_are_ranked_on_the_planned_hours_and_transfer(request, tmp_path):
     data = tmp_path / "corpus"
     data.mkdir()
     (data / "a.txt").write_text("hello world. " * 40000)
-    req = LaunchRequest(profile="rtx4090", provider="vast", data=str(data), disk_gb=80,
+    req = LaunchRequest(profile="rtx4090", provider="vast", data=str(data), disk_gb=80, mirror=True,
                         limits=Limits(max_steps=40000))
 
     def ranked(up_cost_a: float) -> tuple[list[str], lifecycle.OfferAsk]:
@@ -136,7 +136,9 @@ def test_offers_are_ranked_on_the_planned_hours_and_transfer(request, tmp_path):
     assert ask.hours == pytest.approx(resolved.planned.hours) and ask.hours > 2  # the plan's hours, not 1
     up, down = ask.transfer_gb
     assert up == pytest.approx(len("hello world. ") * 40000 / 1e9, abs=1e-3)  # the data folder goes up
-    assert down == pytest.approx(resolved.disk.checkpoints.disk_gb, abs=1e-3) and down > 0.1  # checkpoints home
+    # --mirror-checkpoints: each checkpoint written is pulled home once
+    assert down == pytest.approx(resolved.disk.written * resolved.disk.checkpoints.checkpoint_gb, abs=1e-3)
+    assert down > 0.1
     gap = 0.10  # $/h the cheaper host saves
     # Its bandwidth home costs more than the hours save: the dearer host wins (1 h, 0 GB would pick the cheap one).
     ids, _ = ranked(2 * gap * ask.hours / down)
