@@ -174,7 +174,7 @@ def _transfer_lines(r: ResolvedLaunch) -> list[str]:
     target = get_target(r.provider)
     if not target.cloud:
         return []
-    billed = getattr(target, "bills_transfer", True)
+    billed = target.caps.bills_transfer is not False
     return plan_transfer(r).lines(None if billed else (0.0, 0.0), billed=billed)
 
 

@@ -373,3 +373,16 @@ def cuda_at_least(version: str | float | None, floor: str | None) -> bool:
     have = tuple(int(p) for p in re.findall(r"\d+", str(version)))
     want = tuple(int(p) for p in re.findall(r"\d+", floor))
     return have >= want
+
+
+def offer_host(offer: Offer) -> str | None:
+    """The machine behind an offer, as narrowly as its provider names it, or None when it names none: a
+    vast offer its ``machine_id`` (search_offers.yaml); a RunPod offer names no machine, so its GPU type,
+    cloud and data centre (the offer id gpucli composes from REST v2 ``gpuTypeIds``, ``cloudType`` and
+    ``dataCenterIds``), the narrowest group a create can avoid."""
+    if offer.machine_id:
+        return offer.machine_id
+    if offer.provider == "runpod" and offer.offer_id.count("|") == 3:
+        gpu, _count, cloud, dc = offer.offer_id.split("|")
+        return f"{gpu}|{cloud}|{dc}"
+    return None

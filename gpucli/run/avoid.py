@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpucli.cloud.base import offer_host
 from gpucli.settings import home
 
 if TYPE_CHECKING:
@@ -41,13 +42,10 @@ class Avoided:
 
 
 def host_key(offer: Offer) -> str | None:
-    """``provider:host`` for an offer, or None when the offer names no host."""
-    if offer.machine_id:
-        return f"{offer.provider}:{offer.machine_id}"
-    if offer.provider == "runpod" and offer.offer_id.count("|") == 3:
-        gpu, _count, cloud, dc = offer.offer_id.split("|")  # RunPod: GPU type, cloud and data centre
-        return f"runpod:{gpu}|{cloud}|{dc}"
-    return None
+    """``provider:host`` for an offer, or None when the offer names no host (the provider's own rule:
+    :func:`gpucli.cloud.base.offer_host`)."""
+    host = offer_host(offer)
+    return f"{offer.provider}:{host}" if host else None
 
 
 def _path() -> Path:

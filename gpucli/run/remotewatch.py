@@ -39,6 +39,7 @@ from gpucli.run.notice import StepFn
 from gpucli.run.records import RunRecord
 from gpucli.run.secretenv import lookup
 from gpucli.run.store import run_store, store_env
+from gpucli.run.targets import get_target
 from gpucli.settings import home
 
 PKG_ROOT = Path(__file__).resolve().parents[2]  # holds gpucli/ and trainer/
@@ -89,7 +90,7 @@ def _env(record: RunRecord) -> dict[str, str]:
     """What the watcher needs of this machine's secrets and settings, for its 0600 env file."""
     env = {k: v for k, v in os.environ.items() if k.startswith("GPUCLI_") and k not in LEFT_HERE}
     env.update({k: os.environ[k] for k in ENDPOINTS if os.environ.get(k)})
-    if record.provider in ("runpod", "vast"):
+    if get_target(record.provider).cloud:
         from gpucli import settings  # lazy: with the key lookup below, only for a cloud run
         from gpucli.cloud.credentials import resolve_key  # lazy: the providers' clients
 

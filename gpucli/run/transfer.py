@@ -112,13 +112,13 @@ def reserve(req: LaunchRequest, resolved: ResolvedLaunch, target: Any, provision
     """``req`` with the planned bandwidth reserved from ``--budget`` (at the highest $/GB among the offers
     the launch may rent), and the quote's lines; a budget the bandwidth alone uses up is refused. Only
     cloud targets: an ssh host or this machine bills no bytes gpucli can know."""
-    if not getattr(target, "cloud", False):
+    if not target.cloud:
         return req, []
     plan = plan_transfer(resolved)
     if not plan.legs:
         return req, []
-    billed = getattr(target, "bills_transfer", True)
-    offers = getattr(getattr(provision, "plan", None), "offers", ())
+    billed = target.caps.bills_transfer is not False
+    offers = provision.plan.offers if provision is not None else ()
     # no offers yet (the machines of a run over several nodes are chosen later): the sizes, priced then
     rates = (worst_rates(offer_rates(offers)) if offers else None) if billed else (0.0, 0.0)
     lines = plan.lines(rates, billed=billed)

@@ -1,7 +1,9 @@
-"""Reaching a run's machine from your own tools: ssh-config (ssh, scp, VS Code by name), forward (any
+"""Reaching a run's machine from your own tools: ssh (a shell there), sync (more data), ssh-config (ssh, scp, VS Code by name), forward (any
 port), logs (the job's raw console output)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -133,6 +135,36 @@ def logs(
         show.lines(batch, pod_time=chunk.pod_time if timestamps else None)
     if since_filter is not None:
         show.lines(since_filter.flush())
+
+
+def sync(run: str = typer.Argument(..., help="Run name.", autocompletion=run_names),
+         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/."),
+         json_: bool = typer.Option(False, "--json", help="One JSON line per path sent.")) -> None:
+    """Push more data to a running pod (incremental; resumable)."""
+    from gpucli.cli import render_runs as render
+    from gpucli.run.control import sync_paths
+
+    if json_:
+        from gpucli.cli import render_json
+
+        sync_paths(run, paths, on_synced=render_json.synced)
+        return
+    sync_paths(run, paths, on_synced=render.synced)
+
+
+def ssh(run: str = RUN_ARG) -> None:
+    """An interactive shell on the run's pod (in its folder)."""
+    import os
+
+    from gpucli.cli import render_runs as render
+    from gpucli.run import records as runs
+    from gpucli.run.targets import get_target
+
+    record = runs.resolve(run, on_bad=render.warn)
+    argv, cwd = get_target(record.provider).interactive_shell(record)
+    if cwd is not None:
+        os.chdir(cwd)
+    os.execvp(argv[0], argv)
 
 
 def register(app: typer.Typer) -> None:

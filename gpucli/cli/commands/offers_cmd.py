@@ -34,7 +34,7 @@ def offers(
     json_: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Live GPU offers across providers: $/h per GPU and machine, spot floor, reliability, speed estimate."""
-    from gpucli.cli import render, render_plan
+    from gpucli.cli import render, render_offers
     from gpucli.cloud.offers import DEFAULT_ORDER, DEFAULT_SPOT_ORDER, describe_offers, search_all
     from gpucli.cloud.query import parse_query
     from gpucli.plan.catalog import load_catalog
@@ -48,9 +48,9 @@ def offers(
         render.warn(message)
     views = describe_offers(catalog, found, spot=spot)
     if json_:
-        render.json_out(render_plan.offers_json(views, spot=spot))
+        render.json_out(render_offers.offers_json(views, spot=spot))
     else:
-        render_plan.offers_table(views, spot=spot)
+        render_offers.offers_table(views, spot=spot)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from gpucli.cli.commands.access_cmds import ssh, sync  # registered here: their place in the help
 from gpucli.cli.complete import run_names
 
 RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run name (default: the newest run).",
@@ -486,36 +487,6 @@ def down(
         render_json.downed(result)
         return
     render.downed(result)
-
-
-def sync(run: str = typer.Argument(..., help="Run name.", autocompletion=run_names),
-         paths: list[Path] = typer.Argument(..., help="Files or folders to push into the run's data/."),
-         json_: bool = typer.Option(False, "--json", help="One JSON line per path sent.")) -> None:
-    """Push more data to a running pod (incremental; resumable)."""
-    from gpucli.cli import render_runs as render
-    from gpucli.run.control import sync_paths
-
-    if json_:
-        from gpucli.cli import render_json
-
-        sync_paths(run, paths, on_synced=render_json.synced)
-        return
-    sync_paths(run, paths, on_synced=render.synced)
-
-
-def ssh(run: str = RUN_ARG) -> None:
-    """An interactive shell on the run's pod (in its folder)."""
-    import os
-
-    from gpucli.cli import render_runs as render
-    from gpucli.run import records as runs
-    from gpucli.run.targets import get_target
-
-    record = runs.resolve(run, on_bad=render.warn)
-    argv, cwd = get_target(record.provider).interactive_shell(record)
-    if cwd is not None:
-        os.chdir(cwd)
-    os.execvp(argv[0], argv)
 
 
 def register(app: typer.Typer) -> None:

@@ -48,7 +48,7 @@ def test_the_scan_finds_the_known_loads():
     assert {"logparse.py", "terminal.py", "framefiles.py", "jobalerts.py", "jobvenv.py"} <= loaded_by_path(POD / "jobrun.py")
     assert {"notify.py", "webhook.py", "webhooks.py"} <= loaded_by_path(POD / "jobalerts.py")
     assert loaded_by_path(POD / "idlewatch.py") == {"watchdog.py"}
-    assert loaded_by_path(STORE / "storesync.py") == {"objstore.py"}
+    assert loaded_by_path(STORE / "storesync.py") == {"objstore.py", "storelocal.py"}
     assert loaded_by_path(POD / "setup_pod.sh") == {"envbuild.py", "requirements.txt"}
 
 
@@ -57,6 +57,16 @@ def test_every_pod_and_store_file_is_in_the_manifest():
     ours = {p.resolve() for d in (POD, STORE) for p in d.iterdir() if p.is_file() and p.suffix in (".py", ".sh")
             and p.name != "__init__.py"}
     assert ours - listed == set(), f"files of gpucli/pod or gpucli/store no sender knows: {sorted(ours - listed)}"
+
+
+# The slow check sends its one alert through the bundled trainer's senders, read from the trainer package in
+# the run's code folder (podfiles.TRAINER): only a bundled-trainer run has a planned speed to be slow against.
+FROM_TRAINER = {"slowrun.py": {"notify.py", "webhook.py", "webhooks.py"}}
+
+
+def test_the_slow_checks_senders_are_in_the_trainer_package():
+    for name in FROM_TRAINER["slowrun.py"]:
+        assert list(podfiles.TRAINER.source().rglob(name)), name
 
 
 def test_every_module_loaded_by_path_travels_with_its_loader():
@@ -68,7 +78,7 @@ def test_every_module_loaded_by_path_travels_with_its_loader():
             if f.path.suffix not in (".py", ".sh"):
                 continue
             for need in loaded_by_path(f.path):
-                if need in bundle.names:
+                if need in bundle.names or need in FROM_TRAINER.get(f.name, ()):
                     continue
                 extra = [b for b in podfiles.BUNDLES if need in b.names and f.name in b.beside]
                 if not extra:
