@@ -51,7 +51,8 @@ class StopRecorder:
 def test_the_final_checkpoint_is_in_the_store_before_the_pod_is_stopped(tmp_path, s3_server):  # noqa: F811
     wd = tmp_path / "run"
     (wd / "code").mkdir(parents=True)
-    for src, name in ((POD, "watchdog.py"), (POD, "procid.py"), (POD, "storeflush.py"), (STORE, "objstore.py"),
+    for src, name in ((POD, "watchdog.py"), (POD, "procid.py"), (POD, "endwords.py"), (POD, "gpuidle.py"),
+                      (POD, "slowrun.py"), (POD, "storeflush.py"), (STORE, "objstore.py"),
                       (STORE, "storelocal.py"), (STORE, "storesync.py")):
         shutil.copy(src / name, wd / name)
     ck = wd / "checkpoints"
