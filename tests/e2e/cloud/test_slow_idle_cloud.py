@@ -97,7 +97,8 @@ def test_idle_gpus_end_an_emulator_pod_with_a_checkpoint(provider, request, caps
     monkeypatch.setenv("GPUCLI_EMU_POD_PATH", f"{folder}:{os.environ['PATH']}")
     monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
     name = f"idle-{provider}"
-    code, _, err = launch(capsys, tmp_path, provider, name, "--idle-stop", "5s", "--slow-below", "0")
+    code, _, err = launch(capsys, tmp_path, provider, name, "--idle-stop", "5s", "--slow-below", "0",
+                          "--no-preflight")  # the fake nvidia-smi answers only the idle check
     assert code == 0, err
     record = runs.load(name)
     wait_for(lambda: emu.ledger.ended(record.instance_id) or None, 180, "the watchdog to end the pod")

@@ -157,7 +157,7 @@ def test_overrides_are_written_into_run_yaml_and_the_plan_follows_them(capsys):
     (["launch", "--profile", "cpu", "--budget", "-1", "--price", "2", "--dry-run"], "--budget must be a positive"),
     (["launch", "--profile", "cpu", "--stall-minutes", "inf", "--dry-run"], "--stall-minutes': 'inf' is not a finite number"),
     (["launch", "--profile", "cpu", "--on-end", "explode", "--dry-run"], "--on-end must be stop or terminate"),
-    (["launch", "--profile", "h100", "--model", "d64"], "does not fit"),
+    (["launch", "--provider", "local", "--profile", "h100", "--model", "d64"], "does not fit"),
     (["status", "nope"], "no run named 'nope'"),
     (["tail"], "no runs yet"),
 ])

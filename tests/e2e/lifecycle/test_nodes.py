@@ -186,7 +186,7 @@ def test_ssh_two_hosts_train_the_bundled_model(capsys, tmp_path, client_key, tmp
     (["--provider", "local", "--nodes", "0"], "--nodes must be a whole number of at least 1"),
     (["--provider", "vast", "--profile", "h100", "--nodes", "2", "--spot"], "rented on demand"),
     (["--provider", "runpod", "--profile", "h100", "--nodes", "2", "--spot"], "rented on demand"),
-    (["--provider", "runpod", "--profile", "h100", "--nodes", "251"], "2 to 250 pods"),
+    (["--provider", "runpod", "--profile", "h100", "--nodes", "251"], "2 to 250"),
     (["--provider", "ssh", "--host", "u@a:2222", "--host", "u@a:2222"], "is the same machine as"),
     (["--provider", "ssh", "--host", "u@a", "--host", "u@b", "--nodes", "3"], "--nodes 3 needs 3 hosts"),
     (["--provider", "local", "--nodes", "9"], "at most 8 node agents"),
