@@ -283,7 +283,7 @@ def push(folder: Path, repo: str, *, private: bool) -> str:
         from huggingface_hub import HfApi  # optional: only --push needs it
     except ImportError:
         raise ExportError("--push needs the huggingface_hub package here (pip install huggingface_hub)") from None
-    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=os.environ.get("HF_TOKEN") or None)
     url = api.create_repo(repo, private=private, exist_ok=True)
     api.upload_folder(folder_path=str(folder), repo_id=repo, commit_message="Upload model exported by gpucli")
     return str(url)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import os
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,9 @@ def _hf_bytes(repo: str, pattern: str | None) -> tuple[int | None, str]:
         return None, "huggingface_hub is not installed here"
     token = lookup_key("hf")
     try:
-        files = [f for f in HfApi().list_repo_tree(repo, repo_type="dataset", recursive=True,
+        # the endpoint is passed: huggingface_hub reads $HF_ENDPOINT once, when it is first imported
+        api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+        files = [f for f in api.list_repo_tree(repo, repo_type="dataset", recursive=True,
                                                    token=token[0] if token else None)
                  if getattr(f, "size", None) is not None]
     except Exception as exc:  # noqa: BLE001 - any Hub answer short of a listing leaves the size unknown
