@@ -183,7 +183,7 @@ def key_spec(name: str) -> KeySpec:
 
 def lookup_key(name: str) -> tuple[str, str] | None:
     """``(value, source)`` of a key from its environment variable, else keys.json; None when neither has it.
-    Provider keys have more places (the official tools' files): see gpucli.cloud.credentials."""
+    Provider keys have more places (the official tools' files): see gpucli.providers.credentials."""
     spec = KEYS[name]
     value = os.environ.get(spec.env_var, "").strip()
     if value:

@@ -85,7 +85,7 @@ if [ "${SKIP_PREFLIGHT:-0}" != 1 ]; then
 import importlib.util, torch
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.parse import match_gpu_name
-from gpucli.run.health import thresholds
+from gpucli.runs.health import thresholds
 cuda = torch.cuda.is_available()
 gpu = match_gpu_name(load_catalog().gpus, torch.cuda.get_device_name()) if cuda else None
 fp8 = cuda and torch.cuda.get_device_capability() >= (8, 9) and importlib.util.find_spec("torchao") is not None

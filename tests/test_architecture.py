@@ -15,9 +15,12 @@ PKG = ROOT / "gpucli"
 # imports upward. `cloud` may read the catalogue (`plan`) to name GPUs and turn offers into setups.
 ALLOWED = {
     "__main__": {"cli"},  # `python -m gpucli`: the CLI's entry, nothing else
-    "cli": {"run", "plan", "cloud", "ssh", "store", "settings", "errors", "__init__"},
-    "run": {"plan", "cloud", "ssh", "pod", "store", "settings", "errors", "__init__"},  # pod: procid, the liveness test
-    "cloud": {"plan", "settings", "errors", "__init__"},
+    "cli": {"run", "providers", "runs", "plan", "ssh", "store", "settings", "errors", "__init__"},
+    "run": {"providers", "runs", "plan", "ssh", "pod", "store", "settings", "errors", "__init__"},  # pod: procid, the liveness test
+    # every place a run can go, one folder per provider: reads a run's data, never acts on a run
+    "providers": {"runs", "plan", "ssh", "pod", "settings", "errors", "__init__"},
+    # a run as data (an SSH address and a store URL are data too): nothing here rents, connects or starts
+    "runs": {"plan", "ssh", "store", "settings", "errors", "__init__"},
     "ssh": {"settings", "errors", "__init__"},
     "plan": {"settings", "errors", "__init__"},
     "settings": {"errors", "__init__"},
@@ -47,7 +50,7 @@ def floor_of(path: Path) -> str:
 
 
 def gpucli_floor(name: str) -> str | None:
-    """The floor an imported dotted name lands on (`gpucli.run.records` -> `run`); None if not ours."""
+    """The floor an imported dotted name lands on (`gpucli.runs.records` -> `run`); None if not ours."""
     parts = name.split(".")
     if parts[0] != "gpucli":
         return None
@@ -63,7 +66,7 @@ def all_modules() -> list[Path]:
 def test_every_module_lives_on_a_known_floor():
     floors = {floor_of(p) for p in all_modules()}
     assert floors <= set(ALLOWED), f"modules outside the layout: {sorted(floors - set(ALLOWED))}"
-    for floor in ("cli", "run", "plan", "cloud", "ssh", "pod"):
+    for floor in ("cli", "run", "providers", "runs", "plan", "ssh", "pod"):
         assert (PKG / floor).is_dir(), floor
 
 
@@ -259,22 +262,10 @@ def test_no_import_cycle_anywhere():
 # within its own package). What a run is, where it lives, what is read from it, how it starts, the kinds
 # of job, then the life of a run on top.
 RUN_FLOORS = {
-    "defaults": 0, "limits": 0, "task": 0.5, "notify": 0, "notice": 0,
-    "webhook": 0, "secretenv": 0, "storeurl": 0,
-    "podfiles": 0,  # the one list of what goes to a run's machine: every sender reads it
-    "health": 0.7,  # what a preflight measured and the bars a healthy machine passes (per GPU family)
-    "records": 1, "userconfig": 1, "schemas": 1,
-    "trainerenv": 1,  # the trainer's pinned environment: the pin file, what a pod's driver must run for it
-    "machines": 1.2,  # which runs share a machine, and its money counted once
-    "sshconfig": 1.5,  # reads ~/.ssh/config for the ssh target, annotated with records
-    "runid": 1.7,  # one run folder, one run: its id written by the launch, checked by every opener
-    "targets": 2,  # only targets: this machine, ssh, runpod, vast, and what their pods need
+    # the one list of what goes to a run's machine: every sender reads it
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
-    "nodes": 4.5, "clusterrent": 4.5,  # a run over several machines: its layout, variables and rented cluster
-    "overlayrent": 4.7,  # vast.ai instances of one cluster on an overlay network (it reads nodes.NodeSpec)
-    "rentend": 4.8,  # ending a rented cluster or overlay: below launching, for the reads that find one due
-    "clusterend": 4.6,  # a rented cluster ended from this machine: its watcher, and whether it is gone
+    "nodes": 4.5, # a run over several machines: its layout, variables and rented cluster
     "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
     "transfer": 7,  # a launch's planned bytes sized and priced where billed, reserved from --budget
@@ -369,7 +360,7 @@ def test_no_source_file_is_too_long():
 
 def test_heavy_modules_are_not_imported_at_module_level_by_commands():
     """Commands import only typer and the standard library at module level (gpucli --help stays fast)."""
-    heavy = ("torch", "paramiko", "requests", "yaml", "rich", "gpucli.plan", "gpucli.cloud", "gpucli.ssh",
+    heavy = ("torch", "paramiko", "requests", "yaml", "rich", "gpucli.plan", "gpucli.providers.clients", "gpucli.ssh",
              "gpucli.run", "matplotlib")
     for path in [PKG / "cli" / "app.py", *sorted((PKG / "cli" / "commands").rglob("*.py"))]:
         tree = ast.parse(path.read_text())
@@ -400,7 +391,7 @@ PROVIDER_WORDS = ("local", "ssh", "runpod", "vast")
 #: its ``Capabilities``), the provider clients, and ``gpucli/pod``: it runs on the pod with the standard
 #: library only (test_pod_code_is_standard_library_only), so it cannot ask a target; the launch hands
 #: its watchdog ``--provider`` and it calls that provider's API to end its own pod.
-PROVIDER_FOLDERS = (PKG / "run" / "targets", PKG / "cloud", PKG / "pod")
+PROVIDER_FOLDERS = (PKG / "providers", PKG / "pod")
 
 
 def _provider_word(node: ast.AST) -> bool:

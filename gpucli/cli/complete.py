@@ -7,7 +7,7 @@ from __future__ import annotations
 def run_names(incomplete: str) -> list[str]:
     """The names of the runs on this machine that start with ``incomplete``, newest first."""
     try:
-        from gpucli.run.records import runs_dir
+        from gpucli.runs.records import runs_dir
 
         paths = sorted(runs_dir().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     except Exception:  # noqa: BLE001 - completion must never fail the shell

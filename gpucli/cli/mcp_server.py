@@ -43,7 +43,7 @@ import anyio
 from mcp.server.mcpserver import MCPServer  # the SDK's 2.x names (1.x called it FastMCP)
 from mcp.server.mcpserver.exceptions import ToolError
 
-from gpucli.run import userconfig
+from gpucli.runs import userconfig
 from gpucli.settings import home, load_keys
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)

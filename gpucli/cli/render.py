@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpucli.cloud.credentials import KeyInfo
+    from gpucli.providers.credentials import KeyInfo
 
 _OUT: Console | None = None
 _ERR: Console | None = None

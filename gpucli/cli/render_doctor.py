@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from gpucli.cli.render import out, table
 
 if TYPE_CHECKING:
-    from gpucli.cloud.doctor import DoctorReport
+    from gpucli.providers.doctor import DoctorReport
 
 _MARK = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]", "info": "[dim]info[/]"}
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.cli.render import hanging, hours, json_out, money, out, si, to_jsonable
 from gpucli.plan.internode import describe, link_for
-from gpucli.run.targets import get_target
+from gpucli.providers.registry import get_target
 
 if TYPE_CHECKING:
     from gpucli.run.launch import ResolvedLaunch
@@ -108,7 +108,7 @@ def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
 
 
 def _planned_volume(r: ResolvedLaunch) -> dict[str, Any]:
-    from gpucli.cloud.runpod import volume_usd_per_month
+    from gpucli.providers.runpod.api import volume_usd_per_month
 
     size = r.volume_size_gb
     return {"name": r.volume, "create_size_gb": size,
@@ -168,7 +168,7 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
 def _transfer_lines(r: ResolvedLaunch) -> list[str]:
     """The planned bandwidth (gpucli.run.transfer): each leg's GB, and its $ where the provider bills bytes
     (vast: at the offer's $/GB, chosen at launch; RunPod: none)."""
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
     from gpucli.run.transfer import plan_transfer
 
     target = get_target(r.provider)

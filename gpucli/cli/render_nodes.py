@@ -10,7 +10,7 @@ from gpucli.cli.render import _table, json_out, out
 
 if TYPE_CHECKING:
     from gpucli.run.multinode import NodeStatus
-    from gpucli.run.records import LinkProbe
+    from gpucli.runs.records import LinkProbe
 
 
 def node_table(nodes: Sequence[NodeStatus], *, json_: bool, link: LinkProbe | None = None) -> None:

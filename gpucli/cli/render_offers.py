@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.cli.render import money, out, table
 
 if TYPE_CHECKING:
-    from gpucli.cloud.offers import OfferView
+    from gpucli.providers.offers import OfferView
 
 
 def offers_table(views: Sequence[OfferView], *, spot: bool) -> None:
@@ -49,7 +49,9 @@ def offers_table(views: Sequence[OfferView], *, spot: bool) -> None:
 
 def _unbilled(provider: str) -> bool:
     """The provider bills no bytes moved (its target's declared capability)."""
-    from gpucli.run.targets import get_target  # lazy: the plan's face loads no target until offers are shown
+    from gpucli.providers.registry import (
+        get_target,  # lazy: the plan's face loads no target until offers are shown
+    )
 
     return get_target(provider).caps.bills_transfer is False
 

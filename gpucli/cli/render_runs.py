@@ -20,18 +20,18 @@ from gpucli.cli.render import _table, err, error, hours, info, json_out, money, 
 
 __all__ = ["error", "info", "warn"]  # re-exported: commands use this module as their renderer
 
-from gpucli.run.machines import counted_in_machine, is_box, machine_root, shared
+from gpucli.runs.machines import counted_in_machine, is_box, machine_root, shared
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from gpucli.providers.registry import Stray
     from gpucli.run.control import DownResult
     from gpucli.run.follow import TailUpdate
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.monitor import RunStatus
-    from gpucli.run.notice import Notice
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Stray
+    from gpucli.runs.notice import Notice
+    from gpucli.runs.records import RunRecord
     from gpucli.ssh import SyncStats
 
 
@@ -41,7 +41,7 @@ def notice(n: Notice) -> None:
 
 
 def _where(record: RunRecord) -> str:
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
 
     if record.ssh is not None:
         return f"{record.ssh.user}@{record.ssh.host}:{record.ssh.port}"
@@ -399,7 +399,7 @@ def fetched(result: FetchResult, *, json_: bool) -> None:
 
 
 def downed(result: DownResult) -> None:
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
 
     record = result.record
     own = bool((record.launch or {}).get("own"))

@@ -4,7 +4,7 @@ $/GB in, a quote out.
 
 - vast.ai: "Charges apply per byte transferred" (vast-ai/docs instances/pricing.mdx L70), billed on the
   instance's charges as ``bwd`` (data reaching it, at the offer's ``inet_down_cost`` $/GB) and ``bwu``
-  (data leaving it, at ``inet_up_cost``) (vast-ai/docs api-reference show_charges.yaml; gpucli/cloud/vastbill.py).
+  (data leaving it, at ``inet_up_cost``) (vast-ai/docs api-reference show_charges.yaml; gpucli/providers/vast/bill.py).
 - RunPod: "no fees for data ingress or egress" (runpod/docs pods/pricing.mdx L16): every leg is $0 there.
 
 "in" is what reaches the host (downloads, uploads from here), "out" what leaves it (store uploads, the

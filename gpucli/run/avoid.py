@@ -10,9 +10,9 @@ What names the physical host differs per provider:
 - vast.ai: the offer's ``machine_id`` (search answers carry ``machine_id`` and ``host_id``: the
   reference audit, row V1, vast.py L388-423); one machine is one set of GPUs, so the machine, not the
   host account (which may own many), is avoided.
-- RunPod: a search answer names no machine (gpucli/cloud/base.py ``Offer.machine_id``: "RunPod has none at
+- RunPod: a search answer names no machine (gpucli/providers/api.py ``Offer.machine_id``: "RunPod has none at
   search time"); the create pins a GPU type, a cloud (SECURE or COMMUNITY) and a data centre (the offer
-  id ``gpu|count|cloud|dc``, gpucli/cloud/runpod_v2.py), so that triple is what is avoided.
+  id ``gpu|count|cloud|dc``, gpucli/providers/runpod/v2.py), so that triple is what is avoided.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucli.cloud.base import offer_host
+from gpucli.providers.api import offer_host
 from gpucli.settings import home
 
 if TYPE_CHECKING:
-    from gpucli.cloud.base import Offer
+    from gpucli.providers.api import Offer
 
 WEEK_S = 7 * 24 * 3600.0
 FILE = "avoid.json"
@@ -43,7 +43,7 @@ class Avoided:
 
 def host_key(offer: Offer) -> str | None:
     """``provider:host`` for an offer, or None when the offer names no host (the provider's own rule:
-    :func:`gpucli.cloud.base.offer_host`)."""
+    :func:`gpucli.providers.api.offer_host`)."""
     host = offer_host(offer)
     return f"{offer.provider}:{host}" if host else None
 

@@ -19,20 +19,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
-from gpucli.run import podfiles, start
-from gpucli.run import records as runs
+from gpucli.providers.podside import write_watchdog_env
+from gpucli.providers.registry import get_target
+from gpucli.run import start
 from gpucli.run.envstamp import ensure_environment
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
 from gpucli.run.lifecycle import cleanup_failed, prepare
 from gpucli.run.procs import identify
-from gpucli.run.records import RunRecord
-from gpucli.run.targets import get_target
-from gpucli.run.targets.podside import write_watchdog_env
+from gpucli.runs import podfiles
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord
 from gpucli.settings import watchdog_poll_s
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h)?$")
 

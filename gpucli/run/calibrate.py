@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from gpucli.errors import UsageError
-from gpucli.run.records import RunRecord
+from gpucli.runs.records import RunRecord
 from trainer.spec.metricsrow import MetricsRow, as_rows
 
 

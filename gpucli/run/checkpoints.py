@@ -37,7 +37,7 @@ from gpucli.ssh import sha256_file
 from trainer.spec.metricsrow import MetricsRow, as_rows
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 # A number right after one of these words names the step ("epoch=0-step=200": 200, not 0).
 # Steps are ASCII digits, at most 18 of them (a pod's name of thousands of digits, or of other scripts'

@@ -14,24 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cloud.base import TERMINATE_PENDING, TerminatePending
-from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, ProviderError, UsageError
+from gpucli.providers.api import TERMINATE_PENDING, TerminatePending
+from gpucli.providers.credentials import MissingKeyError
+from gpucli.providers.registry import all_targets, get_target, open_host
+from gpucli.providers.vast.overlayrent import OVERLAY_STRAY, stray_overlays
 from gpucli.run import procs, reconcile, store
-from gpucli.run import records as runs
 from gpucli.run.monitor import RunStatus, best_val, status_of, stop_trainer
 from gpucli.run.multinode import CLUSTER_STRAY, end_nodes, end_rented, end_stray_cluster, stray_clusters
 from gpucli.run.nodes import stop_watchdogs
-from gpucli.run.notice import Notice, NoticeFn
 from gpucli.run.observe import billed_cost, provider_billed
-from gpucli.run.overlayrent import OVERLAY_STRAY, stray_overlays
 from gpucli.run.owner import orphaned
-from gpucli.run.records import RunRecord
-from gpucli.run.sshconfig import remove_entry
-from gpucli.run.targets import all_targets, get_target, open_host
+from gpucli.runs import records as runs
+from gpucli.runs.notice import Notice, NoticeFn
+from gpucli.runs.records import RunRecord
+from gpucli.runs.sshconfig import remove_entry
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Stray
+    from gpucli.providers.registry import Stray
     from gpucli.ssh import SyncStats
 
 

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gpucli.errors import GpucliError, UsageError
-from gpucli.run import podfiles
+from gpucli.runs import podfiles
 from gpucli.settings import lookup_key
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 KINDS = ("local", "pod", "url", "hf")
 RAW_DIR = "data/src"  # in the run folder: synced or downloaded inputs

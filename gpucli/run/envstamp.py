@@ -1,7 +1,7 @@
 """The pod's environment for the bundled trainer, on any machine a run starts on (a launch, a resume, a
 next run with ``launch --on``, a dev box): ``setup_pod.sh`` with ``envbuild.py`` and the pin file, which
 uses the image's Python when it already has the pinned versions and otherwise builds, or reuses, a venv
-keyed by the pin file's hash beside the run folders (:mod:`gpucli.run.trainerenv`). On a machine that has
+keyed by the pin file's hash beside the run folders (:mod:`gpucli.runs.trainerenv`). On a machine that has
 it, the reuse takes under a second, so a next run on a warm machine pays nothing for it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError
-from gpucli.run import podfiles, trainerenv
+from gpucli.runs import podfiles, trainerenv
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 #: A cold build downloads torch with its CUDA libraries (about 3 GB for a cu128 build): generous, with a
 #: deadline all the same.

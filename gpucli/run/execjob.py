@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
-from gpucli.run.targets import get_target
+from gpucli.providers.registry import get_target
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 EXEC_DIR = "exec"  # in the run folder
 POLL_S = 0.2

@@ -24,8 +24,8 @@ from gpucli.errors import GpucliError, NotFoundError, UsageError
 from gpucli.settings import lookup_key
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 EXPORT_DIR = "export"  # in the run's folder on the host
 HUB_ENV = ".hub.env"

@@ -25,27 +25,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cloud.credentials import MissingKeyError, resolve_key
-from gpucli.cloud.provision import ProvisionCancelled, ProvisionFailed
 from gpucli.errors import ConnectionFailed, GpucliError, NoCapacityError, ProviderError, UsageError
+from gpucli.providers.cloudtarget import run_cost
+from gpucli.providers.credentials import MissingKeyError, resolve_key
+from gpucli.providers.provision import ProvisionCancelled, ProvisionFailed
+from gpucli.providers.registry import get_target, target_names
 from gpucli.run import avoid, lifecycle, preflight
-from gpucli.run import records as runs
 from gpucli.run.launch import resolve
-from gpucli.run.notice import Notice, NoticeFn, StepFn
 from gpucli.run.preflight import PreflightFailed
-from gpucli.run.targets import get_target, target_names
-from gpucli.run.targets.cloud import run_cost
+from gpucli.runs import records as runs
+from gpucli.runs.notice import Notice, NoticeFn, StepFn
 
 if TYPE_CHECKING:
-    from gpucli.cloud.base import Offer
     from gpucli.plan.catalog import Catalog
+    from gpucli.providers.api import Offer
     from gpucli.run.jobs import Job
     from gpucli.run.launch import LaunchRequest
-    from gpucli.run.records import RunRecord
+    from gpucli.runs.records import RunRecord
 
 ANY = "any"
 #: Preflight stages that measure the machine, not the run's configuration: below the bars there, another
-#: machine may pass (gpucli/run/health.py, trainer/preflight.py). "start": no verdict at all (a stuck host).
+#: machine may pass (gpucli/runs/health.py, trainer/preflight.py). "start": no verdict at all (a stuck host).
 MACHINE_STAGES = preflight.MACHINE_STAGES | {"start"}
 OFFERS_PER_PROVIDER = 10
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0)  # --retry-until-up: the waits between searches, the last repeated

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
-from gpucli.run import records
 from gpucli.run.gpuwatch import read_report
 from gpucli.run.logs import reconnect
 from gpucli.run.monitor import (
@@ -28,11 +27,12 @@ from gpucli.run.monitor import (
     summarize,
     trainer_alive,
 )
+from gpucli.runs import records
 from trainer.spec.metricsrow import as_rows
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 PREPARE_PROGRESS = "prepare.jsonl"  # in the run folder: data preparation's progress rows
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")

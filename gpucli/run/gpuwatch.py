@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError
-from gpucli.run import podfiles
+from gpucli.runs import podfiles
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.run.launch import ResolvedLaunch
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.runs.records import RunRecord
 
 SAMPLER = podfiles.GPU_SAMPLER.file("gpustats.py").path
 FILE = "gpu.jsonl"

@@ -46,12 +46,12 @@ from gpucli.run.checkpoints import (
     step_folders,
 )
 from gpucli.run.monitor import read_metrics, trainer_alive
-from gpucli.run.records import RunRecord
+from gpucli.runs.records import RunRecord
 from gpucli.settings import home
 from gpucli.ssh import TransferProgress, tune_heap_for_downloads
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 EventFn = Callable[[str], None]
 LIVE_MIN_AGE_S = 10.0  # on a live run of own code, a per-step checkpoint this fresh may still be being written

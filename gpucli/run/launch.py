@@ -2,7 +2,7 @@
 resolved launch (model, batch, steps, limits, run.yaml, the command line on the pod).
 
 ``--dry-run`` prints a :class:`ResolvedLaunch` and stops; :mod:`gpucli.run.start` carries it out.
-Every unset option takes its value from :mod:`gpucli.run.defaults`.
+Every unset option takes its value from :mod:`gpucli.runs.defaults`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucli.cloud.query import comparisons
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.catalog import Catalog, ClusterProfile, ModelShape, SingleProfile
 from gpucli.plan.disk import DiskNeed, checkpoint_disk, disk_need
@@ -36,14 +35,15 @@ from gpucli.plan.runmodel import (
     stage_chunks,
     training_overrides,
 )
+from gpucli.providers.query import comparisons
+from gpucli.providers.registry import get_target
 from gpucli.run.datasources import DataSource, parse_data, pod_plan
-from gpucli.run.defaults import DEFAULTS, ON_END_CHOICES
-from gpucli.run.limits import Limits
 from gpucli.run.nodes import check_request, planned_across, trainer_command
-from gpucli.run.records import PlannedSpeed
-from gpucli.run.secretenv import check_names
-from gpucli.run.storeurl import store_url
-from gpucli.run.targets import get_target
+from gpucli.runs.defaults import DEFAULTS, ON_END_CHOICES
+from gpucli.runs.limits import Limits
+from gpucli.runs.records import PlannedSpeed
+from gpucli.runs.secretenv import check_names
+from gpucli.runs.storeurl import store_url
 from gpucli.settings import volume_mount
 from trainer.spec.config import DEMO_MAX_BYTES, JOB_STARTED_ENV, ConfigError
 from trainer.spec.load import apply_override, parse_override, validated_config
@@ -82,7 +82,7 @@ class LaunchRequest:
     disk_gb: int | None = None  # cloud pods
     ready_timeout_s: float | None = None  # per offer tried
     force: bool = False  # launch although the provider's balance is below the run's cost (never kept in the record)
-    env_names: tuple[str, ...] = ()  # --env NAME: secrets by name (gpucli.run.secretenv); never their values
+    env_names: tuple[str, ...] = ()  # --env NAME: secrets by name (gpucli.runs.secretenv); never their values
     nodes: int = 1  # --nodes: machines, each with the profile's GPUs (gpucli.run.nodes)
     hosts: tuple[str, ...] = ()  # ssh provider: every node's user@host[:port], rank 0 first (--host repeated)
     nccl_ifname: str | None = None  # the interface the nodes reach each other on (ssh; fixed per cloud)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
-from gpucli.run import records as runs
+from gpucli.providers.clusterend import cluster_gone, cluster_of
+from gpucli.providers.local.target import local_gpus
+from gpucli.providers.registry import get_target, open_host
+from gpucli.providers.target import OfferAsk
 from gpucli.run import start, store
 from gpucli.run.checkpoints import checkpoint_step, list_checkpoints
-from gpucli.run.clusterend import cluster_gone, cluster_of
-from gpucli.run.defaults import DEFAULTS
 from gpucli.run.harvest import mirror_root
 from gpucli.run.jobs import BUNDLED, Job, job_for, job_of, start_on
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
@@ -27,24 +28,23 @@ from gpucli.run.money import balance_guard
 from gpucli.run.monitor import best_val, replaces_slow, status_of, trainer_alive
 from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
-from gpucli.run.notice import EventFn, Notice, NoticeFn, StepFn
 from gpucli.run.owner import ended_elsewhere, this_launcher
 from gpucli.run.podrescue import take_newest_from_old_pod
-from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end
-from gpucli.run.secretenv import resolve as secrets_present
-from gpucli.run.targets import get_target, open_host
-from gpucli.run.targets.base import OfferAsk
-from gpucli.run.targets.local import local_gpus
 from gpucli.run.transfer import plan_transfer, reserve
+from gpucli.runs import records as runs
+from gpucli.runs.defaults import DEFAULTS
+from gpucli.runs.notice import EventFn, Notice, NoticeFn, StepFn
+from gpucli.runs.records import RunRecord
+from gpucli.runs.secretenv import resolve as secrets_present
 from gpucli.settings import watch_poll_s
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from gpucli.plan.catalog import Catalog
-    from gpucli.run.targets import Host, Provisioner
-    from gpucli.run.task import Task
+    from gpucli.providers.registry import Host, Provisioner
+    from gpucli.runs.task import Task
     from gpucli.ssh import SshTarget
 
 
@@ -452,7 +452,7 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
         except GpucliError as exc:
             gone = True
             on_notice(Notice("warn", f"{name}: cannot reach the pod ({exc})"))
-        if cluster_of(record):  # member pods are not the pod API's (gpucli/run/clusterend.py)
+        if cluster_of(record):  # member pods are not the pod API's (gpucli/providers/clusterend.py)
             if gone and cluster_gone(record):
                 runs.save(record.with_(status="failed", ended_at=runs.now_iso(), end_reason="cluster gone"))
                 info(f"{name}: its cluster is gone; stopped watching")

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError
 from gpucli.plan.internode import Link
-from gpucli.run import podfiles
 from gpucli.run.nodes import planned_across
-from gpucli.run.records import LinkPair, LinkProbe, RunRecord
+from gpucli.runs import podfiles
+from gpucli.runs.records import LinkPair, LinkProbe, RunRecord
 from gpucli.settings import link_probe_port
 
 if TYPE_CHECKING:
-    from gpucli.run.nodes import NodeSpec, NodesPrepared
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.nodespec import NodeSpec, NodesPrepared
 
 PROBE_BYTES = 64 * 1024 * 1024  # per pair: ~0.5 s at 1 Gbps; a slower link is timed on what arrives by the deadline
 PROBE_DEADLINE_S = 20.0  # per pair, on both ends

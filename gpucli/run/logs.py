@@ -25,8 +25,8 @@ from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageErr
 from gpucli.run.monitor import trainer_alive
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 FILE = "console.log"
 CHUNK_BYTES = 1 << 20  # one read

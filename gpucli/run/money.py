@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from gpucli.errors import ExitCode, GpucliError, ProviderError
 
 if TYPE_CHECKING:
+    from gpucli.providers.target import Target
     from gpucli.run.launch import ResolvedLaunch
-    from gpucli.run.targets.base import Target
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, TransferError
 from gpucli.pod.slowrun import slow_words
 from gpucli.run import procs, untrusted
-from gpucli.run.records import RunRecord, parse_iso
+from gpucli.runs.records import RunRecord, parse_iso
 from trainer.spec.metricsrow import MetricsRow, as_rows
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 
 def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], bytes]:

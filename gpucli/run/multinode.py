@@ -13,14 +13,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpucli.cloud.credentials import MissingKeyError
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.catalog import load_catalog
+from gpucli.providers.cloudtarget import ssh_keypair
+from gpucli.providers.clusterend import cluster_of, start_watcher, watcher_log
+from gpucli.providers.credentials import MissingKeyError
+from gpucli.providers.registry import Stray, get_target, open_host
+from gpucli.providers.rentend import end_rented  # noqa: F401 - where the launch and down paths name it
+from gpucli.providers.runpod.clusterrent import (
+    cluster_strays,
+    clusters_client,
+    end_cluster,
+    gpu_type_id,
+    rent_cluster,
+)
+from gpucli.providers.vast.overlayrent import (
+    end_stray_overlay,
+    find_cluster,
+    overlay_addresses,
+    overlay_of,
+    rent_vast,
+)
 from gpucli.run import procs
-from gpucli.run import records as runs
-from gpucli.run.clusterend import cluster_of, start_watcher, watcher_log
-from gpucli.run.clusterrent import cluster_strays, clusters_client, end_cluster, gpu_type_id, rent_cluster
-from gpucli.run.defaults import DEFAULTS
 from gpucli.run.jobs import start_on
 from gpucli.run.linkprobe import measure_for_launch
 from gpucli.run.monitor import status_of, stop_trainer, trainer_alive
@@ -35,25 +49,17 @@ from gpucli.run.nodes import (
     node_workdir,
     ports_for,
 )
-from gpucli.run.overlayrent import (
-    end_stray_overlay,
-    find_cluster,
-    overlay_addresses,
-    overlay_of,
-    rent_vast,
-)
-from gpucli.run.records import NodeRecord, RunRecord
-from gpucli.run.rentend import end_rented  # noqa: F401 - where the launch and down paths name it
 from gpucli.run.start import record_for
-from gpucli.run.targets import Stray, get_target, open_host
-from gpucli.run.targets.cloud import ssh_keypair
+from gpucli.runs import records as runs
+from gpucli.runs.defaults import DEFAULTS
+from gpucli.runs.records import NodeRecord, RunRecord
 from gpucli.settings import pod_ssh_user, provider_poll_s
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.run.jobs.base import Job
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
-    from gpucli.run.targets import Host
 
 
 class PreparedNodes(Protocol):

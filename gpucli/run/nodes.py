@@ -25,118 +25,26 @@ import shlex
 import socket
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.estimate import count_params
 from gpucli.plan.internode import Link, link_for, node_efficiency
+from gpucli.providers.registry import get_target, open_host
 from gpucli.run import procs
-from gpucli.run.records import NodeRecord, RunRecord
-from gpucli.run.targets import get_target, open_host
+from gpucli.runs.nodespec import NodeSpec, NodesRequest, node_workdir
+from gpucli.runs.records import NodeRecord, RunRecord
 from gpucli.ssh import parse_target
 
 if TYPE_CHECKING:
-    from gpucli.plan.catalog import ModelShape
-    from gpucli.run.limits import Limits
-    from gpucli.run.records import PlannedSpeed
-    from gpucli.run.targets import Host
-    from gpucli.ssh import SshTarget
+    from gpucli.providers.registry import Host
 
 WarnFn = Callable[[str], None]
 
 RDZV_TIMEOUT_S = 6 * 3600  # node 0 may fetch and prepare the data for hours before it joins
 # The network interface NCCL (and gloo) must use between the nodes, where the provider fixes it, is
 # its target's caps.nccl_ifname (with the provider's docs there).
-
-
-class NodesRequest(Protocol):
-    """What a run over several machines reads of the launch as asked (:class:`gpucli.run.launch.LaunchRequest`,
-    which sits above this module: typed by what is read, checked against it wherever one is passed)."""
-
-    @property
-    def provider(self) -> str: ...
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def hosts(self) -> tuple[str, ...]: ...
-    @property
-    def host(self) -> str | None: ...
-    @property
-    def identity(self) -> str | None: ...
-    @property
-    def link_gbps(self) -> float | None: ...
-    @property
-    def probe_link(self) -> bool: ...
-    @property
-    def spot(self) -> bool: ...
-    @property
-    def volume(self) -> str | None: ...
-    @property
-    def image(self) -> str | None: ...
-    @property
-    def disk_gb(self) -> int | None: ...
-    @property
-    def query(self) -> str | None: ...
-    @property
-    def ready_timeout_s(self) -> float | None: ...
-
-
-class NodesResolved(Protocol):
-    """What it reads of the launch as resolved (:class:`gpucli.run.launch.ResolvedLaunch`)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def provider(self) -> str: ...
-    @property
-    def gpu_id(self) -> str | None: ...
-    @property
-    def n_gpus(self) -> int: ...
-    @property
-    def python(self) -> str: ...
-    @property
-    def model(self) -> ModelShape: ...
-    @property
-    def micro_batch(self) -> int: ...
-    @property
-    def grad_accum(self) -> int: ...
-    @property
-    def seq_len(self) -> int: ...
-    @property
-    def limits(self) -> Limits: ...
-    @property
-    def planned(self) -> PlannedSpeed: ...
-    @property
-    def planned_one(self) -> PlannedSpeed | None: ...
-    @property
-    def label(self) -> str: ...
-    @property
-    def pod_disk_gb(self) -> int: ...
-    @property
-    def price_per_hour_usd(self) -> float | None: ...
-
-
-class NodesPrepared(Protocol):
-    """A launch ready to go, as renting and measuring the nodes read it (:class:`gpucli.run.lifecycle.PreparedLaunch`)."""
-
-    @property
-    def request(self) -> NodesRequest: ...
-    @property
-    def resolved(self) -> NodesResolved: ...
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    rank: int
-    workdir: str
-    ssh: SshTarget | None
-    address: str  # where the other nodes reach this one
-
-
-def node_workdir(workdir: str, rank: int) -> str:
-    return workdir if rank == 0 else f"{workdir}-node{rank}"
 
 
 def check_request(req: NodesRequest) -> None:

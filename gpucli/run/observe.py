@@ -12,19 +12,19 @@ import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from gpucli.cloud.base import TERMINATE_PENDING, Billed
 from gpucli.errors import GpucliError, TransferError
-from gpucli.run import records as runs
+from gpucli.providers.api import TERMINATE_PENDING, Billed
+from gpucli.providers.onstart import RESTARTS
+from gpucli.providers.registry import get_target, open_host
 from gpucli.run.gpuwatch import read_report
 from gpucli.run.monitor import RunStatus, best_val, parse_rows, read_head, replaces_slow, status_of
 from gpucli.run.owner import orphaned
-from gpucli.run.records import RunRecord
 from gpucli.run.runend import own_end_record, status_of_own_end
-from gpucli.run.targets import get_target, open_host
-from gpucli.run.targets.onstart import RESTARTS
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 PREPARE_PROGRESS = "prepare.jsonl"  # in the run folder: gpucli/pod/fetch.py's and trainer/data/progress.py's rows
 _PHASES = {"download": "downloading", "hash": "hashing", "start": "starting"}
@@ -238,7 +238,7 @@ def _observe(record: RunRecord) -> Observed:
     due = None
     if record.active and not replaces_slow(record, st) and (st.state in ("finished", "failed")
                                                            or (st.state == "stopped" and st.finished_reason)):
-        # its cluster, if it has one, is to be ended too: no pod can end it (gpucli/run/clusterend.py)
+        # its cluster, if it has one, is to be ended too: no pod can end it (gpucli/providers/clusterend.py)
         due = Due(record, save=record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                             cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss),
                                             **best_val(st)),
@@ -250,7 +250,7 @@ def _observe(record: RunRecord) -> Observed:
 
 def _container_restarts(host: Host, record: RunRecord) -> int | None:
     """How many times the instance's container started again (vast: outbid, then resumed by vast),
-    from the lines resume.sh appends (gpucli/run/targets/onstart.py); None where there are none."""
+    from the lines resume.sh appends (gpucli/providers/onstart.py); None where there are none."""
     try:
         if not host.exists(f"{record.workdir}/{RESTARTS}"):
             return None

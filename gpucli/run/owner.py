@@ -26,7 +26,7 @@ from gpucli.errors import GpucliError
 from gpucli.run.procs import PROCID
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
+    from gpucli.runs.records import RunRecord
 
 #: The record states in which the launch (not yet the watchdog) owns the pod.
 LAUNCHING = ("provisioning", "starting")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from gpucli.errors import NothingFitsError, UsageError
 from gpucli.plan.planner import PlanRequest, make_plan
-from gpucli.run.defaults import DEFAULTS
+from gpucli.runs.defaults import DEFAULTS
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog

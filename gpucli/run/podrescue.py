@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError, ProviderError, UsageError
-from gpucli.run.targets import get_target, open_host
+from gpucli.providers.registry import get_target, open_host
 
 if TYPE_CHECKING:
     from gpucli.run.jobs.base import Job
-    from gpucli.run.records import RunRecord
+    from gpucli.runs.records import RunRecord
 
 
 def take_newest_from_old_pod(record: RunRecord, job: Job, *, on_step: Callable[[str], None]) -> None:

@@ -21,8 +21,8 @@ from gpucli.run.export import export_run
 from gpucli.run.tensorboard import _bind_probe
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 ENGINES = ("own", "vllm")
 REMOTE_PORT = 8000

@@ -28,14 +28,14 @@ from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.parse import match_gpu_name
 from gpucli.run.calibrate import append_entry
-from gpucli.run.health import SMI_COMMAND, Preflight, smi_check, thresholds
-from gpucli.run.records import RunRecord
 from gpucli.run.untrusted import parse_json
+from gpucli.runs.health import SMI_COMMAND, Preflight, smi_check, thresholds
+from gpucli.runs.records import RunRecord
 from gpucli.settings import home
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.run.launch import ResolvedLaunch
-    from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
 FOLDER = "preflight"  # beside the run's checkpoints, never inside them

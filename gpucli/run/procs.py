@@ -10,11 +10,11 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from gpucli.run import podfiles
+from gpucli.runs import podfiles
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 PROCID = podfiles.ON_STDIN.file("procid.py").path
 GONE = "gone"  # the identity of a process that had already exited when it was asked for: matches nothing

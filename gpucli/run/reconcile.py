@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpucli.cloud.base import TERMINATE_PENDING
 from gpucli.errors import GpucliError
-from gpucli.run import records as runs
+from gpucli.providers.api import TERMINATE_PENDING
+from gpucli.providers.registry import get_target
 from gpucli.run.monitor import RunStatus
 from gpucli.run.observe import Due, Observed, observe, recorded_status
-from gpucli.run.records import RunRecord
-from gpucli.run.targets import get_target
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord
 
 
 def _quiet(*_: object) -> None:
@@ -30,7 +30,7 @@ def apply(due: Due | None) -> None:
         runs.save(due.save)
     if due.end_rented:
         # lazy: a provider's cluster and overlay code (and its client) only once a rented cluster is due to end
-        from gpucli.run.rentend import end_rented
+        from gpucli.providers.rentend import end_rented
 
         end_rented(due.record, on_warn=_quiet)
 
@@ -79,7 +79,7 @@ def statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None
     ended = runs.list_runs()
     if any((r.launch or {}).get("cluster_id") for r in ended):  # clusterend.cluster_of, without its client
         # lazy: RunPod's cluster client only where some run here had a cluster
-        from gpucli.run.clusterend import end_clusters_of_ended
+        from gpucli.providers.clusterend import end_clusters_of_ended
 
         end_clusters_of_ended(ended)
     return rows

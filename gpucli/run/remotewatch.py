@@ -34,19 +34,19 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.errors import GpucliError, NotFoundError, UsageError
-from gpucli.run import records as runs
-from gpucli.run.notice import StepFn
-from gpucli.run.records import RunRecord
-from gpucli.run.secretenv import lookup
+from gpucli.providers.registry import get_target
 from gpucli.run.store import run_store, store_env
-from gpucli.run.targets import get_target
+from gpucli.runs import records as runs
+from gpucli.runs.notice import StepFn
+from gpucli.runs.records import RunRecord
+from gpucli.runs.secretenv import lookup
 from gpucli.settings import home
 
 PKG_ROOT = Path(__file__).resolve().parents[2]  # holds gpucli/ and trainer/
 NEEDS = "typer, rich, yaml, requests, paramiko"  # gpucli's dependencies (pyproject.toml), what the watcher imports
 #: This machine's settings the watcher keeps; not the ones naming this machine's paths.
 LEFT_HERE = {"GPUCLI_HOME", "GPUCLI_CATALOG"}
-ENDPOINTS = ("RUNPOD_API_BASE_URL", "RUNPOD_API_V2_URL", "VAST_URL")  # gpucli/cloud/credentials.py, clusters.py
+ENDPOINTS = ("RUNPOD_API_BASE_URL", "RUNPOD_API_V2_URL", "VAST_URL")  # gpucli/providers/credentials.py, clusters.py
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def _env(record: RunRecord) -> dict[str, str]:
     env.update({k: os.environ[k] for k in ENDPOINTS if os.environ.get(k)})
     if get_target(record.provider).cloud:
         from gpucli import settings  # lazy: with the key lookup below, only for a cloud run
-        from gpucli.cloud.credentials import resolve_key  # lazy: the providers' clients
+        from gpucli.providers.credentials import resolve_key  # lazy: the providers' clients
 
         env[settings.KEYS[record.provider].env_var] = resolve_key(record.provider).value
     env.update(store_env(run_store(record)))

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.run.launch import ResolvedLaunch
-    from gpucli.run.targets import Host
 
 # import name -> pip name. torch, numpy and pyyaml always (trainer/__init__.py); tokenizers when
 # the run's tokenizer is not the built-in byte one (trainer/data/tokenizer.py imports it on demand).

@@ -1,6 +1,6 @@
 """What a vast.ai instance runs when its container starts again: ``resume.sh`` and ``job.sh`` in the
 run folder, written by the bundled trainer's start once the trainer and watchdog run (the instance's
-onstart, :func:`gpucli.run.targets.onstart.onstart_hook`, runs it). See that module for the rules."""
+onstart, :func:`gpucli.providers.onstart.onstart_hook`, runs it). See that module for the rules."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
+from gpucli.providers.onstart import JOB_SCRIPT, RESTARTS, RESUME_SCRIPT, workdir_expr
 from gpucli.run.launch import ResolvedLaunch
-from gpucli.run.records import RunRecord, parse_iso
-from gpucli.run.targets.onstart import JOB_SCRIPT, RESTARTS, RESUME_SCRIPT, workdir_expr
+from gpucli.runs.records import RunRecord, parse_iso
 from gpucli.settings import watchdog_grace_s, watchdog_poll_s, watchdog_startup_minutes
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 
 def job_script(resolved: ResolvedLaunch) -> str:

@@ -17,10 +17,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gpucli.run import records as runs
 from gpucli.run.harvest import mirror_root
 from gpucli.run.monitor import RunStatus, end_state
-from gpucli.run.records import RunRecord
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord
 from trainer.spec.metricsrow import parse_line
 
 #: Finish reasons that are not the trainer's own decision.

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError
-from gpucli.run import podfiles
+from gpucli.providers.podside import write_watchdog_env
 from gpucli.run.checkpoints import checkpoint_step
 from gpucli.run.gpuwatch import start_sampler
 from gpucli.run.launch import ResolvedLaunch
 from gpucli.run.owner import handover_path, marker_path, this_launcher
 from gpucli.run.procs import identify
-from gpucli.run.records import RunRecord, RunState, now_iso, parse_iso
-from gpucli.run.runid import claim_command, new_run_id
-from gpucli.run.secretenv import resolve
-from gpucli.run.targets.podside import write_watchdog_env
+from gpucli.runs import podfiles
+from gpucli.runs.records import RunRecord, RunState, now_iso, parse_iso
+from gpucli.runs.runid import claim_command, new_run_id
+from gpucli.runs.secretenv import resolve
 from gpucli.settings import (
     load_keys,
     watchdog_grace_s,
@@ -39,7 +39,7 @@ from gpucli.settings import (
 from trainer.spec.metricsrow import parse_line
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 EventFn = Callable[[str], None]
 POD_SETUP = podfiles.ENVIRONMENT.file("setup_pod.sh").path
@@ -50,7 +50,7 @@ trainer_package_dir = podfiles.trainer_package_dir
 def secrets_env(names: tuple[str, ...] = ()) -> dict[str, str]:
     """The pod's 0600 env file: Telegram's token and chat id when configured (and the API base a test
     points elsewhere), and the secrets asked for by name (``--env``, ``env_from_local``: see
-    :mod:`gpucli.run.secretenv`). Nothing else of this machine's environment goes to the pod."""
+    :mod:`gpucli.runs.secretenv`). Nothing else of this machine's environment goes to the pod."""
     keys = load_keys()
     env = {}
     for var, key in (("TELEGRAM_BOT_TOKEN", "telegram"), ("TELEGRAM_CHAT_ID", "telegram-chat")):
@@ -142,7 +142,7 @@ def watch_from_now(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, s
     or when the launch shows no sign of life (a SIGKILLed laptop process never hands over).
     ``watch_args``: a node's watch of its peers in a run over several machines (gpucli.run.nodes)."""
     wd = resolved.workdir
-    if record.run_id:  # the folder is this run's before anything is written in it (gpucli/run/runid.py)
+    if record.run_id:  # the folder is this run's before anything is written in it (gpucli/runs/runid.py)
         res = host.run(claim_command(wd, record.run_id, time.strftime("%Y%m%d-%H%M%S")), timeout_s=60)
         moved = next((ln[6:] for ln in res.stdout.splitlines() if ln.startswith("MOVED ")), None)
         if moved:

@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import GpucliError, NotFoundError, TransferError, UsageError
 from gpucli.plan.storecost import S3_STANDARD_USD_PER_GB_MONTH, StoreQuote, store_quote
-from gpucli.run import podfiles
 from gpucli.run.checkpoints import CheckpointInfo, checkpoint_step
 from gpucli.run.export import ExportError, ExportResult, check_repo, hub_token
 from gpucli.run.harvest import FetchResult, mirror_root, newest_good, partial_dir, swap_into_place
-from gpucli.run.secretenv import lookup
-from gpucli.run.storeurl import store_url
+from gpucli.runs import podfiles
+from gpucli.runs.secretenv import lookup
+from gpucli.runs.storeurl import store_url
 from gpucli.ssh import sha256_file
 from gpucli.store import objstore
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.runs.records import RunRecord
 
 EventFn = Callable[[str], None]
 SYNC_SCRIPT = "storesync.sh"  # in the run folder: the uploader's start line, run from code/
@@ -97,7 +97,7 @@ def start_store_sync(host: Host, resolved: ResolvedLaunch, *, kind: str, checkpo
     module, requirement = CLIENTS[objstore.parse_url(resolved.store).scheme]
     probe = host.run(f"{shlex.quote(py)} -c {shlex.quote('import ' + module)}", timeout_s=60, check=False)
     if probe.exit_code != 0:
-        from gpucli.run.targets import get_target  # lazy: the targets load the providers' clients
+        from gpucli.providers.registry import get_target  # lazy: the targets load the providers' clients
 
         if not get_target(resolved.provider).bootstrap:
             raise GpucliError(f"--store {resolved.store}: {module} is not installed for {py} on this host",
@@ -175,7 +175,7 @@ def quote(resolved: ResolvedLaunch, transfer_usd_per_gb: float | None = None) ->
     d = resolved.disk
     if not resolved.store or d is None:
         return None
-    from gpucli.run.targets import get_target  # lazy: the targets load the providers' clients
+    from gpucli.providers.registry import get_target  # lazy: the targets load the providers' clients
 
     if transfer_usd_per_gb is None and get_target(resolved.provider).caps.bills_transfer is False:
         transfer_usd_per_gb = 0.0

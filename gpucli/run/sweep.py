@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.errors import GpucliError, NotFoundError, UsageError
-from gpucli.run import records as runs
 from gpucli.run.control import live_status
 from gpucli.run.jobs.own import task_from_json, task_to_json
 from gpucli.run.launch import LaunchRequest
 from gpucli.run.monitor import RunStatus
-from gpucli.run.task import Task, with_overrides
+from gpucli.runs import records as runs
+from gpucli.runs.task import Task, with_overrides
 from gpucli.settings import home, write_private
 
 # A cap below a cent cannot pay for a machine's start; the combination waits for money to come back.

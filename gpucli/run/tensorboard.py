@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, NotFoundError, RemoteCommandError, UsageError
 
 if TYPE_CHECKING:
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
+    from gpucli.runs.records import RunRecord
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ MAX_HEADS = 64  # a longer URL list is not sized one by one before a launch: sai
 
 
 def _url_bytes(url: str) -> int | None:
-    from gpucli.cloud.http import USER_AGENT  # lazy: the HTTP client's module
+    from gpucli.providers.http import USER_AGENT  # lazy: the HTTP client's module
 
     req = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
     try:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import TransferError
 
 if TYPE_CHECKING:
-    from gpucli.run.targets import Host
+    from gpucli.providers.registry import Host
 
 #: The files a bundled-trainer checkpoint cannot be used without (trainer/loop/checkpoint.py writes them).
 WEIGHT_FILES = ("model.pt", "model.safetensors")  # a checkpoint holds its weights as one of these (best: safetensors)

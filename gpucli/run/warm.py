@@ -11,7 +11,7 @@ record, folder (beside RUN's), caps and watchdog. What the machine already holds
   when run.yaml's ``data`` section is the same.
 
 The machine is billed once: the runs on it record which machine they share (``launch.on``), and
-``ls`` counts the machine's cost once (gpucli.run.machines). A machine that is gone or busy (a job of one
+``ls`` counts the machine's cost once (gpucli.runs.machines). A machine that is gone or busy (a job of one
 of its runs still running there) is refused in one line before anything is written.
 """
 
@@ -29,22 +29,23 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpucli.errors import GpucliError, UsageError
-from gpucli.run import podfiles, start
-from gpucli.run import records as runs
+from gpucli.providers.registry import get_target, open_host
+from gpucli.run import start
 from gpucli.run.jobs import job_for
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.lifecycle import PreparedLaunch, cleanup_failed, start_run
-from gpucli.run.machines import is_box, machine_root
 from gpucli.run.monitor import trainer_alive
-from gpucli.run.notice import Notice
-from gpucli.run.records import RunRecord
-from gpucli.run.secretenv import resolve as secrets_present
-from gpucli.run.targets import get_target, open_host
+from gpucli.runs import podfiles
+from gpucli.runs import records as runs
+from gpucli.runs.machines import is_box, machine_root
+from gpucli.runs.notice import Notice
+from gpucli.runs.records import RunRecord
+from gpucli.runs.secretenv import resolve as secrets_present
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
-    from gpucli.run.targets import Host
-    from gpucli.run.task import Task
+    from gpucli.providers.registry import Host
+    from gpucli.runs.task import Task
 
 CACHE = ".gpucli-data"  # beside the run folders on the machine: prepared data by content hash
 

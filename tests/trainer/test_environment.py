@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.pod import envbuild
-from gpucli.run import trainerenv
+from gpucli.runs import trainerenv
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER_IMPORTS = {"torch", "numpy", "tokenizers", "safetensors", "tensorboard", "pyyaml"}

@@ -21,9 +21,9 @@ def ssh_config(
     """Write a `Host gpucli-RUN` entry (host key pinned) into a file ~/.ssh/config includes, so `ssh
     gpucli-RUN`, scp and VS Code Remote-SSH reach the pod by name. `gpucli down` removes it."""
     from gpucli.cli import render
-    from gpucli.run import records as runs
-    from gpucli.run import sshconfig
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
+    from gpucli.runs import records as runs
+    from gpucli.runs import sshconfig
 
     record = runs.resolve(run, on_bad=render.warn)
     if remove:
@@ -54,10 +54,10 @@ def forward(
     """Forward a port of the run's host to this machine over the run's SSH (Ctrl-C ends it)."""
     from gpucli.cli import render
     from gpucli.errors import UsageError
-    from gpucli.run import records as runs
+    from gpucli.providers.registry import get_target, open_host
     from gpucli.run.forward import open_local_port, parse_spec
-    from gpucli.run.targets import get_target, open_host
     from gpucli.run.tensorboard import PortForward, transport_of
+    from gpucli.runs import records as runs
 
     spec = parse_spec(ports)
     record = runs.resolve(run, on_bad=render.warn)
@@ -99,9 +99,9 @@ def logs(
     """The job's raw console output (console.log): everything it printed, with the pod's clock."""
     from gpucli.cli import render
     from gpucli.cli import render_logs as show
+    from gpucli.providers.registry import open_host
     from gpucli.run import logs as core
-    from gpucli.run import records as runs
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
 
     record = core.for_node(runs.resolve(run, on_bad=render.warn), node)
     path = f"{record.workdir}/{core.FILE}"
@@ -157,8 +157,8 @@ def ssh(run: str = RUN_ARG) -> None:
     import os
 
     from gpucli.cli import render_runs as render
-    from gpucli.run import records as runs
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     argv, cwd = get_target(record.provider).interactive_shell(record)

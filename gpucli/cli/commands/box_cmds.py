@@ -21,9 +21,9 @@ def exec_(
     Ctrl-C ends it there)."""
     from gpucli.cli import render
     from gpucli.cli import render_exec as show
+    from gpucli.providers.registry import open_host
     from gpucli.run import execjob
-    from gpucli.run import records as runs
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
 
     argv = list(command or [])
     if argv[:1] == ["--"]:  # click keeps the separator once the run name has ended the options
@@ -65,9 +65,10 @@ def up(
     from gpucli.cli import render_runs as show
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import box, sshconfig, userconfig
+    from gpucli.run import box
     from gpucli.run.launch import LaunchRequest
-    from gpucli.run.limits import Limits
+    from gpucli.runs import sshconfig, userconfig
+    from gpucli.runs.limits import Limits
 
     mine = userconfig.load()
     provider = provider or userconfig.get(mine, "provider")
@@ -75,7 +76,7 @@ def up(
     if profile is None:
         raise UsageError("--profile is required", hint="gpucli profiles lists them")
     idle = box.parse_idle(idle_stop)
-    from gpucli.run.defaults import DEFAULTS
+    from gpucli.runs.defaults import DEFAULTS
 
     req = LaunchRequest(profile=profile, provider=provider or DEFAULTS.provider, name=name, host=host,
                         identity=identity, python=python or userconfig.get(mine, "python", provider),

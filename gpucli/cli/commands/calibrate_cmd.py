@@ -17,11 +17,11 @@ def calibrate(run: str = typer.Argument(None, metavar="[RUN]", help="Run name (d
 
     from gpucli.cli import render
     from gpucli.errors import TransferError
-    from gpucli.run import records as runs
+    from gpucli.providers.registry import open_host
     from gpucli.run.calibrate import append_entry, entry_from_run
     from gpucli.run.checkpoints import list_checkpoints
     from gpucli.run.monitor import read_all_rows
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
     from gpucli.settings import home
 
     record = runs.resolve(run)

@@ -15,7 +15,7 @@ def set_(key: str = typer.Argument(..., help="provider, profile, phase, model, o
          value: str = typer.Argument(..., help="The value.")) -> None:
     """Set a default (the command line and task.yaml still win over it)."""
     from gpucli.cli import render
-    from gpucli.run import userconfig
+    from gpucli.runs import userconfig
 
     k, v = userconfig.set_value(key, value)
     render.info(f"{k} = {v} (in {userconfig.path()})")
@@ -25,7 +25,7 @@ def set_(key: str = typer.Argument(..., help="provider, profile, phase, model, o
 def unset(key: str = typer.Argument(..., help="The setting to remove.")) -> None:
     """Remove a default."""
     from gpucli.cli import render
-    from gpucli.run import userconfig
+    from gpucli.runs import userconfig
 
     k, _ = userconfig.set_value(key, None)
     render.info(f"{k} unset")
@@ -35,7 +35,7 @@ def unset(key: str = typer.Argument(..., help="The setting to remove.")) -> None
 def get(key: str = typer.Argument(..., help="The setting.")) -> None:
     """Print a default (nothing when it is not set)."""
     from gpucli.cli import render
-    from gpucli.run import userconfig
+    from gpucli.runs import userconfig
 
     k = userconfig.parse_key(key)
     value = userconfig.get(userconfig.load(), k.name, k.provider) if k.provider else userconfig.load().get(k.name)
@@ -47,7 +47,7 @@ def get(key: str = typer.Argument(..., help="The setting.")) -> None:
 def list_(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Every default that is set."""
     from gpucli.cli import render
-    from gpucli.run import userconfig
+    from gpucli.runs import userconfig
 
     data = userconfig.load()
     if json_:
@@ -65,7 +65,7 @@ def list_(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> No
 def path() -> None:
     """Print the path of config.yaml."""
     from gpucli.cli import render
-    from gpucli.run import userconfig
+    from gpucli.runs import userconfig
 
     render.line(str(userconfig.path()))
 
@@ -74,7 +74,7 @@ def schema(kind: str = typer.Argument(..., metavar="task|run", help="task (task.
     """The JSON Schema of task.yaml or run.yaml, for your editor's YAML support."""
     from gpucli.cli import render
     from gpucli.errors import UsageError
-    from gpucli.run import schemas
+    from gpucli.runs import schemas
 
     if kind not in schemas.SCHEMAS:
         raise UsageError(f"no schema {kind!r}: task or run")

@@ -20,9 +20,9 @@ def doctor(
     import os
 
     from gpucli.cli import render, render_doctor
-    from gpucli.cloud import ALIASES, REGISTRY, provider_names
-    from gpucli.cloud.doctor import DoctorReport, check_provider, check_telegram
     from gpucli.errors import ExitCode, UnknownNameError
+    from gpucli.providers.clients import ALIASES, REGISTRY, provider_names
+    from gpucli.providers.doctor import DoctorReport, check_provider, check_telegram
     from gpucli.settings import home, load_keys
 
     names = []

@@ -21,9 +21,9 @@ def export(
     """Export a run's best weights as model.safetensors + config.json + tokenizer (transformers loads it)."""
     from gpucli.cli import render_json, render_runs
     from gpucli.cli import render_serve as render
+    from gpucli.providers.registry import open_host
     from gpucli.run import export as core
-    from gpucli.run import records as runs
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
 
     if push:
         core.check_repo(push)

@@ -44,7 +44,7 @@ def set_key(
         raise UsageError(f"the value starts with '-': it looks like an option, not a {what}",
                          hint=f"run `gpucli keys set {key}` and paste the value at the prompt")
     if key == "webhook":
-        from gpucli.run.webhook import check_url
+        from gpucli.runs.webhook import check_url
 
         check_url(value)
     if key == "telegram-chat" and not _CHAT_ID.match(value):
@@ -59,7 +59,7 @@ def set_key(
 def list_keys(json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Which keys are set and where each comes from (never the values)."""
     from gpucli.cli import render
-    from gpucli.cloud.credentials import describe_keys
+    from gpucli.providers.credentials import describe_keys
 
     rows = describe_keys()
     if json_:

@@ -14,9 +14,9 @@ def launch_across(catalog: Any, req: Any, task: Any, *, given: bool, retry: str 
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.run import failover, lifecycle
-    from gpucli.run import records as runs
     from gpucli.run.jobs import job_for
-    from gpucli.run.notice import Notice
+    from gpucli.runs import records as runs
+    from gpucli.runs.notice import Notice
 
     names = failover.asked(req.provider) if given else None
     chose_itself = False
@@ -63,7 +63,7 @@ def launch_across(catalog: Any, req: Any, task: Any, *, given: bool, retry: str 
 
 def _lacks_gpus(catalog: Any, req: Any) -> bool:
     """A one-machine launch of a GPU profile on a machine without that many GPUs."""
-    from gpucli.run.targets.local import local_gpus
+    from gpucli.providers.local.target import local_gpus
 
     if req.host or req.hosts or req.nodes > 1 or req.force:
         return False

@@ -22,13 +22,13 @@ def notify_test(
     from gpucli.cli import render
 
     if webhook:
-        from gpucli.run import webhook as hook
+        from gpucli.runs import webhook as hook
 
         where = hook.resolve_target()
         status = hook.send(where, message.replace("Telegram alerts work", "webhook alerts work"), timeout_s=timeout)
         render.info(f"sent to the {where.kind} webhook from {where.source} (HTTP {status})")
         return
-    from gpucli.run.notify import resolve_target, send_message
+    from gpucli.runs.notify import resolve_target, send_message
 
     target = resolve_target()
     sent = send_message(target, message, timeout_s=timeout)

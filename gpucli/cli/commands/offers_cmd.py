@@ -9,8 +9,8 @@ PROVIDER_CHOICES = ("all", "vast", "runpod")
 
 def resolve_providers(provider: str) -> tuple[list[str], bool]:
     """``--provider`` text -> (provider names, whether the user named them: then a missing key is an error)."""
-    from gpucli.cloud import ALIASES, REGISTRY
     from gpucli.errors import UsageError
+    from gpucli.providers.clients import ALIASES, REGISTRY
 
     key = provider.strip().lower()
     if key == "all":
@@ -35,9 +35,9 @@ def offers(
 ) -> None:
     """Live GPU offers across providers: $/h per GPU and machine, spot floor, reliability, speed estimate."""
     from gpucli.cli import render, render_offers
-    from gpucli.cloud.offers import DEFAULT_ORDER, DEFAULT_SPOT_ORDER, describe_offers, search_all
-    from gpucli.cloud.query import parse_query
     from gpucli.plan.catalog import load_catalog
+    from gpucli.providers.offers import DEFAULT_ORDER, DEFAULT_SPOT_ORDER, describe_offers, search_all
+    from gpucli.providers.query import parse_query
 
     names, required = resolve_providers(provider)
     parsed = parse_query(query)

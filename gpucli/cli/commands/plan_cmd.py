@@ -95,7 +95,7 @@ def plan(
     for g in gpus:
         catalog.gpu(g)  # unknown names fail here, with suggestions
     if store:  # a bad URL is said before anything is planned
-        from gpucli.run.storeurl import store_url
+        from gpucli.runs.storeurl import store_url
 
         store = store_url(store)
     shapes = [_model_shape(catalog, name) for name in model]
@@ -135,7 +135,7 @@ def plan(
     result = make_plan(catalog, request, setups=setups)
     if max_nodes > 1:
         from gpucli.plan.internode import with_nodes
-        from gpucli.run.targets import all_targets
+        from gpucli.providers.registry import all_targets
 
         unplanned = tuple(t.caps.link() for t in all_targets() if t.cloud and t.caps.link_gbps is None)
         result = with_nodes(catalog, request, result, max_nodes, unplanned=unplanned)
@@ -167,7 +167,7 @@ def plan(
 
 def _provider_name(name: str) -> str:
     from gpucli.errors import UsageError
-    from gpucli.run.targets import all_targets
+    from gpucli.providers.registry import all_targets
 
     key, clouds = name.strip().lower(), [t.name for t in all_targets() if t.cloud]  # whose catalogue prices exist
     if key not in clouds:
@@ -240,9 +240,9 @@ def _live_setups(catalog, request, *, query: str | None, provider: str) -> list:
     """Planner setups from live offers (warnings for skipped providers go to stderr)."""
     from gpucli.cli import render
     from gpucli.cli.commands.offers_cmd import resolve_providers
-    from gpucli.cloud.offers import DEFAULT_ORDER, DEFAULT_SPOT_ORDER, offers_to_setups, search_all
-    from gpucli.cloud.query import parse_query
     from gpucli.errors import NothingFitsError, UsageError
+    from gpucli.providers.offers import DEFAULT_ORDER, DEFAULT_SPOT_ORDER, offers_to_setups, search_all
+    from gpucli.providers.query import parse_query
 
     if request.price_per_gpu_hour is not None:
         raise UsageError("--price and --live both set the price", hint="use one of them")

@@ -138,9 +138,10 @@ def launch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle, userconfig
+    from gpucli.run import lifecycle
     from gpucli.run.launch import LaunchRequest
-    from gpucli.run.limits import Limits, parse_idle_stop
+    from gpucli.runs import userconfig
+    from gpucli.runs.limits import Limits, parse_idle_stop
 
     machine = None
     if on is not None:  # the machine of a run: its provider, endpoint and profile unless given
@@ -153,7 +154,7 @@ def launch(
     mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
     task = None
     if task_file is not None or code is not None or run_cmd is not None:
-        from gpucli.run.task import Task, load_task, with_overrides
+        from gpucli.runs.task import Task, load_task, with_overrides
 
         if task_file is None and run_cmd is None:
             raise UsageError("--code needs --run CMD (the training command to run)")
@@ -166,7 +167,7 @@ def launch(
         data = str(task.data) if task.data is not None else None
         spot, budget, hours, stall_minutes = task.spot, task.budget_usd, task.max_hours, task.stall_minutes
         if profile is None:
-            from gpucli.run.targets import get_target
+            from gpucli.providers.registry import get_target
 
             # nothing is rented on local and ssh hosts: the profile only names the machine
             provider = provider or userconfig.get(mine, "provider")
@@ -211,7 +212,7 @@ def launch(
         raise UsageError("--profile is required", hint="gpucli profiles lists them (or set one: "
                                                        "gpucli config set profile NAME)")
     if tracker is not None:
-        from gpucli.run.secretenv import tracker_settings
+        from gpucli.runs.secretenv import tracker_settings
 
         extra_set, env = tracker_settings(tracker, own=task is not None, env=env)
         set_ = [*set_, *extra_set]
@@ -244,8 +245,8 @@ def launch(
         return
     catalog = load_catalog()
     if pick is not None:  # the plan's choice (gpucli/run/pick.py)
-        from gpucli.run.notice import Notice
         from gpucli.run.pick import picked
+        from gpucli.runs.notice import Notice
 
         req, line = picked(catalog, req, pick)
         render.notice(Notice("info", line))
@@ -296,9 +297,9 @@ def resume(
 def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
     from gpucli.cli import render_runs as render
-    from gpucli.run import records as runs
+    from gpucli.providers.registry import open_host
     from gpucli.run.jobs import mirror_once
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     with open_host(record) as host, render.transfer_progress("mirroring") as progress:
@@ -360,7 +361,7 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """State, step, latest loss, tok/s, elapsed, $ so far, $ per hour, projected total, ETA."""
     from gpucli.cli import render_runs as render
     from gpucli.run import reconcile
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     seen = reconcile.status(record)  # read, then do what the read found due (one explicit step)
@@ -398,9 +399,9 @@ def tail(
     first step, what it is doing. Following ends with the run (exit status 1 when it failed)."""
     from gpucli.cli import render_runs as render
     from gpucli.errors import GpucliError
-    from gpucli.run import records as runs
+    from gpucli.providers.registry import open_host
     from gpucli.run.follow import follow_run, snapshot
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     if not follow:
@@ -425,10 +426,10 @@ def fetch_best(
     """Download the checkpoint with the lowest validation loss, verified by sha256."""
     from gpucli.cli import render_runs as render
     from gpucli.errors import GpucliError
-    from gpucli.run import records as runs
+    from gpucli.providers.registry import open_host
     from gpucli.run import store
     from gpucli.run.jobs import fetch_best as do_fetch
-    from gpucli.run.targets import open_host
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     if not from_store:
@@ -456,7 +457,7 @@ def down(
     every run of the sweep."""
     from gpucli.cli import render_runs as render
     from gpucli.run import control
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
 
     if strays and json_:
         from gpucli.cli import render_json

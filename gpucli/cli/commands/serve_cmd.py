@@ -37,9 +37,9 @@ def serve(
         checkpoint = Path(source).expanduser().resolve()
     else:
         from gpucli.cli import render_runs
-        from gpucli.run import records as runs
+        from gpucli.providers.registry import open_host
         from gpucli.run.jobs import fetch_best
-        from gpucli.run.targets import open_host
+        from gpucli.runs import records as runs
 
         record = runs.resolve(source)
         # Not ./checkpoints of wherever the user stands (a git checkout would get untracked files):
@@ -66,10 +66,10 @@ def serve(
 
 def _serve_on_pod(run: str | None, port: int, engine: str, json_: bool = False) -> None:
     from gpucli.cli import render_serve as render
+    from gpucli.providers.registry import get_target, open_host
     from gpucli.run import podserve
-    from gpucli.run import records as runs
     from gpucli.run import tensorboard as core
-    from gpucli.run.targets import get_target, open_host
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run)
     with open_host(record) as host:

@@ -36,9 +36,9 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
     from gpucli.cli import render_sweep
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
+    from gpucli.providers.registry import get_target
     from gpucli.run import lifecycle
     from gpucli.run import sweep as sweeps
-    from gpucli.run.targets import get_target
 
     task_file: Path | None = options.pop("task")
     budget, run_budget, parallel = options.pop("budget"), options.pop("run_budget"), options.pop("parallel")

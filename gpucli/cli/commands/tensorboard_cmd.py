@@ -23,10 +23,10 @@ def tensorboard(
     from gpucli.cli import render_json
     from gpucli.cli import render_serve as render
     from gpucli.errors import NotFoundError
-    from gpucli.run import records as runs
+    from gpucli.providers.registry import get_target, open_host
     from gpucli.run import tensorboard as core
     from gpucli.run.harvest import mirror_root
-    from gpucli.run.targets import get_target, open_host
+    from gpucli.runs import records as runs
 
     record = runs.resolve(run)
     here = get_target(record.provider).caps.this_machine  # its folder is on this machine: no tunnel

@@ -13,11 +13,11 @@ from gpucli.run.jobs.bundled import BUNDLED, BundledTrainer
 from gpucli.run.jobs.own import OwnCode, from_record, resolve_own
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.launch import ResolvedLaunch
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
-    from gpucli.run.task import Task
+    from gpucli.runs.records import RunRecord
+    from gpucli.runs.task import Task
 
 __all__ = ["BUNDLED", "BundledTrainer", "Job", "OwnCode", "fetch_best", "job_for", "job_of", "mirror_once", "start_on"]
 

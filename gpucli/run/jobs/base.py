@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
+    from gpucli.providers.registry import Host
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.runs.records import RunRecord
 
 EventFn = Callable[[str], None]
 

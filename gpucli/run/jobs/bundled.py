@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpucli.run import harvest, podfiles
+from gpucli.providers.registry import get_target
+from gpucli.run import harvest
 from gpucli.run.datasources import stage_data
 from gpucli.run.envstamp import ensure_environment
 from gpucli.run.preflight import check_trainer
@@ -26,15 +27,15 @@ from gpucli.run.start import (
     step_of,
 )
 from gpucli.run.store import start_store_sync, store_env, trainer_keep_last
-from gpucli.run.targets import get_target
+from gpucli.runs import podfiles
 from trainer.spec.config import JOB_STARTED_ENV
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
+    from gpucli.providers.registry import Host
     from gpucli.run.harvest import FetchResult, MirrorResult
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets import Host
+    from gpucli.runs.records import RunRecord
 
 EventFn = Callable[[str], None]
 
@@ -118,7 +119,7 @@ class BundledTrainer:
     @staticmethod
     def _environment(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_event: EventFn,
                      save: Callable[[RunRecord], Any]) -> tuple[ResolvedLaunch, RunRecord]:
-        """setup_pod.sh on the host: the trainer's pinned environment (gpucli.run.trainerenv), built or
+        """setup_pod.sh on the host: the trainer's pinned environment (gpucli.runs.trainerenv), built or
         reused on the run's volume; the launch and the record then name the Python it chose."""
         env = ensure_environment(host, resolved.workdir, resolved.python, on_event)
         record = record.with_(python=env.python, env_build_s=env.seconds)

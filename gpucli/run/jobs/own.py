@@ -10,7 +10,7 @@ Layout on the host (``wd`` is the run's folder)::
     wd/code/<ckpts>/    --checkpoints (default ``checkpoints``), what fetch-best and the mirror read
     wd/data/src/        --data
     wd/env              0600: Telegram, the task's env, a git token; sourced, never on a command line
-    wd/jobrun.py, ...  the runner and what it loads (gpucli.run.podfiles.OWN_CODE), the watchdog (WATCHDOG)
+    wd/jobrun.py, ...  the runner and what it loads (gpucli.runs.podfiles.OWN_CODE), the watchdog (WATCHDOG)
 """
 
 from __future__ import annotations
@@ -31,23 +31,24 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.disk import disk_need
 from gpucli.plan.owncode import OWN_KEEP_LAST, own_code_estimate
-from gpucli.run import harvest, podfiles
+from gpucli.providers.registry import get_target
+from gpucli.run import harvest
 from gpucli.run.datasources import links_line
 from gpucli.run.launch import LaunchRequest, ResolvedLaunch
 from gpucli.run.preflight import check_own, timeout_s
-from gpucli.run.records import PlannedSpeed, RunRecord
-from gpucli.run.secretenv import task_env_names
 from gpucli.run.start import secrets_env, start_job
 from gpucli.run.store import start_store_sync, store_env
-from gpucli.run.targets import get_target
-from gpucli.run.task import GitCode, Task, load_task
+from gpucli.runs import podfiles
+from gpucli.runs.records import PlannedSpeed, RunRecord
+from gpucli.runs.secretenv import task_env_names
+from gpucli.runs.task import GitCode, Task, load_task
 from gpucli.settings import load_keys, watchdog_grace_s
 from gpucli.ssh import DEFAULT_EXCLUDES, load_ignore, walk_local
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
+    from gpucli.providers.registry import Host
     from gpucli.run.harvest import FetchResult, MirrorResult
-    from gpucli.run.targets import Host
 
 EventFn = Callable[[str], None]
 
@@ -231,7 +232,7 @@ def resolve_own(task: Task) -> OwnCode:
 
 def task_to_json(task: Task) -> dict[str, Any]:
     """The task for the run record (``gpucli resume``); no values of ``env`` or ``env_from_local``,
-    only their names (:mod:`gpucli.run.secretenv`)."""
+    only their names (:mod:`gpucli.runs.secretenv`)."""
     data = dataclasses.asdict(task)
     if isinstance(task.code, GitCode):
         data["code"] = {"git": task.code.url, "ref": task.code.ref}

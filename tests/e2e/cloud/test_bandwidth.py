@@ -14,8 +14,8 @@ import pytest
 from gpucli.errors import UsageError
 from gpucli.run import lifecycle
 from gpucli.run.launch import LaunchRequest
-from gpucli.run.limits import Limits
 from gpucli.run.transfer import data_leg, plan_transfer
+from gpucli.runs.limits import Limits
 from tests.e2e.cloud.test_cloud_launch import emulator_for, launch
 from tests.e2e.cloud.test_launch_offers import _prepare
 from tests.support.cli import cli

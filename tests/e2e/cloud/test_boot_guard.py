@@ -1,5 +1,5 @@
 """The pod guards itself from its first moment (issue 28 rule 1): the create call carries the boot guard
-(RunPod v2 ``args``, vast ``onstart``; gpucli/cloud/bootguard.py), the emulators run a container's start
+(RunPod v2 ``args``, vast ``onstart``; gpucli/providers/bootguard.py), the emulators run a container's start
 command when they start it (``run_start_commands``, tests/support/emulators/startcmd.py).
 
 A launch SIGKILLed right after the create call, before any SSH, leaves a pod that ends itself by the
@@ -11,9 +11,9 @@ import signal
 
 import pytest
 
-from gpucli.cloud import get_provider
-from gpucli.cloud.base import InstanceNotFound
-from gpucli.run import records as runs
+from gpucli.providers.api import InstanceNotFound
+from gpucli.providers.clients import get_provider
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
 from tests.e2e.trust.test_launch_signals import record_of, start_launch
 from tests.support.cli import cli, wait_for

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import cli, fetched_whole, rows_of, wait_for
 from tests.support.emulators import PodBehaviour
 
@@ -91,8 +91,8 @@ def test_cloud_lifecycle(provider, request, capsys, tmp_path):
     assert rows[0]["kind"] == "event" and rows[0]["event"] == "started"
 
     # fetch-best brings the best checkpoint home, verified.
+    from gpucli.providers.registry import open_host
     from gpucli.run.checkpoints import list_checkpoints
-    from gpucli.run.targets import open_host
 
     def checkpoint_with_val():
         with open_host(runs.load(name)) as host:
@@ -219,7 +219,7 @@ def test_bootstrap_failure_after_the_pod_is_up_terminates_it(provider, request, 
 
 
 def test_ctrl_c_while_waiting_terminates_the_recorded_pod(runpod_emulator, capsys, tmp_path, monkeypatch):
-    from gpucli.cloud import provision as prov
+    from gpucli.providers import provision as prov
 
     seen = {}
 
@@ -245,8 +245,8 @@ def test_no_capacity_anywhere_creates_nothing(runpod_emulator, capsys, tmp_path)
 
 # --- down --strays ---------------------------------------------------------------------------------------
 def test_down_strays_ends_labelled_pods_no_run_owns(runpod_emulator, vast_emulator, capsys, client_key):
-    from gpucli.cloud import get_provider
-    from gpucli.cloud.base import LaunchSpec
+    from gpucli.providers.api import LaunchSpec
+    from gpucli.providers.clients import get_provider
 
     rp, vp = get_provider("runpod"), get_provider("vast")
     rp_offer = rp.search_offers(None, limit=1)[0]

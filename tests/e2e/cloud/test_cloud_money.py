@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpucli.errors import ExitCode
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import emulator_for, error_lines, launch
 
 
@@ -37,10 +37,10 @@ def test_low_balance_refuses_with_the_numbers_and_rents_nothing(provider, reques
 
 def test_balance_guard_numbers_force_and_unknown_balance(request, monkeypatch):
     from gpucli.plan.catalog import load_catalog
+    from gpucli.providers.registry import get_target
     from gpucli.run.launch import LaunchRequest, resolve
-    from gpucli.run.limits import Limits
     from gpucli.run.money import BalanceTooLowError, balance_guard
-    from gpucli.run.targets import get_target
+    from gpucli.runs.limits import Limits
 
     emu = emulator_for(request, "runpod")
     target = get_target("runpod")

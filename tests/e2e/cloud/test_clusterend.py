@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.lifecycle.test_nodes import group, nothing_running
 from tests.support.cli import cli, wait_for
 
@@ -76,7 +76,7 @@ def test_with_the_watcher_gone_ls_deletes_the_cluster_of_a_run_that_ended(capsys
 
 
 def test_ls_deletes_a_cluster_still_billing_for_a_run_that_is_over(capsys, cluster_emulator):
-    from gpucli.cloud.clusters import RunPodClusters
+    from gpucli.providers.runpod.clusters import RunPodClusters
     from tests.e2e.cloud.test_clusters import rent
 
     client = RunPodClusters(cluster_emulator.api_key)

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from gpucli.cloud.clusters import RunPodClusters
 from gpucli.errors import GpucliError
-from gpucli.run.clusterrent import ClusterNotReady, cluster_strays, end_cluster, rent_cluster
+from gpucli.providers.runpod.clusterrent import ClusterNotReady, cluster_strays, end_cluster, rent_cluster
+from gpucli.providers.runpod.clusters import RunPodClusters
 from tests.support.emulators.common import PodBehaviour
 
 # 100 in a long run (GPUCLI_FAULTY_LAUNCHES=100); a few here, each seed its own mix of faults.
@@ -104,7 +104,7 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
     import sys
     from pathlib import Path
 
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
     from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
     from tests.support.cli import cli, wait_for
 
@@ -142,7 +142,7 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
 def test_watch_deletes_the_cluster_of_a_run_that_is_over(cluster_emulator):
     from gpucli.plan.catalog import load_catalog
     from gpucli.run import lifecycle
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
 
     client = RunPodClusters(cluster_emulator.api_key)
     cid, nodes = rent(client, "gpucli-over")

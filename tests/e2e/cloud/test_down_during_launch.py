@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import TINY, assert_nothing_running, emulator_for
 from tests.support.cli import cli, wait_for
 from tests.support.emulators import PodBehaviour

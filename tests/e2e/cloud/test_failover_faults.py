@@ -13,7 +13,7 @@ import os
 import random
 
 from gpucli.run import avoid
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
 from tests.support.cli import cli
 from tests.support.emulators import PodBehaviour

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
 from tests.support.cli import cli, wait_for
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, error_lines, launch
 from tests.support.cli import cli
 

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_clusterend import alive, launch, quick  # noqa: F401 - the fixture
 from tests.support.cli import cli, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpucli.plan.catalog import load_catalog
 from gpucli.run import lifecycle
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import (
     assert_nothing_running,
     cli,

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gpucli.run import records as runs
 from gpucli.run.harvest import mirror_root, newest_good
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import (
     assert_nothing_running,
     cli,

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from gpucli.cloud import get_provider
-from gpucli.run import records as runs
+from gpucli.providers.clients import get_provider
+from gpucli.runs import records as runs
 from gpucli.settings import home
 from tests.e2e.cloud.test_cloud_launch import TINY, assert_nothing_running
 from tests.support.cli import cli, wait_for

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from gpucli.cloud import get_provider
-from gpucli.cloud.base import LaunchSpec
-from gpucli.run import records as runs
+from gpucli.providers.api import LaunchSpec
+from gpucli.providers.clients import get_provider
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running
 from tests.support.cli import cli
 

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpucli.run import records as runs
-from gpucli.run import trainerenv
+from gpucli.runs import records as runs
+from gpucli.runs import trainerenv
 from tests.e2e.cloud.test_cloud_launch import TINY, assert_nothing_running
 from tests.support.cli import cli, rows_of, wait_for
 

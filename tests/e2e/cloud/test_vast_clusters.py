@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from gpucli.cloud.base import LaunchSpec
-from gpucli.cloud.vast import VastProvider
-from gpucli.cloud.vastcluster import VastOverlays, choose_cluster, end_overlay, rent_overlay
 from gpucli.errors import GpucliError
+from gpucli.providers.api import LaunchSpec
+from gpucli.providers.vast.api import VastProvider
+from gpucli.providers.vast.cluster import VastOverlays, choose_cluster, end_overlay, rent_overlay
 from tests.support.emulators.common import PodBehaviour
 from tests.support.emulators.vastcluster import CLUSTER_OFFERS, VastClusterEmulator
 
@@ -37,7 +37,7 @@ def vast_cluster_emulator(tmp_path_factory, monkeypatch):
 
 
 def offers_of(emu, cluster_id):
-    from gpucli.cloud.vast import parse_offer
+    from gpucli.providers.vast.api import parse_offer
 
     return [parse_offer(o) for o in emu.offers if o.get("cluster_id") == cluster_id]
 
@@ -103,7 +103,7 @@ def test_an_overlay_not_whole_in_time_is_ended_whole(vast_cluster_emulator):
 
 
 def test_no_cluster_with_enough_machines_is_one_line():
-    from gpucli.cloud.vast import parse_offer
+    from gpucli.providers.vast.api import parse_offer
 
     by_cluster: dict = {}
     for o in CLUSTER_OFFERS:
@@ -154,7 +154,7 @@ def test_own_code_on_two_vast_instances_on_one_overlay_and_down_ends_all(capsys,
     import sys
     from pathlib import Path
 
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
     from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
     from tests.support.cli import cli, wait_for
 
@@ -206,7 +206,7 @@ def test_own_code_on_two_vast_instances_on_one_overlay_and_down_ends_all(capsys,
 
 
 def test_more_nodes_than_any_cluster_has_is_one_line_and_rents_nothing(capsys, vast_cluster_emulator):
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
     from tests.support.cli import cli
 
     code, out, err = cli(capsys, "launch", "--provider", "vast", "--profile", "h100", "--nodes", "3",
@@ -221,7 +221,7 @@ def test_watch_ends_every_instance_and_the_overlay_of_a_run_that_is_over(vast_cl
     """The node-lost path: the watchdogs end the run on every node; `watch` then ends its billing."""
     from gpucli.plan.catalog import load_catalog
     from gpucli.run import lifecycle
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
 
     emu = vast_cluster_emulator
     overlay_id, nodes = rent(VastProvider(), "over", offers_of(emu, 501))
@@ -244,7 +244,7 @@ def test_a_lost_node_0_ends_every_instance_and_the_overlay(capsys, vast_cluster_
 
     from gpucli.plan.catalog import load_catalog
     from gpucli.run import lifecycle
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
     from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
     from tests.support.cli import cli, wait_for
 
@@ -276,7 +276,7 @@ def test_each_instance_ends_itself_when_the_run_is_over_with_nothing_running_her
     import sys
     from pathlib import Path
 
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
     from tests.e2e.lifecycle.test_nodes import OWN_RUN, own_script
     from tests.support.cli import cli, wait_for
 

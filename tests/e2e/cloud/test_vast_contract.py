@@ -14,8 +14,8 @@ import json
 import time
 
 from gpucli.plan.catalog import load_catalog
-from gpucli.run.targets import get_target
-from gpucli.run.targets.vast import rental_hours
+from gpucli.providers.registry import get_target
+from gpucli.providers.vast.target import rental_hours
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
 from tests.support.cli import cli
 

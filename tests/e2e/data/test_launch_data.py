@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import FAST_TRAINER, cli, rows_of, wait_for
 
 TINY_GPU = ["--model", "tiny", "--set", "hardware.device=cpu", "--set", "hardware.compile=false",

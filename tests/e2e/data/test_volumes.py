@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import ProviderError
-from gpucli.run import records as runs
 from gpucli.run.harvest import mirror_root, newest_good
 from gpucli.run.observe import summarize_prepare
+from gpucli.runs import records as runs
 from tests.e2e.data.test_launch_data import SMALL_PREP, TINY_GPU, corpus, down, trained
 from tests.support.cli import cli, rows_of, wait_for
 
@@ -100,7 +100,7 @@ def test_volume_creation_mistakes_are_one_line_and_create_nothing(capsys, runpod
     assert "Traceback" not in err and emu.volumes == {} and emu.ledger.alive() == set()
     assert not any(op == "createPod" for op, _ in emu.calls)
 
-    from gpucli.cloud import get_provider
+    from gpucli.providers.clients import get_provider
 
     client = get_provider("runpod")
     with pytest.raises(ProviderError, match="unknown data center"):
@@ -285,8 +285,8 @@ def _checkpoint(folder: Path, step: int) -> Path:
 
 
 def test_the_mirror_is_uploaded_when_the_volume_is_behind_or_empty(tmp_path):
+    from gpucli.providers.local.target import LocalHost
     from gpucli.run.lifecycle import choose_restore
-    from gpucli.run.targets.local import LocalHost
 
     run = tmp_path / "volume" / "gpucli-runs" / "r"
     mirror = _checkpoint(tmp_path / "mirror" / "step_000020", 20)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpucli.run import records as runs
-from gpucli.run.records import RunRecord, now_iso
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord, now_iso
 from gpucli.ssh import SshTarget
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import cli
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import cli
 
 REPO = Path(__file__).resolve().parents[3]

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from gpucli.errors import UsageError
-from gpucli.run import schemas
-from gpucli.run.task import parse_task
+from gpucli.runs import schemas
+from gpucli.runs.task import parse_task
 from tests.support.cli import cli
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import UsageError
-from gpucli.run import records as runs
-from gpucli.run.secretenv import check_name, lookup, resolve
+from gpucli.runs import records as runs
+from gpucli.runs.secretenv import check_name, lookup, resolve
 from tests.support.cli import cli, wait_for
 
 JOB = '''
@@ -125,7 +125,7 @@ def test_env_secrets_reach_the_job_and_nothing_else(capsys, tmp_path, sshd, clie
 
 def test_resume_reads_task_env_values_again(tmp_path):
     from gpucli.run.jobs.own import task_from_json, task_to_json
-    from gpucli.run.task import load_task
+    from gpucli.runs.task import load_task
 
     task_file = tmp_path / "task.yaml"
     task_file.write_text("run: python t.py\nenv: {MODE: offline}\nenv_from_local: [HF_TOKEN]\n")

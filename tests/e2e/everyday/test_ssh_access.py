@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
-from gpucli.run.sshconfig import target_from_config
+from gpucli.runs import records as runs
+from gpucli.runs.sshconfig import target_from_config
 from tests.support.cli import cli, wait_for
 
 
@@ -64,7 +64,7 @@ def test_ssh_config_entry_works_with_the_real_client_and_down_removes_it(capsys,
 
 
 def test_local_run_has_no_ssh_config(capsys, fake_home):
-    from gpucli.run.records import RunRecord, now_iso
+    from gpucli.runs.records import RunRecord, now_iso
 
     runs.save(RunRecord(name="loc", provider="local", created_at=now_iso(), profile="cpu", phase="fast",
                         model="tiny", n_gpus=1, gpu=None, workdir="/tmp/x", status="finished"))

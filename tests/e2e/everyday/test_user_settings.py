@@ -76,7 +76,7 @@ def test_bad_settings_are_one_line(capsys, args, needle):
 
 
 def test_a_broken_config_file_is_one_line(capsys):
-    from gpucli.run.userconfig import path
+    from gpucli.runs.userconfig import path
 
     path().write_text("provider: [runpod\n")
     code, out, err = cli(capsys, "launch", "--profile", "cpu", "--dry-run")
@@ -89,7 +89,7 @@ def test_a_broken_config_file_is_one_line(capsys):
 def test_reliability_default_filters_the_offers_a_launch_takes(capsys, vast_emulator):
     from gpucli.errors import NoCapacityError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
 
     target, catalog = get_target("vast"), load_catalog()
     before = target.choose_offers(catalog, "rtx4090", 2, spot=False)

@@ -19,7 +19,7 @@ import pytest
 
 from gpucli.errors import TransferError
 from gpucli.run import monitor
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from gpucli.ssh.remote import Remote, SshTarget
 from gpucli.ssh.transfer import parse_manifest
 from tests.support.cli import cli

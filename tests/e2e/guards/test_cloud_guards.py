@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gpucli.errors import GpucliError
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import TINY, emulator_for
 from tests.support.cli import cli, wait_for
 from tests.support.emulators.common import pod_process_ids
@@ -123,8 +123,8 @@ def account_key_calls_since(emu, start: int) -> int:
 # --- the emulators' pods: environment, scoped keys, processes die with the pod -------------------------
 @pytest.mark.parametrize("provider", ["runpod", "vast"])
 def test_pod_environment_and_what_a_pod_scoped_key_may_do(provider, request, client_key):
-    from gpucli.cloud import get_provider
-    from gpucli.cloud.base import LaunchSpec
+    from gpucli.providers.api import LaunchSpec
+    from gpucli.providers.clients import get_provider
     from gpucli.ssh import Remote, SshTarget
 
     emu = emulator_for(request, provider)
@@ -194,8 +194,8 @@ WATCHDOG = Path(__file__).resolve().parents[3] / "gpucli" / "pod" / "watchdog.py
 
 
 def pod_for_watchdog(request, provider: str, client_key):
-    from gpucli.cloud import get_provider
-    from gpucli.cloud.base import LaunchSpec
+    from gpucli.providers.api import LaunchSpec
+    from gpucli.providers.clients import get_provider
 
     emu = emulator_for(request, provider)
     account = get_provider(provider)
@@ -211,7 +211,7 @@ def run_pod_watchdog(emu, provider: str, pod, run_dir: Path, on_end: str = "stop
                      env_file: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, str]:
     """The watchdog as the launch starts it on a pod: a trainer already gone (the run is over), the
     pointer to PID 1's environment, no provider variables, and what the launch's watchdog.env holds."""
-    from gpucli.run.targets.podside import watchdog_env
+    from gpucli.providers.podside import watchdog_env
 
     trainer = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     trainer.wait()

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from gpucli.run import records as runs
-from gpucli.run.records import PlannedSpeed
+from gpucli.runs import records as runs
+from gpucli.runs.records import PlannedSpeed
 from tests.support.cli import FAST_TRAINER, cli, rows_of, wait_for
 from tests.support.sshd import SshServer
 
@@ -40,8 +40,8 @@ def idle_stop_ends_the_run(capsys, name: str, launch_args: list[str]) -> None:
     assert got["finished_reason"].startswith("idle: GPUs at 0 % for "), got
     finished = [r for r in rows_of(capsys, name) if r.get("event") == "finished"]
     assert finished and finished[-1]["reason"] == "signal"  # the trainer was signalled: its checkpoint is written
+    from gpucli.providers.registry import open_host
     from gpucli.run.checkpoints import list_checkpoints
-    from gpucli.run.targets import open_host
 
     with open_host(runs.load(name)) as host:
         cks = list_checkpoints(host, record.workdir)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import FAST_TRAINER, cli, fetched_whole, rows_of, wait_for
 
 FAST = ["--set", "data.max_bytes=400000", *FAST_TRAINER]
@@ -44,8 +44,8 @@ def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> 
         return code == 0 and (json.loads(out).get("step") or 0) >= 12
 
     wait_for(two_checkpoints, 150, "step 12")
+    from gpucli.providers.registry import open_host
     from gpucli.run.checkpoints import list_checkpoints
-    from gpucli.run.targets import open_host
 
     with open_host(runs.load(name)) as host:
         before = list_checkpoints(host, record.workdir)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.lifecycle.test_nodes import nothing_running, quick_watchdogs  # noqa: F401 - the autouse fixture
 from tests.support.cli import cli, wait_for
 

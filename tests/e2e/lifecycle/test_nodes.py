@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import FAST_TRAINER, cli, wait_for
 
 FAST = ["--set", "data.max_bytes=300000", *FAST_TRAINER]

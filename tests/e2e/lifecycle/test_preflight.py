@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from gpucli.settings import home
 from tests.support.cli import FAST_TRAINER, cli, rows_of, wait_for
 

@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucli.run import records as runs
 from gpucli.run.requirements import CPU_TORCH_INDEX, install_command, parse_check_output
+from gpucli.runs import records as runs
 from tests.support.cli import cli
 
 

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from gpucli.run import records as runs
-from gpucli.run.runid import RUN_ID_FILE
+from gpucli.runs import records as runs
+from gpucli.runs.runid import RUN_ID_FILE
 from tests.e2e.owncode.helpers import finished_rows
 from tests.support.cli import cli
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
-from gpucli.run.records import RunRecord
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord
 from gpucli.ssh import SshTarget
 from tests.support.cli import cli
 
@@ -25,7 +25,7 @@ def record(name: str = "r1", **changes) -> RunRecord:
 
 # --- the ssh command quotes the run folder ---------------------------------------------------------------
 def test_ssh_shell_quotes_the_run_folder_for_the_remote_shell(tmp_path):
-    from gpucli.run.targets import get_target
+    from gpucli.providers.registry import get_target
 
     folder = tmp_path / "$(touch pwned)"
     folder.mkdir()
@@ -141,8 +141,8 @@ def fake_checkpoint(workdir: Path, step: int = 10, val_loss: float = 2.0) -> Non
 
 @pytest.mark.parametrize("what", ["fetch-best", "mirror"])
 def test_downloads_tune_the_heap_first(tmp_path, monkeypatch, what):
+    from gpucli.providers.registry import LocalHost
     from gpucli.run.jobs import fetch_best, mirror_once
-    from gpucli.run.targets import LocalHost
     from gpucli.ssh import heap
 
     monkeypatch.setattr(heap, "_tuned", False)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from gpucli.run import records as runs
+from gpucli.providers.registry import open_host
 from gpucli.run import sweep as sweeps
-from gpucli.run.targets import open_host
+from gpucli.runs import records as runs
 from tests.support.cli import FAST_TRAINER, cli, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from gpucli.providers.local.target import LocalHost
 from gpucli.run import procs
-from gpucli.run import records as runs
 from gpucli.run.follow import FIRST_STEP, STARTING, follow_run, snapshot
-from gpucli.run.limits import Limits
-from gpucli.run.records import RunRecord
-from gpucli.run.targets.local import LocalHost
+from gpucli.runs import records as runs
+from gpucli.runs.limits import Limits
+from gpucli.runs.records import RunRecord
 from tests.support.cli import FAST_TRAINER, cli
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.owncode.helpers import (
     code_dir,
     fetch_best,

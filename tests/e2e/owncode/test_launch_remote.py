@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import emulator_for
 from tests.e2e.owncode.helpers import fetch_best, finished_rows, launch_own, status_json, train_losses
 from tests.support.cli import wait_for

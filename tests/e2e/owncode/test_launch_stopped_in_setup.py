@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import cli, wait_for
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.owncode.helpers import finished_rows
 from tests.support.cli import cli
 

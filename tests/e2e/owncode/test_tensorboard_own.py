@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from gpucli.ssh.remote import SshTarget
 from tests.support.sshd import free_port
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.owncode.helpers import fetch_best, finished_rows, status_json
 from tests.support.cli import cli
 from tests.support.jobscripts import local_text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.owncode.helpers import finished_rows, launch_own
 from tests.e2e.store.test_store_runs import stored
 from tests.support.cli import cli, wait_for

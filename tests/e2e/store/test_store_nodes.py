@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.lifecycle.test_nodes import nothing_running
 from tests.e2e.store.test_store_runs import TINY, cmdlines, stored
 from tests.support.cli import cli, rows_of, wait_for

@@ -11,8 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from gpucli.run import records as runs
 from gpucli.run.harvest import mirror_root
+from gpucli.runs import records as runs
 from gpucli.store import objstore
 from tests.support.cli import FAST_TRAINER, cli, fetched_whole, rows_of, wait_for
 from tests.support.s3server import ACCESS_KEY, SECRET_KEY, s3_server  # noqa: F401

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucli.errors import ConnectionFailed
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.support.cli import cli
 
 REPO = Path(__file__).resolve().parents[3]
@@ -116,7 +116,7 @@ def test_a_host_that_never_sends_a_banner_is_one_line_within_its_deadline(capsys
 def test_two_first_launches_share_one_key(isolated_home):
     """Eight processes ask for gpucli's key pair in a fresh home at once: one pair is made, every
     process gets it whole, and none deletes another's."""
-    script = ("from gpucli.run.targets.cloud import ssh_keypair; k, pub = ssh_keypair(); "
+    script = ("from gpucli.providers.cloudtarget import ssh_keypair; k, pub = ssh_keypair(); "
               "print(pub); print(open(k).read().splitlines()[0])")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

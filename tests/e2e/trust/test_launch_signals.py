@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import TINY, emulator_for
 from tests.support.cli import cli, wait_for
 from tests.support.emulators import PodBehaviour

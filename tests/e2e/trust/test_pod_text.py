@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.cli.sanitize import clean
-from gpucli.run import records as runs
+from gpucli.runs import records as runs
 from gpucli.ssh import SshTarget
 from tests.support.cli import cli
 

@@ -137,7 +137,7 @@ def test_ordinary_patterns_still_match_as_gitignore_does():
 
 
 def test_a_bad_ignore_pattern_in_the_code_is_said_before_anything_is_rented(tmp_path, capsys, runpod_emulator):
-    from gpucli.run import records as runs
+    from gpucli.runs import records as runs
     from tests.support.cli import cli
 
     repo = tmp_path / "repo"

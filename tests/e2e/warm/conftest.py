@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from gpucli.run import records as runs
-from gpucli.run.records import RunRecord, now_iso
+from gpucli.runs import records as runs
+from gpucli.runs.records import RunRecord, now_iso
 from gpucli.ssh import SshTarget
 
 SECRET = "s3cr3t-value-9f2c"

@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from gpucli.run import records as runs
-from gpucli.run.machines import machine_root
+from gpucli.runs import records as runs
+from gpucli.runs.machines import machine_root
 from tests.e2e.lifecycle.test_nodes import nothing_running
 from tests.support.cli import FAST_TRAINER, cli, wait_for
 

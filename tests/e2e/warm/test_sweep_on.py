@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from gpucli.run import records as runs
-from gpucli.run.machines import machine_root
+from gpucli.runs import records as runs
+from gpucli.runs.machines import machine_root
 from tests.e2e.lifecycle.test_sweep import FAST, finish, most_at_once
 from tests.e2e.warm.test_launch_on import _ended, where  # noqa: F401 - the machines, local and ssh
 from tests.support.cli import cli, wait_for

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpucli import settings
 from gpucli.cli import render
-from gpucli.cloud.credentials import resolve_key
+from gpucli.providers.credentials import resolve_key
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "placeholder-runpod-key-for-tests-abcd"  # not a real key; the last 4 are what masking shows

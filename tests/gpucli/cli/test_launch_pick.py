@@ -6,8 +6,8 @@ import json
 
 from gpucli.plan.catalog import load_catalog
 from gpucli.run.launch import LaunchRequest
-from gpucli.run.limits import Limits
 from gpucli.run.pick import picked
+from gpucli.runs.limits import Limits
 from tests.support.cli import cli
 
 

@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucli.cloud.base import Offer
-from gpucli.cloud.offers import describe_offers, match_gpu, offers_to_setups
 from gpucli.plan.catalog import load_catalog
+from gpucli.providers.api import Offer
+from gpucli.providers.offers import describe_offers, match_gpu, offers_to_setups
 
 ROOT = Path(__file__).resolve().parents[3]
 

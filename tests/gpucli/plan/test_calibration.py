@@ -103,8 +103,8 @@ def test_gpucli_calibrate_adds_a_runs_speed_and_plan_uses_it(tmp_path, capsys):
 
     from gpucli.cli.app import main
     from gpucli.plan import catalog as catalog_mod
-    from gpucli.run import records as runs
-    from gpucli.run.records import RunRecord
+    from gpucli.runs import records as runs
+    from gpucli.runs.records import RunRecord
 
     wd = tmp_path / "run"
     (wd / "checkpoints" / "step_000100").mkdir(parents=True)

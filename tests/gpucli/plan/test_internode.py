@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpucli.plan.internode import comm_seconds, link_for, node_efficiency
-from gpucli.run.targets import get_target
+from gpucli.providers.registry import get_target
 
 
 def declared(provider: str, link_gbps: float | None = None):  # noqa: ANN201

@@ -35,7 +35,7 @@ def test_stages_set_by_hand_are_not_cut_to_the_phases_iterations():
     # --steps still wins.
     r = _resolve(profile="cpu", provider="local", model="tiny", extra=("--training.stage1_steps=30",
                                                                        "--training.stage2_steps=10"),
-                 limits=__import__("gpucli.run.limits", fromlist=["Limits"]).Limits(max_steps=12))
+                 limits=__import__("gpucli.runs.limits", fromlist=["Limits"]).Limits(max_steps=12))
     assert r.steps == 12
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.pod import envbuild
-from gpucli.run import trainerenv
+from gpucli.runs import trainerenv
 
 BUILDS = ["cu126", "cu128", "cu130"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpucli.cloud.base import Offer
+from gpucli.providers.api import Offer
 from gpucli.run import avoid
 
 

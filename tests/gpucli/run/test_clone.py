@@ -1,5 +1,5 @@
 """`--code git+https://...@ref`: the clone on the host (a local repository stands in for the remote one;
-the URL's form is checked by gpucli.run.task), with the token only in the 0600 env file."""
+the URL's form is checked by gpucli.runs.task), with the token only in the 0600 env file."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import GpucliError
+from gpucli.providers.registry import LocalHost
 from gpucli.run.jobs.own import clone
-from gpucli.run.targets import LocalHost
-from gpucli.run.task import GitCode
+from gpucli.runs.task import GitCode
 
 
 def git(*args: str, cwd: Path) -> None:

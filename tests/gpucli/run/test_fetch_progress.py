@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gpucli.providers.local.target import LocalHost
 from gpucli.run.checkpoints import list_checkpoints
 from gpucli.run.harvest import download_checkpoint
-from gpucli.run.targets.local import LocalHost
 from gpucli.ssh.remote import Remote, SshTarget
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import TransferError
+from gpucli.providers.local.target import LocalHost
 from gpucli.run.jobs import fetch_best
-from gpucli.run.records import RunRecord
-from gpucli.run.targets.local import LocalHost
+from gpucli.runs.records import RunRecord
 
 
 def _checkpoint(root: Path, step: int, val: float) -> None:

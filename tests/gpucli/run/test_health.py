@@ -1,4 +1,4 @@
-"""The preflight's record (gpucli/run/health.py) and the bars per GPU family (gpucli/profiles/health.yaml)."""
+"""The preflight's record (gpucli/runs/health.py) and the bars per GPU family (gpucli/profiles/health.yaml)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 
 from gpucli.errors import CatalogError
 from gpucli.plan.catalog import load_catalog
-from gpucli.run import records as runs
-from gpucli.run.health import Preflight, thresholds
 from gpucli.run.preflight import calibration_entry
+from gpucli.runs import records as runs
+from gpucli.runs.health import Preflight, thresholds
 
 
 def test_every_catalogue_family_has_a_bar_between_0_and_1():
@@ -60,7 +60,7 @@ def test_a_gpu_calibration_entry_names_the_gpu_the_catalogue_knows():
 
 
 def test_nvidia_smi_is_held_to_the_rent_and_the_bars():
-    from gpucli.run.health import smi_check
+    from gpucli.runs.health import smi_check
 
     bars = thresholds("Ampere")
     healthy = "NVIDIA A100-SXM4-80GB, 0, Not Active\n" * 8

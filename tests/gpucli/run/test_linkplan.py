@@ -7,9 +7,9 @@ import pytest
 
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.internode import Link, node_efficiency
-from gpucli.run import records as runs
 from gpucli.run.nodes import planned_across
-from gpucli.run.records import LinkPair, LinkProbe, PlannedSpeed
+from gpucli.runs import records as runs
+from gpucli.runs.records import LinkPair, LinkProbe, PlannedSpeed
 
 
 def test_the_measured_slowest_pair_sets_the_data_parallel_efficiency():

@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 
 from gpucli.errors import HostKeyError
-from gpucli.run.records import RunRecord
-from gpucli.run.targets import open_host
-from gpucli.run.targets.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
+from gpucli.providers.hostkeys import forget_pod_keys, pod_known_hosts, pod_known_hosts_for_ssh
+from gpucli.providers.registry import open_host
+from gpucli.runs.records import RunRecord
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
 from tests.support.sshd import SshServer, free_port

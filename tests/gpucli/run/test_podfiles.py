@@ -1,4 +1,4 @@
-"""The one list of what goes to a run's machine (gpucli.run.podfiles), checked against the code that runs
+"""The one list of what goes to a run's machine (gpucli.runs.podfiles), checked against the code that runs
 there: every module a pod-side script loads by path travels with it, and every file of gpucli/pod and
 gpucli/store is in the list, so a new pod module cannot be forgotten by one of the senders."""
 
@@ -6,8 +6,8 @@ import ast
 import re
 from pathlib import Path
 
-from gpucli.run import podfiles
-from gpucli.run.targets.local import LocalHost
+from gpucli.providers.local.target import LocalHost
+from gpucli.runs import podfiles
 
 ROOT = Path(__file__).resolve().parents[3]
 POD = ROOT / "gpucli" / "pod"

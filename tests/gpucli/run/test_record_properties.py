@@ -9,9 +9,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpucli.run import records as runs
-from gpucli.run.limits import Limits
-from gpucli.run.records import PlannedSpeed, RunRecord
+from gpucli.runs import records as runs
+from gpucli.runs.limits import Limits
+from gpucli.runs.records import PlannedSpeed, RunRecord
 from gpucli.ssh import SshTarget
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

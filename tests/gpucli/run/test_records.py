@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gpucli.run import records as runs
 from gpucli.run.launch import LaunchRequest
-from gpucli.run.limits import Limits
+from gpucli.runs import records as runs
+from gpucli.runs.limits import Limits
 from gpucli.ssh import SshTarget
 
 OLD_RECORD = {

@@ -1,4 +1,4 @@
-"""A run's state is a RunState with its transitions in one table (gpucli/run/records.py), checked when a
+"""A run's state is a RunState with its transitions in one table (gpucli/runs/records.py), checked when a
 record is saved: a run that has ended is never shown running again without a new launch on it, and a
 record on disk with a state no gpucli wrote is refused in one line."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 
 from gpucli.errors import GpucliError
-from gpucli.run import records as runs
-from gpucli.run.records import TRANSITIONS, BadTransition, RunRecord, RunState, check_transition
+from gpucli.runs import records as runs
+from gpucli.runs.records import TRANSITIONS, BadTransition, RunRecord, RunState, check_transition
 
 OLD = {"name": "r", "provider": "local", "created_at": "2026-11-20T10:00:00+00:00", "profile": "cpu",
        "phase": "fast", "model": "tiny", "n_gpus": 1, "gpu": None, "workdir": "/tmp/x", "status": "running"}

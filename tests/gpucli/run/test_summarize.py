@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from gpucli.run.limits import Limits
 from gpucli.run.monitor import summarize
-from gpucli.run.records import RunRecord
+from gpucli.runs.limits import Limits
+from gpucli.runs.records import RunRecord
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
 

@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from gpucli.errors import UsageError
-from gpucli.run import records as runs
 from gpucli.run import sweep as sweeps
 from gpucli.run.launch import LaunchRequest
-from gpucli.run.limits import Limits
-from gpucli.run.records import RunRecord
+from gpucli.runs import records as runs
+from gpucli.runs.limits import Limits
+from gpucli.runs.records import RunRecord
 
 
 def test_values_split_at_top_level_commas_only():
@@ -89,7 +89,7 @@ def test_each_run_gets_its_settings_name_folder_and_cap():
 
 
 def test_own_code_settings_are_exported_in_its_command(tmp_path):
-    from gpucli.run.task import Task
+    from gpucli.runs.task import Task
 
     axes, fixed = sweeps.parse_sets(["LR=0.1,0.2", "MODE=fast"], own=True)
     inputs = sweeps.launch_inputs(LaunchRequest(profile="cpu"), Task(run="python train.py", code=tmp_path))
@@ -193,7 +193,7 @@ def test_down_of_the_sweep_stops_its_runs_and_starts_no_more():
 
 
 def test_a_task_files_sweep_block_is_a_set_of_each_under_the_command_line(tmp_path):
-    from gpucli.run.task import TaskError, load_task
+    from gpucli.runs.task import TaskError, load_task
 
     task_file = tmp_path / "task.yaml"
     task_file.write_text("run: python train.py\nsweep:\n  LR: [0.0003, 0.001]\n  DEPTH: [12, 16]\n  MODE: fast\n")

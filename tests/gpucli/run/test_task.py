@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import NotFoundError, UsageError
-from gpucli.run.task import GitCode, Task, load_task, parse_task, with_overrides
+from gpucli.runs.task import GitCode, Task, load_task, parse_task, with_overrides
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -135,7 +135,7 @@ class PodBehaviour:
     #: What the host's ``nvidia-smi --query-gpu=...`` prints (CSV lines), or None: no nvidia-smi (a CPU
     #: host, as the emulators' pods are). Any other nvidia-smi call fails, as on a host whose driver is
     #: broken, so the pod's environment build still takes the CPU path. The preflight's health check
-    #: reads it (gpucli/run/health.py ``SMI_COMMAND``): a host with ECC errors or fewer GPUs, to order.
+    #: reads it (gpucli/runs/health.py ``SMI_COMMAND``): a host with ECC errors or fewer GPUs, to order.
     nvidia_smi: str | None = None
 
 

@@ -71,9 +71,9 @@ def test_status_and_ls_show_the_best_step_and_loss():
 
     from gpucli.cli import render
     from gpucli.cli.render_runs import runs_table
-    from gpucli.run.limits import Limits
     from gpucli.run.monitor import summarize
-    from gpucli.run.records import RunRecord
+    from gpucli.runs.limits import Limits
+    from gpucli.runs.records import RunRecord
 
     rec = RunRecord(name="r", provider="local", created_at="2026-01-01T11:00:00+00:00", profile="cpu", phase="fast",
                     model="tiny", n_gpus=1, gpu=None, workdir="w", status="running",
@@ -93,11 +93,11 @@ def test_status_and_ls_show_the_best_step_and_loss():
 
 
 def test_fetch_best_brings_the_best_folder_and_mirror_resume_never_see_it(run, tmp_path):
+    from gpucli.providers.local.target import LocalHost
     from gpucli.run.checkpoints import list_checkpoints
     from gpucli.run.jobs import fetch_best
-    from gpucli.run.limits import Limits
-    from gpucli.run.records import RunRecord
-    from gpucli.run.targets.local import LocalHost
+    from gpucli.runs.limits import Limits
+    from gpucli.runs.records import RunRecord
 
     host = LocalHost()
     assert [c.name for c in list_checkpoints(host, str(run))] == ["step_000014"]  # what mirror and resume read

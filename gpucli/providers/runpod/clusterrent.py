@@ -1,0 +1,119 @@
+"""Renting the machines of a multi-node run as one unit: a RunPod Instant Cluster (gpucli.providers.runpod.clusters).
+
+Money first: the cluster's id goes into the run record the moment RunPod returns it, and every member
+pod's id as soon as it is listed, before anything waits; a cluster whose N pods are not all RUNNING
+with SSH within the ready timeout, or any of whose pods fails, is deleted whole (RunPod's DELETE ends
+every member); a create whose answer was lost is found again by its name (``gpucli-<run>``) and
+deleted. Ending the run deletes the cluster (``gpucli down``; ``down --strays`` finds gpucli-named
+clusters no run owns).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpucli.errors import GpucliError, ProviderError, UsageError
+from gpucli.providers.api import LABEL_PREFIX
+from gpucli.providers.credentials import resolve_key
+from gpucli.providers.http import RequestMaybeSent
+from gpucli.providers.runpod.clusters import RunPodClusters
+
+if TYPE_CHECKING:
+    from gpucli.providers.runpod.clusters import ClusterPod, RunPodClusters
+
+
+class ClusterNotReady(ProviderError):
+    """The cluster did not come up whole within the ready timeout (it has been deleted)."""
+
+
+@dataclass(frozen=True)
+class RentedNode:
+    rank: int
+    pod_id: str
+    ip: str  # overlay address: where the other nodes reach it
+    ssh_host: str
+    ssh_port: int
+
+
+def clusters_client() -> RunPodClusters:
+    return RunPodClusters(resolve_key("runpod").value)
+
+
+def gpu_type_id(catalog: Any, gpu_id: str) -> str:
+    gpu = catalog.gpus[gpu_id]
+    if not gpu.runpod_ids:
+        raise UsageError(f"{gpu.name} is not offered in RunPod Instant Clusters (no RunPod id in the catalogue)")
+    return str(gpu.runpod_ids[0])
+
+
+def rent_cluster(client: RunPodClusters, *, name: str, gpu_type: str, gpus_per_pod: int, nodes: int, image: str,
+                 disk_gb: int, public_key: str, ready_timeout_s: float, poll_s: float,
+                 on_cluster: Callable[[str], None], on_pods: Callable[[list[ClusterPod]], None],
+                 on_event: Callable[[str], None], sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> tuple[str, list[RentedNode]]:
+    """Create the cluster and wait until all ``nodes`` pods are up; (cluster id, nodes by rank). Whatever
+    this call created is deleted before an error leaves it."""
+    cluster_id = None
+    try:
+        on_event(f"creating a RunPod Instant Cluster {name}: {nodes} x {gpus_per_pod}x {gpu_type}")
+        try:
+            cluster_id = client.create(name=name, gpu_type_id=gpu_type, gpus_per_pod=gpus_per_pod, pods=nodes,
+                                       image=image, disk_gb=disk_gb, public_key=public_key)
+        except RequestMaybeSent:
+            end_named(client, name)  # the answer was lost: the cluster may exist; it must not bill
+            raise
+        on_cluster(cluster_id)
+        deadline = clock() + ready_timeout_s
+        while True:
+            pods = client.pods(cluster_id)
+            if pods is None:
+                raise ProviderError(f"RunPod cluster {cluster_id} disappeared while starting")
+            if pods:
+                on_pods(pods)
+            bad = [p for p in pods if p.status in ("EXITED", "ERROR", "TERMINATED")]
+            if bad:
+                raise ProviderError(f"pod {bad[0].pod_id} of cluster {cluster_id} is {bad[0].status}")
+            ready = [p for p in pods if p.ready]
+            if len(ready) == nodes and sorted(int(p.rank or 0) for p in ready) == list(range(nodes)):
+                return cluster_id, sorted((RentedNode(p.rank or 0, p.pod_id, p.ip or "", p.ssh_host or "",
+                                                      p.ssh_port or 22) for p in ready), key=lambda n: n.rank)
+            if clock() >= deadline:
+                raise ClusterNotReady(f"RunPod cluster {cluster_id}: {len(ready)} of {nodes} pods ready after "
+                                      f"{ready_timeout_s:g} s; deleted", hint="try again, or fewer nodes")
+            sleep(poll_s)
+    except BaseException:
+        if cluster_id is not None:
+            end_cluster(client, cluster_id, on_event)
+        raise
+
+
+def end_cluster(client: RunPodClusters, cluster_id: str, on_event: Callable[[str], None]) -> None:
+    """Delete the cluster (every member pod with it), retried once; an error says what still bills."""
+    for attempt in (1, 2):
+        try:
+            client.delete(cluster_id)
+            on_event(f"deleted RunPod cluster {cluster_id} (every pod of it)")
+            return
+        except GpucliError as exc:
+            if attempt == 2:
+                raise ProviderError(f"could not delete RunPod cluster {cluster_id}: {exc}; it may still bill",
+                                    hint="`gpucli down --strays` or the RunPod console ends it") from None
+
+
+def end_named(client: RunPodClusters, name: str) -> list[str]:
+    """Delete every cluster called ``name`` (a create whose answer never came back)."""
+    ended = []
+    for c in client.list():
+        if c.name == name:
+            client.delete(c.cluster_id)
+            ended.append(c.cluster_id)
+    return ended
+
+
+def cluster_strays(client: RunPodClusters, owned: set[str]) -> list[tuple[str, str, int]]:
+    """(id, name, pods) of gpucli-named clusters whose id no active run holds."""
+    return [(c.cluster_id, c.name, c.pods) for c in client.list()
+            if c.name.startswith(LABEL_PREFIX) and c.cluster_id not in owned]

@@ -1,0 +1,1 @@
+"""A machine you already have, reached over SSH."""
