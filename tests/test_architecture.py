@@ -262,10 +262,9 @@ def test_no_import_cycle_anywhere():
 # within its own package). What a run is, where it lives, what is read from it, how it starts, the kinds
 # of job, then the life of a run on top.
 RUN_FLOORS = {
-    # the one list of what goes to a run's machine: every sender reads it
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
-    "nodes": 4.5, # a run over several machines: its layout, variables and rented cluster
+    "nodes": 4.5,  # a run over several machines: its layout, variables and rented cluster
     "linkprobe": 4.6,  # the link between your own machines, measured at launch
     "monitor": 5, "launch": 5, "owner": 5,
     "transfer": 7,  # a launch's planned bytes sized and priced where billed, reserved from --budget
@@ -283,8 +282,8 @@ RUN_FLOORS = {
     "pick": 5.5,  # launch --pick: the planner's choice as the launch's profile and caps
     "failover": 9.1,  # one launch across providers: offers ranked on the run's cost, tried until one runs
     "envstamp": 7.5,  # the trainer's pinned environment set up (or reused) on any machine a run starts on
-    "warm": 9.2,
-    "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle  # the next run on a machine a run already has (launch --on)
+    "warm": 9.2,  # the next run on a machine a run already has (launch --on)
+    "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
     "remotewatch": 9.4,  # the watcher on an always-on machine of yours (watch --detach --on)
