@@ -68,18 +68,34 @@ def entries(path):
         return [n for n in os.listdir(path) if n != ".launching"]
     except OSError:
         return []
+def stamp(name):
+    try:
+        st = os.stat(os.path.join(wd, name))
+        return (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        return None
+def live_state():
+    try:
+        with open(os.path.join(wd, "watchdog.json")) as fh:
+            return json.load(fh).get("state") not in ("ending", "done")
+    except Exception:
+        return False
 started = time.time()
 deadline = started + window
+# what the watchdog.json of an earlier container left: only a write after this start is a hand-over
+before = stamp("watchdog.json")
 held = entries(wd)
 if held:
     log("the container started again; %s holds %d entries of the run: this guard may stop the pod, never "
         "terminate it" % (wd, len(held)))
 log("guarding %s until gpucli's watchdog runs (window %.0f s)" % (wd, window))
 while True:
-    seen = mtime("watchdog.json")
-    if seen is not None and seen >= started - 1:
-        log("handed over: gpucli's watchdog runs")
-        sys.exit(0)
+    seen = stamp("watchdog.json")
+    if seen is not None and seen != before:
+        if live_state():
+            log("handed over: gpucli's watchdog runs")
+            sys.exit(0)
+        before = seen  # a watchdog that is ending (or done) hands nothing over
     for beat_name in (".launching", "@HOLD@"):
         beat = mtime(beat_name)
         if beat is not None and beat >= started - 1:
