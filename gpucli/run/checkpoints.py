@@ -34,19 +34,12 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, NotFoundError, TransferError
 from gpucli.run import untrusted
 from gpucli.ssh import sha256_file
+from gpucli.store.storelocal import LOGS, SKIP, group_own, step_in_name  # one reading of a step, pod and here
 from trainer.spec.metricsrow import MetricsRow, as_rows
 
 if TYPE_CHECKING:
     from gpucli.providers.registry import Host
 
-# A number right after one of these words names the step ("epoch=0-step=200": 200, not 0).
-# Steps are ASCII digits, at most 18 of them (a pod's name of thousands of digits, or of other scripts'
-# digits, is no step: int() refuses past 4300 digits with a ValueError).
-_KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?([0-9]{1,18})(?![0-9])",
-                           re.IGNORECASE)
-# Otherwise the first number that is not a rank or a shard index ("optim_000500_rank0.pt": 500).
-_NUMBER = re.compile(r"(?<![A-Za-z0-9])(?<!rank)(?<!rank_)(?<!of)(?<!of_)([0-9]{1,18})(?![0-9])")
-_SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
 # What a checkpoint holds only to resume training, not to use the model: the optimizer and scheduler
 # state, RNG and grad-scaler state. Hugging Face Trainer ``optimizer.pt``, ``scheduler.pt``,
 # ``rng_state*.pth``, ``scaler.pt`` (transformers/trainer.py, ``_save_optimizer_and_scheduler``,
@@ -55,8 +48,6 @@ _SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
 # ``*_optim_states.pt``; nanochat ``optim_NNNNNN_rankR.pt`` (nanochat/checkpoint_manager.py).
 _RESUME_ONLY = re.compile(r"^(?:optim(?:izer)?(?:[_.\-].*)?|scheduler(?:[_.\-].*)?|lr_scheduler(?:[_.\-].*)?|"
                           r"rng_state.*|random_states.*|scaler\.pt|.*_optim_states\.pt)$", re.IGNORECASE)
-# What loggers write beside checkpoints (TensorBoard events, Lightning's CSV and hparams): never a checkpoint
-_LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")
 
 
 @dataclass(frozen=True)
@@ -91,18 +82,6 @@ def model_files(files: Iterable[str]) -> tuple[str, ...]:
     return kept or files
 
 
-def step_in_name(name: str) -> int | None:
-    """The step a file or folder name carries, or None."""
-    stem = re.sub(r"\.(pt|pth|bin|ckpt|safetensors|json|npz|npy|pkl|tar|zip|h5)$", "", name, flags=re.IGNORECASE)
-    m = _KEYWORD_STEP.search(stem)
-    if m:
-        return int(m.group(1))
-    if re.fullmatch(r"version_\d+|v\d+|run_?\d+", stem):  # a logger's run folder (Lightning's version_0)
-        return None
-    m = _NUMBER.search(stem)
-    return int(m.group(1)) if m else None
-
-
 def _entry(value: Any) -> tuple[int, float]:
     """(size, mtime) of a listing value: a ``RemoteFile``-like object or a ``(size, mtime)`` pair."""
     if isinstance(value, tuple):
@@ -113,27 +92,14 @@ def _entry(value: Any) -> tuple[int, float]:
 def group_checkpoints(listing: Mapping[str, Any]) -> tuple[list[OwnCheckpoint], OwnCheckpoint | None]:
     """The per-step checkpoints (by step) and the overwritten one (everything without a step), from a
     listing of the checkpoints folder: relative path -> RemoteFile (or ``(size, mtime)``)."""
-    groups: dict[tuple[str, int], list[str]] = {}
-    names: dict[tuple[str, int], str] = {}  # a folder's name; files of one step get step_N (or their own)
-    loose: list[str] = []
-    for rel in sorted(listing):
-        parts = rel.split("/")
-        if any(_SKIP.search(p) for p in parts) or _LOGS.search(parts[-1]):
-            continue
-        for i, part in enumerate(parts):
-            step = step_in_name(part)
-            if step is None:
-                continue
-            if i < len(parts) - 1:  # a folder with a step: everything under it
-                key = ("/".join(parts[: i + 1]), step)
-                names.setdefault(key, part)
-            else:  # a file with a step: with the other files of that step in its folder
-                key = ("/".join(parts[:i]) + "/", step)  # the trailing / keeps it apart from a folder key
-                names.setdefault(key, "")
-            groups.setdefault(key, []).append(rel)
-            break
-        else:
-            loose.append(rel)
+    rels = sorted(listing)
+    groups = group_own(rels)
+    grouped = {rel for files in groups.values() for rel in files}
+    loose = [rel for rel in rels if rel not in grouped
+             and not (any(SKIP.search(p) for p in rel.split("/")) or LOGS.search(rel.split("/")[-1]))]
+    # a folder with a step is named as it is; the files of one step in a folder (key "folder/") get
+    # the file's own name, or step_N
+    names = {key: "" if key[0].endswith("/") else key[0].rsplit("/", 1)[-1] for key in groups}
 
     def build(name: str, files: list[str], step: int | None) -> OwnCheckpoint:
         entries = [_entry(listing[f]) for f in files]

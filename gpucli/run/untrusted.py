@@ -16,7 +16,6 @@ whatever the pod says. Here:
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import stat
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import TransferError
+from trainer.spec.metricsrow import finite_number, whole_number  # the same checks as a metrics row
 
 if TYPE_CHECKING:
     from gpucli.providers.registry import Host
@@ -144,28 +144,6 @@ def checkpoint_manifest(meta: Any) -> dict[str, str] | None:
     if not any(w in out for w in WEIGHT_FILES):
         return None
     return out
-
-
-def whole_number(value: Any, default: int | None = None) -> int | None:
-    """A step or count from a pod file: an int (or an integral float) of sane size, else ``default``."""
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, int):
-        return value if abs(value) < 1 << 62 else default
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 62:
-        return int(value)
-    return default
-
-
-def finite_number(value: Any) -> float | None:
-    """A loss or price from a pod file: a finite int or float, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        f = float(value)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
 
 
 #: Fields of a metrics or progress row that are numbers; a row from the pod with anything else in one

@@ -14,10 +14,15 @@ from typing import Any
 
 # The checkpoint-naming rules of gpucli/run/checkpoints.py (fetch-best), for the user's own code; a test
 # holds the two to the same answers.
-_KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?(\d+)", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![A-Za-z\d])(?<!rank)(?<!rank_)(?<!of)(?<!of_)(\d+)")
-_SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")
-_LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")
+# How a step is read from a checkpoint's file or folder name, here and on this machine alike
+# (gpucli/run/checkpoints.py imports these; this file also runs on the pod by itself).
+# A step after a keyword ("step_500", "global_step500", "checkpoint-1200", "iter_000400", "ckpt=7").
+_KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?([0-9]{1,18})(?![0-9])",
+                           re.IGNORECASE)
+# Otherwise the first number that is not a rank or a shard index ("optim_000500_rank0.pt": 500).
+_NUMBER = re.compile(r"(?<![A-Za-z0-9])(?<!rank)(?<!rank_)(?<!of)(?<!of_)([0-9]{1,18})(?![0-9])")
+SKIP = re.compile(r"(^\.|\.tmp$|\.partial$|\.lock$|\.incomplete$)")  # hidden, or still being written
+LOGS = re.compile(r"^events\.out\.tfevents\.|^hparams\.yaml$|^metrics\.csv$")  # a logger's files, no weights
 
 
 @dataclass
@@ -74,11 +79,12 @@ def trainer_checkpoints(root: Path) -> list[Local]:
 
 
 def step_in_name(name: str) -> int | None:
+    """The step a file or folder name carries, or None."""
     stem = re.sub(r"\.(pt|pth|bin|ckpt|safetensors|json|npz|npy|pkl|tar|zip|h5)$", "", name, flags=re.IGNORECASE)
     m = _KEYWORD_STEP.search(stem)
     if m:
         return int(m.group(1))
-    if re.fullmatch(r"version_\d+|v\d+|run_?\d+", stem):
+    if re.fullmatch(r"version_\d+|v\d+|run_?\d+", stem):  # a logger's run folder (Lightning's version_0)
         return None
     m = _NUMBER.search(stem)
     return int(m.group(1)) if m else None
@@ -90,7 +96,7 @@ def group_own(rels: list[str]) -> dict[tuple[str, int], list[str]]:
     groups: dict[tuple[str, int], list[str]] = {}
     for rel in sorted(rels):
         parts = rel.split("/")
-        if any(_SKIP.search(p) for p in parts) or _LOGS.search(parts[-1]):
+        if any(SKIP.search(p) for p in parts) or LOGS.search(parts[-1]):
             continue
         for i, part in enumerate(parts):
             step = step_in_name(part)

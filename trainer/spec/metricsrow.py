@@ -83,17 +83,19 @@ _INTS = {"step", "tokens", "seq_len", "max_steps"}
 _STRS = {"kind", "event", "reason"}
 
 
-def _whole(value: Any) -> int | None:
+def whole_number(value: Any, default: int | None = None) -> int | None:
+    """A step or count read from a file: an int (or an integral float) of sane size, else ``default``."""
     if isinstance(value, bool):
-        return None
+        return default
     if isinstance(value, int):
-        return value if abs(value) < 1 << 62 else None
+        return value if abs(value) < 1 << 62 else default
     if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 62:
         return int(value)
-    return None
+    return default
 
 
-def _finite(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A loss or price read from a file: a finite int or float, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -129,12 +131,12 @@ def _parse(obj: Any) -> MetricsRow | None:
         if key in _STRS:
             typed[key] = value if isinstance(value, str) else json.dumps(value, default=str)[:80]
         elif key == "step":
-            step = _whole(value)
+            step = whole_number(value)
             typed[key] = step if step is not None and step >= 0 else None
         elif key in _INTS:
-            typed[key] = _whole(value)
+            typed[key] = whole_number(value)
         else:
-            typed[key] = _finite(value)
+            typed[key] = finite_number(value)
     if typed.get("kind") in STEPPED and typed.get("step") is None:
         return None
     return MetricsRow(**typed, extra=extra, keys=tuple(keys))
