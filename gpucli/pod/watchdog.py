@@ -1,31 +1,21 @@
 """gpucli's pod-side watchdog: ends the pod's billing when the run is over, with no laptop involved.
 
-Started by ``gpucli launch`` next to the trainer, in its own session, standard library only:
+Started by ``gpucli launch`` next to the trainer, in its own session, standard library only
+(``python3 watchdog.py --run-dir DIR --pgid PID --provider runpod|vast|local|ssh [--max-hours H]
+[--budget-usd USD --price-per-hour-usd USD] [--stall-minutes M] [--on-end stop|terminate|keep]``).
+Each poll: the trainer's process group gone (finished, crashed) -> end the pod; no new metrics row for
+``--stall-minutes`` -> TERM, KILL, end the pod; past the hour or dollar cap (a backstop: the trainer
+stops itself first) -> TERM, wait, KILL, end the pod.
 
-    python3 watchdog.py --run-dir DIR --pgid PID --provider runpod|vast|local|ssh
-                        [--max-hours H] [--budget-usd USD --price-per-hour-usd USD]
-                        [--stall-minutes M] [--poll-s S] [--grace-s S] [--on-end stop|terminate]
-
-Each poll it looks at the trainer's process group and files:
-- the trainer finished or crashed (its process group is gone)      -> end the pod;
-- no new metrics row for ``--stall-minutes`` (a hang)               -> TERM, then KILL, end the pod;
-- past the hour or dollar limit (the trainer stops itself before it;
-  this is the backstop)                                              -> TERM, wait, KILL, end the pod.
-
-"End the pod" uses the pod's own, pod-scoped credentials, never the user's account key:
-- RunPod puts ``RUNPOD_POD_ID`` and a pod-scoped ``RUNPOD_API_KEY`` in every pod's environment;
-  the watchdog calls the GraphQL ``podStop`` (or ``podTerminate``) mutation for that pod only, and
-  the REST ``POST /pods/{id}/stop`` (or ``DELETE /pods/{id}``) when GraphQL does not do it.
-- vast.ai puts ``CONTAINER_ID`` and an instance-scoped ``CONTAINER_API_KEY`` in every instance;
-  the watchdog sends ``PUT /api/v0/instances/{CONTAINER_ID}/ {"state": "stopped"}`` (or DELETE).
-Every request carries ``User-Agent: gpucli/<version>``. The version and the API endpoints come from
-the 0600 env file the launch writes next to this script (``watchdog.env``: GPUCLI_VERSION,
-GPUCLI_RUNPOD_API_BASE_URL, GPUCLI_VAST_URL), sourced into this process's
-environment; without it the providers' public endpoints are used.
-These variables live in the container's PID 1 environment (SSH sessions do not inherit them), so
-they are read from ``/proc/1/environ`` (``GPUCLI_POD_ENVIRON`` names another file, for emulators).
-On ``local`` and ``ssh`` hosts there is no pod to end; the watchdog only stops a hung trainer.
-Everything it does is logged to ``watchdog.log`` and its verdict to ``watchdog.json``.
+"End the pod" uses the pod's own credentials, never the user's account key (podend.py, beside this file):
+RunPod's pod-scoped ``RUNPOD_API_KEY`` through REST v2 ``POST /v2/pods/{id}/action`` (a 409 to a stop is
+done), then GraphQL ``podStop``/``podTerminate`` (no source says v2 takes the pod key; GraphQL retires in
+early 2027); rank 0 of an Instant Cluster deletes the cluster; vast's ``CONTAINER_API_KEY`` through
+``PUT /api/v0/instances/{CONTAINER_ID}/`` (or DELETE). The path that worked is in ``watchdog.log`` and
+``ended_by`` in ``watchdog.json``. Versions and endpoints come from the
+0600 ``watchdog.env`` beside this script; the pod's variables from ``/proc/1/environ``
+(``GPUCLI_POD_ENVIRON`` for emulators). On ``local`` and ``ssh`` it only stops a hung trainer.
+docs/money-and-clouds.md describes it whole.
 """
 
 from __future__ import annotations
@@ -36,8 +26,6 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +57,6 @@ def write_state(run_dir: Path, **fields: object) -> None:
     tmp.replace(run_dir / "watchdog.json")
 
 
-# ---- the trainer's process group ---------------------------------------------------------------
-
-
 def stop_group(run_dir: Path, pgid: int, grace_s: float, ident: str | None = None) -> None:
     """SIGTERM (the trainer writes its emergency checkpoint), then SIGKILL after ``grace_s``; only
     while ``pgid`` is still the process ``ident`` names."""
@@ -92,188 +77,10 @@ def stop_group(run_dir: Path, pgid: int, grace_s: float, ident: str | None = Non
         log(run_dir, f"trainer still alive after {grace_s:.0f} s: sent SIGKILL")
 
 
-# ---- ending the pod with its own credentials ---------------------------------------------------
+# ---- ending the pod with its own credentials: podend.py -----------------------------------------
 
-
-def pod_environ() -> dict[str, str]:
-    env = {}
-    path = os.environ.get("GPUCLI_POD_ENVIRON") or "/proc/1/environ"
-    try:
-        raw = Path(path).read_bytes()
-    except OSError:
-        raw = b""
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    # Only the pod's own environment counts: a key that merely happens to be exported in this process
-    # (an account key, say) is never used to end the pod.
-    return env
-
-
-#: Where the APIs are when the launch's env file does not say (the providers' public endpoints). RunPod:
-#: REST v2 under /v2 and GraphQL under /graphql on one host (runpod/docs api-reference-v2/openapi.json);
-#: REST v1 was retired on 2026-11-15 (release-notes.mdx) and is never called.
-RUNPOD_API_BASE = "https://api.runpod.io"
-VAST_BASE = "https://console.vast.ai"
-#: How long the watchdog keeps trying to end the pod (GPUCLI_WATCHDOG_END_CAP_S in its env file).
-END_CAP_S = 900.0
-
-# The one-pod GraphQL documents runpodctl sends (runpod/runpodctl: api/pod.go ``stopPod``,
-# ``terminatePod``): a ``$podId: String!`` variable inside an inline ``input: {podId: $podId}``.
-STOP_MUTATION = "mutation stopPod($podId: String!) {\n  podStop(input: {podId: $podId}) { id desiredStatus }\n}"
-TERMINATE_MUTATION = "mutation terminatePod($podId: String!) {\n  podTerminate(input: {podId: $podId})\n}"
-
-
-def user_agent() -> str:
-    """``gpucli/<version>``, as the CLI sends. Cloudflare in front of RunPod's API answers Python's
-    default agent (``Python-urllib/3.x``) with 403 "error code: 1010" (lumpenspace/raft#14). The
-    version comes from the env file the launch wrote: this file cannot import gpucli."""
-    return f"gpucli/{os.environ.get('GPUCLI_VERSION') or 'unknown'}"
-
-
-def _endpoint(name: str, default: str) -> str:
-    """An API base from the launch's env file (this process's environment), never from the pod's
-    PID 1 environment: real pods carry no RUNPOD_API_BASE_URL / VAST_URL."""
-    return (os.environ.get(name) or default).rstrip("/")
-
-
-def _request(method: str, url: str, token: str, body: dict | None, timeout_s: float = 20.0) -> tuple[int, str]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json",
-        "User-Agent": user_agent()})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - https or a test emulator
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
-def _json(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _gone(text: str) -> bool:
-    """The provider says there is no such pod: nothing of it bills any more."""
-    low = text.lower()
-    return any(p in low for p in ("pod not found", "not found to terminate", "no_such_instance", "not_found",
-                                  "pod does not exist"))
-
-
-def runpod_v2_ok(status: int, text: str) -> str | None:
-    """RunPod REST v2 ``POST /v2/pods/{id}/action``: stop answers 200 with the pod, terminate 204
-    (openapi.json ``podAction``); a 404 counts only with v2's problem body (``status: 404``), never a
-    bare 404 (a wrong URL, a proxy, the retired v1)."""
-    if status == 204:
-        return "ended"
-    body = _json(text)
-    if status == 404:
-        return "gone" if isinstance(body, dict) and body.get("status") == 404 and "title" in body else None
-    if status == 200 and isinstance(body, dict) and body.get("status") in ("EXITED", "TERMINATED"):
-        return "ended"
-    return None
-
-
-def runpod_graphql_ok(status: int, text: str) -> str | None:
-    """"ended" / "gone" for a GraphQL answer that did it, None otherwise. RunPod answers errors with
-    HTTP 200 and an ``errors`` list (providers.md 1.6), so the status alone proves nothing."""
-    if not 200 <= status < 300:
-        return "gone" if status == 404 and _gone(text) else None
-    body = _json(text)
-    if not isinstance(body, dict):
-        return None
-    errors = body.get("errors")
-    if errors:
-        return "gone" if _gone(json.dumps(errors)) else None
-    data = body.get("data")
-    return "ended" if isinstance(data, dict) and ("podStop" in data or "podTerminate" in data) else None
-
-
-def rest_ok(status: int, text: str) -> str | None:
-    """vast.ai: only a 2xx whose JSON body says ``"success": true`` did it (vast-cli reads
-    ``r.json()["success"]``); a 200 that is not JSON, or ``{"success": false}``, did nothing. 404 counts
-    only with the provider's own "no such instance" words: a wrong URL is a 404 too."""
-    if status == 404:
-        return "gone" if _gone(text) else None
-    if not 200 <= status < 300:
-        return None
-    body = _json(text)
-    return "ended" if isinstance(body, dict) and body.get("success") is True else None
-
-
-def pod_calls(provider: str, on_end: str, env: dict[str, str]) -> tuple[list[tuple], str | None, str | None]:
-    """The calls that end this pod, in order of preference, each (what, method, url, body, judge); plus
-    the pod-scoped key and, when something is missing, why the pod cannot be ended."""
-    terminate = on_end == "terminate"
-    if provider == "runpod":
-        pod, key = env.get("RUNPOD_POD_ID"), env.get("RUNPOD_API_KEY")
-        if not pod or not key:
-            return [], None, "RUNPOD_POD_ID / RUNPOD_API_KEY not in the pod environment: cannot stop the pod"
-        base = _endpoint("GPUCLI_RUNPOD_API_BASE_URL", RUNPOD_API_BASE)
-        action = {"action": "terminate" if terminate else "stop"}
-        body = {"query": TERMINATE_MUTATION if terminate else STOP_MUTATION, "variables": {"podId": pod}}
-        # REST v2 first (POST /v2/pods/{id}/action, migrate-from-v1.mdx); GraphQL as the fallback while
-        # it lives (retired early 2027). Whether v2 takes a pod-scoped key is not documented.
-        return [("REST v2", "POST", f"{base}/v2/pods/{pod}/action", action, runpod_v2_ok),
-                ("GraphQL", "POST", f"{base}/graphql", body, runpod_graphql_ok)], key, None
-    if provider == "vast":
-        cid, key = env.get("CONTAINER_ID"), env.get("CONTAINER_API_KEY")
-        if not cid or not key:
-            return [], None, "CONTAINER_ID / CONTAINER_API_KEY not in the instance environment: cannot stop it"
-        url = f"{_endpoint('GPUCLI_VAST_URL', VAST_BASE)}/api/v0/instances/{cid}/"
-        call = ("API", "DELETE", url, None, rest_ok) if terminate else ("API", "PUT", url, {"state": "stopped"}, rest_ok)
-        return [call], key, None
-    return [], None, None
-
-
-def end_pod(provider: str, on_end: str, run_dir: Path) -> bool:
-    """Stop (or terminate) this pod through the provider's API with the pod-scoped key.
-
-    This is the call that stops the money, so no answer is final: every failure (HTTP 403 from a
-    proxy in front of the API included, and a vast.ai ``{"success": false}``) is logged and retried
-    with backoff until ``GPUCLI_WATCHDOG_END_CAP_S`` (default 15 minutes)."""
-    calls, key, missing = pod_calls(provider, on_end, pod_environ())
-    if missing:
-        log(run_dir, missing)
-    if not calls or key is None:
-        return False
-    try:
-        cap_s = float(os.environ.get("GPUCLI_WATCHDOG_END_CAP_S") or END_CAP_S)
-    except ValueError:
-        cap_s = END_CAP_S
-    delay = 2.0
-    deadline = time.monotonic() + cap_s
-    attempt = 0
-    while True:
-        attempt += 1
-        for what, method, url, body, judge in calls:
-            try:
-                status, text = _request(method, url, key, body)
-            except (urllib.error.URLError, OSError) as exc:
-                log(run_dir, f"FAILED to {on_end} the pod ({provider} {what}, attempt {attempt}): "
-                             f"{type(exc).__name__}: {exc}")
-                continue
-            verdict = judge(status, text)
-            if verdict is not None:
-                log(run_dir, f"{provider} {on_end} ({what}): HTTP {status}"
-                             + (": the pod no longer exists" if verdict == "gone" else ""))
-                return True
-            hint = ""
-            if status == 403:
-                hint = (" (a 403 'error code: 1010' is Cloudflare refusing the client's User-Agent; "
-                        f"sent {user_agent()})")
-            log(run_dir, f"FAILED to {on_end} the pod ({provider} {what}, attempt {attempt}): HTTP {status} "
-                         f"{text.replace(key, '***')[:200]!r}{hint}")
-        if time.monotonic() + delay > deadline:
-            log(run_dir, f"gave up ending the pod after {attempt} attempts ({cap_s:g} s)")
-            return False
-        log(run_dir, f"retrying in {delay:g} s")
-        time.sleep(delay)
-        delay = min(delay * 2, 60.0)
+_end = _load("podend")
+pod_environ, pod_calls, end_pod, user_agent = _end.pod_environ, _end.pod_calls, _end.end_pod, _end.user_agent
 
 
 # ---- the loop -----------------------------------------------------------------------------------
@@ -353,7 +160,6 @@ def start_peers(args: argparse.Namespace, run_dir: Path):  # noqa: ANN201 - peer
     """The watch of the run's other machines (peers.py), for a run over several; else None."""
     if args.nodes <= 1 or not args.peer_addr:
         return None
-
     spec = importlib.util.spec_from_file_location("gpucli_peers", Path(__file__).with_name("peers.py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -501,10 +307,18 @@ def finish(args: argparse.Namespace, run_dir: Path, verdict: str, on_end: str | 
     if verdict.startswith("slow: ") and args.provider in ("runpod", "vast"):  # a watcher's time to take over
         _load("slowrun").wait_for_watcher(run_dir, args.replace_wait_s, lambda m: log(run_dir, m))
     keep = args.on_end == "keep"  # a run on a box: the machine is not this run's to end, even when abandoned
-    ended = end_pod(args.provider, on_end or args.on_end, run_dir) if args.provider in ("runpod", "vast") and not keep \
-        else False
-    write_state(run_dir, state="done", verdict=verdict, pod_ended=ended, provider=args.provider)
-    if args.provider in ("runpod", "vast") and not ended and not keep:
+    # Written before the pod ends: a stop kills this process with the container, and a later start of the
+    # pod must read the run as over (resume.sh), not resume it.
+    write_state(run_dir, state="ending", verdict=verdict, provider=args.provider)
+    provider = "runpod" if os.environ.get("GPUCLI_RUNPOD_CLUSTER_ID") else args.provider  # a cluster's node
+
+    def trying(what: str) -> None:  # the path being tried: the one that ended the pod if this process dies now
+        write_state(run_dir, state="ending", verdict=verdict, provider=provider, trying=what)
+
+    path = end_pod(provider, on_end or args.on_end, run_dir, trying) if provider in ("runpod", "vast") and not keep \
+        else None
+    write_state(run_dir, state="done", verdict=verdict, pod_ended=path is not None, ended_by=path, provider=provider)
+    if provider in ("runpod", "vast") and path is None and not keep:
         log(run_dir, "COULD NOT END THE POD: it is still billing; run `gpucli down` from your machine")
         return 1
     return 0

@@ -157,7 +157,7 @@ class LaunchSpec:
     volume_gb: int | None = None  # RunPod: the volume disk holding the run folder (kept by a stop)
     mount_path: str = "/workspace"  # where the volume disk or network volume is mounted, always sent
     min_cuda: str | None = None  # the lowest host CUDA version the image needs ("12.4")
-    onstart: str | None = None  # vast: the script the container runs at every start (resume after outbid)
+    onstart: str | None = None  # run at every container start (vast onstart, RunPod args): resume.sh
     boot_guard: str | None = None  # a sh line run first at container start: gpucli.providers.bootguard
 
     def __post_init__(self) -> None:

@@ -7,11 +7,25 @@ anything else. It waits for gpucli's hand-over, the pod-side watchdog's ``watchd
 the guard started (gpucli/pod/watchdog.py writes it the moment it runs), and exits. Until then the run
 folder's ``.launching`` marker is the launch's heartbeat (gpucli.run.start touches it at each step):
 each touch moves the deadline to the touch plus the window. With no hand-over by the deadline the
-guard terminates its own pod through the provider's API with the pod-scoped credential, as the
-watchdog does (RunPod: ``RUNPOD_POD_ID``/``RUNPOD_API_KEY``, ``POST /v2/pods/{id}/action``
-``{"action": "terminate"}`` then ``DELETE /v2/pods/{id}``; vast: ``CONTAINER_ID``/``CONTAINER_API_KEY``,
-``DELETE /api/v0/instances/{id}/``), retrying for up to 15 minutes. Terminate, not stop: nothing of
-the run is on the pod yet, and a stopped pod still bills its disk.
+guard ends its own pod through the provider's API with the pod-scoped credential, as the watchdog
+does, retrying for up to 15 minutes.
+
+A start command runs at *every* container start, not once (vast: "/root/onstart.sh runs automatically
+on container startup", vast-ai/docs guides/reference/faq/instances.mdx; RunPod: the create call's
+``args`` are the container's start command, which "overrides the default CMD",
+pods/templates/manage-templates.mdx L27, and a container's CMD runs whenever it starts: a pod that ``--on-end stop`` kept and a
+user starts to copy its checkpoints, the zero-GPU "data recovery" start of
+pods/troubleshooting/zero-gpus.mdx, a host-side restart). So the guard tells the launch it was made for
+from a restart by the run folder: empty (or only the launch's marker) at the guard's start, this is
+that launch, and with nothing of the run on the pod by the deadline (no checkpoint) the pod is
+*terminated* (a stopped pod would still bill its disk): RunPod ``POST /v2/pods/{id}/action``
+``{"action": "terminate"}``, then ``DELETE /v2/pods/{id}``, then GraphQL ``podTerminate``; vast
+``DELETE /api/v0/instances/{id}/``. A folder that already holds anything of the run means a restart:
+the run's resume hook (vast onstart, RunPod args; gpucli/run/resumescript.py) starts the watchdog of a
+live run, which hands over as at launch, and otherwise the guard only ever *stops* the pod, never
+terminates it (its disk holds the checkpoints): RunPod ``{"action": "stop"}`` (a 409 "not valid now",
+the pod already EXITED, is done), then GraphQL ``podStop``; vast ``PUT {"state": "stopped"}``. Whoever
+reads a restarted pod keeps it up by touching ``.hold`` in the run folder, each touch another window. Which call worked is one line of the guard's log.
 
 The window: the launch's ``--ready-timeout`` (the create-to-SSH wait, image pull included, which starts
 before the container does) plus ``MARGIN_S`` for the SSH login and writing the watchdog's files;
@@ -31,9 +45,12 @@ import zlib
 
 MARGIN_S = 600.0  # SSH login, the first mkdir and the watchdog's files: seconds on any link
 LOG = ".gpucli-boot-guard.log"  # in the container user's home
+#: Touched in the run folder by whatever reads a restarted pod: each touch keeps the pod up for another
+#: window, as the launch's ``.launching`` does.
+HOLD = ".hold"
 
 # The guard itself: standard library only, run as ``python3 -c`` with the arguments below.
-_GUARD = r'''
+_GUARD = r"""
 import json, os, sys, time, urllib.error, urllib.request
 provider, wd, window, base, agent = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
 wd = wd if wd.startswith("/") else os.path.join(os.path.expanduser("~"), wd[2:] if wd.startswith("~/") else wd)
@@ -46,57 +63,105 @@ def mtime(name):
         return os.stat(os.path.join(wd, name)).st_mtime
     except OSError:
         return None
+def entries(path):
+    try:
+        return [n for n in os.listdir(path) if n != ".launching"]
+    except OSError:
+        return []
+def stamp(name):
+    try:
+        st = os.stat(os.path.join(wd, name))
+        return (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        return None
+def live_state():
+    try:
+        with open(os.path.join(wd, "watchdog.json")) as fh:
+            return json.load(fh).get("state") not in ("ending", "done")
+    except Exception:
+        return False
 started = time.time()
 deadline = started + window
+# what the watchdog.json of an earlier container left: only a write after this start is a hand-over
+before = stamp("watchdog.json")
+held = entries(wd)
+if held:
+    log("the container started again; %s holds %d entries of the run: this guard may stop the pod, never "
+        "terminate it" % (wd, len(held)))
 log("guarding %s until gpucli's watchdog runs (window %.0f s)" % (wd, window))
 while True:
-    seen = mtime("watchdog.json")
-    if seen is not None and seen >= started - 1:
-        log("handed over: gpucli's watchdog runs")
-        sys.exit(0)
-    beat = mtime(".launching")
-    if beat is not None and beat >= started - 1:
-        deadline = max(deadline, beat + window)
+    seen = stamp("watchdog.json")
+    if seen is not None and seen != before:
+        if live_state():
+            log("handed over: gpucli's watchdog runs")
+            sys.exit(0)
+        before = seen  # a watchdog that is ending (or done) hands nothing over
+    for beat_name in (".launching", "@HOLD@"):
+        beat = mtime(beat_name)
+        if beat is not None and beat >= started - 1:
+            deadline = max(deadline, beat + window)
     if time.time() >= deadline:
         break
     time.sleep(min(2.0, max(0.1, window / 10)))
+stop = bool(held) or bool(entries(os.path.join(wd, "checkpoints")))
+word = "stop" if stop else "terminate"
 if provider == "runpod":
     pod, key = os.environ.get("RUNPOD_POD_ID"), os.environ.get("RUNPOD_API_KEY")
-    calls = [("POST", "%s/v2/pods/%s/action" % (base, pod), {"action": "terminate"}), ("DELETE", "%s/v2/pods/%s" % (base, pod), None)]
+    mutation = ("mutation stopPod($podId: String!) { podStop(input: {podId: $podId}) { id desiredStatus } }" if stop
+                else "mutation terminatePod($podId: String!) { podTerminate(input: {podId: $podId}) }")
+    calls = [("REST v2", "POST", "%s/v2/pods/%s/action" % (base, pod), {"action": word})]
+    if not stop:
+        calls.append(("REST v2", "DELETE", "%s/v2/pods/%s" % (base, pod), None))
+    calls.append(("GraphQL", "POST", "%s/graphql" % base, {"query": mutation, "variables": {"podId": pod}}))
     gone_words = "does not exist"
 else:
     pod, key = os.environ.get("CONTAINER_ID"), os.environ.get("CONTAINER_API_KEY")
-    calls = [("DELETE", "%s/api/v0/instances/%s/" % (base, pod), None)]
+    url = "%s/api/v0/instances/%s/" % (base, pod)
+    calls = [("API", "PUT", url, {"state": "stopped"})] if stop else [("API", "DELETE", url, None)]
     gone_words = "no_such_instance"
+def done(path, status, text):
+    try:
+        body = json.loads(text or "{}")
+    except ValueError:
+        body = None
+    if path == "GraphQL":
+        return isinstance(body, dict) and not body.get("errors") and isinstance(body.get("data"), dict)
+    if provider == "runpod":
+        # 409: the action is not valid for the pod's status now (openapi podAction): a stop asked of a pod
+        # that is already EXITED; only a problem body counts, never a proxy's page
+        return status < 300 or (stop and status == 409 and isinstance(body, dict) and "title" in body)
+    return status < 300 and isinstance(body, dict) and body.get("success") is True
 if not pod or not key:
     log("no hand-over, and no pod id or pod key in the environment: cannot end the pod")
     sys.exit(1)
-log("no hand-over by the deadline: the launch is gone; terminating the pod")
+log("no hand-over by the deadline: %s; %s the pod" % (
+    "the run folder holds the run" if stop else "the launch is gone", "stopping" if stop else "terminating"))
 give_up, delay = time.time() + 900, 2.0
 while time.time() < give_up:
-    for method, url, body in calls:
+    for path, method, url, body in calls:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method, headers={
             "Authorization": "Bearer " + key, "Content-Type": "application/json", "User-Agent": agent})
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
-                text = resp.read(65536).decode("utf-8", "replace")
-            if provider == "runpod" or json.loads(text or "{}").get("success") is True:
-                log("terminated (%s %s)" % (method, url))
-                sys.exit(0)
+                status, text = resp.status, resp.read(65536).decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
-            text = exc.read(65536).decode("utf-8", "replace")
-            if exc.code == 404 and gone_words in text:
-                log("the pod is gone")
-                sys.exit(0)
-            log("%s %s: HTTP %d" % (method, url, exc.code))
+            status, text = exc.code, exc.read(65536).decode("utf-8", "replace")
         except Exception as exc:
-            log("%s %s: %s" % (method, url, type(exc).__name__))
+            log("%s %s (%s): %s" % (method, url, path, type(exc).__name__))
+            continue
+        if done(path, status, text):
+            log("%s (%s %s %s: HTTP %d)" % ("stopped" if stop else "terminated", path, method, url, status))
+            sys.exit(0)
+        if status == 404 and gone_words in text:
+            log("the pod is gone")
+            sys.exit(0)
+        log("%s %s (%s): HTTP %d" % (method, url, path, status))
     time.sleep(delay)
     delay = min(delay * 2, 60.0)
-log("could not terminate the pod")
+log("could not %s the pod" % word)
 sys.exit(1)
-'''.replace("@LOG@", LOG)
+""".replace("@LOG@", LOG).replace("@HOLD@", HOLD)
 
 
 def window_s(ready_timeout_s: float) -> float:
@@ -130,10 +195,14 @@ def guard_command(provider: str, workdir: str, window: float, api_base: str, use
 RUNPOD_IMAGES = ("runpod/",)
 
 
-def start_args(guard: str) -> str:
+def start_args(guard: str, resume_hook: str | None = None) -> str:
     """RunPod v2 ``args`` ("Arguments passed to the container entrypoint", api-reference-v2/openapi.json
-    ``BaseContainerConfig``): the guard, then the image's own start, which args would otherwise replace
-    ("make sure you're not overriding existing commands that are critical for the image to run",
-    pods/templates/manage-templates.mdx L32). Sent only for :data:`RUNPOD_IMAGES`: for another image
-    gpucli does not know its start, so it sends no args and that pod has no boot guard."""
-    return "bash -c " + shlex.quote(f"{guard}; exec /start.sh")
+    ``BaseContainerConfig``): the guard, the run's resume hook (a container started again resumes a live
+    run, as vast's onstart does: gpucli/providers/onstart.py), then the image's own start, which args
+    would otherwise replace ("make sure you're not overriding existing commands that are critical for
+    the image to run", pods/templates/manage-templates.mdx L32). Like a template's start command these
+    args run at every container start, not once: a stopped pod started again, a restart, RunPod's
+    zero-GPU start (pods/troubleshooting/zero-gpus.mdx). Sent only for :data:`RUNPOD_IMAGES`: for
+    another image gpucli does not know its start, so it sends no args and that pod has no boot guard."""
+    parts = [guard, resume_hook] if resume_hook else [guard]
+    return "bash -c " + shlex.quote("; ".join([*parts, "exec /start.sh"]))

@@ -94,6 +94,13 @@ def check_provider(name: str, *, public_key: str | None, key_path: str,
     calls = getattr(provider, "API_CALLS", ())
     if calls:
         checks.append(Check("calls", INFO, "; ".join(f"{what}: {api}" for what, api in calls)))
+    if name == "runpod":
+        # No RunPod source says REST v2 takes the pod-scoped RUNPOD_API_KEY (environment-variables.mdx
+        # L89 only names it); GraphQL is rate-limited and retires in early 2027 (release-notes.mdx).
+        checks.append(Check("pod key", INFO, "a pod ends itself (watchdog, boot guard) with its own "
+                            "RUNPOD_API_KEY: REST v2 first, which no RunPod source documents for that key, then "
+                            "GraphQL (rate-limited, retired early 2027); a run's watchdog.json `ended_by` says "
+                            "which worked: check it on your first pod (docs/clouds.md)"))
     return DoctorReport(name, tuple(checks))
 
 

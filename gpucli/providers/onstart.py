@@ -1,16 +1,20 @@
-"""A vast.ai instance that starts again resumes its run by itself, or ends itself.
+"""A pod whose container starts again resumes its live run by itself, or waits to be read.
 
 vast pauses an outbid interruptible instance and "resume[s] [it] automatically when priority returns"
-(vast-ai/docs guides/instances/choosing/instance-types.mdx L78, L93) by starting its container again:
-what gpucli started over SSH (the trainer, the watchdog) is gone, while the GPU bills at the bid. The
-container's ``onstart`` runs at every start, so gpucli's onstart (set at create) runs ``resume.sh`` from
-the run folder when it exists; the launch writes that script once the trainer and watchdog run:
+(vast-ai/docs guides/instances/choosing/instance-types.mdx L78, L93) by starting its container again;
+RunPod starts a pod's container again after a host-side restart, and a user starts a stopped pod to
+copy its files. What gpucli started over SSH (the trainer, the watchdog) is gone, while the GPU bills.
+The container's start command runs at every start (vast ``onstart``; RunPod's create ``args``, see
+gpucli/providers/bootguard.py), so gpucli's start command runs ``resume.sh`` from the run folder when it
+exists; the launch writes that script once the trainer and watchdog run:
 
-* the run is over (``status.json`` says finished or failed, not by a signal) or in-place resume is off
-  (``GPUCLI_RESUME_IN_PLACE=0`` at launch): the instance ends itself through the watchdog's own API
-  calls with the instance key (the run's ``--on-end``);
-* otherwise the trainer starts again with ``--resume auto`` (the newest checkpoint on the instance's
-  disk, which a pause keeps) and the watchdog with it, its caps counted from the pod's creation.
+* the run is over (``status.json`` says finished or failed, not by a signal, or the watchdog finished
+  and ended the pod): nothing starts; the pod was started to be read, and the boot guard started with
+  it stops it (never terminates it) after its window unless a reader keeps touching ``.hold``;
+* in-place resume is off (``GPUCLI_RESUME_IN_PLACE=0`` at launch): the pod stops itself through the
+  watchdog's own API calls with the pod's key (stop, never terminate: its disk has the checkpoints);
+* otherwise the trainer starts again with ``--resume auto`` (the newest checkpoint on the pod's disk,
+  which a pause or restart keeps) and the watchdog with it, its caps counted from the pod's creation.
 
 Every start is one line in ``restarts.jsonl`` of the run folder (``gpucli status`` counts them).
 No laptop takes part. The script is plain ``sh``; the trainer's command and the watchdog's arguments are

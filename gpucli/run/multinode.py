@@ -21,6 +21,7 @@ from gpucli.providers.credentials import MissingKeyError
 from gpucli.providers.registry import Stray, get_target, open_host
 from gpucli.providers.rentend import end_rented  # noqa: F401 - where the launch and down paths name it
 from gpucli.providers.runpod.clusterrent import (
+    billed_usd_per_hour,
     cluster_strays,
     clusters_client,
     end_cluster,
@@ -111,7 +112,12 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
             if chosen is not None:
                 record, specs = rent_vast(prepared, record, specs, chosen, on_step=on_step, save=save)
             else:
-                record, specs = _rent(prepared, record, specs, on_step=on_step, save=save)
+                record, specs, members = _rent(prepared, record, specs, on_step=on_step, save=save)
+                if members is not None:  # the budget and caps on what the members bill, not a catalogue price
+                    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
+                        price_per_hour_usd=max(members, req.limits.price_per_hour_usd or 0.0)))
+                    record = record.with_(limits=resolved.limits)
+                    save(record)
         for spec in specs:
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
@@ -210,9 +216,9 @@ def rented_of(record: RunRecord) -> str | None:
 
 
 def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, on_step: Callable[[str], None],
-          save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec]]:
+          save: Callable[[RunRecord], Any]) -> tuple[RunRecord, list[NodeSpec], float | None]:
     """Rent the nodes as one RunPod Instant Cluster; the cluster's and every pod's id are in the record
-    before anything waits on them."""
+    before anything waits on them. Also returns what the members bill per hour together (None: unknown)."""
     resolved, req = prepared.resolved, prepared.request
     target = get_target(resolved.provider)
     key, pub = ssh_keypair()
@@ -249,7 +255,7 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
     record = record.with_(ssh=specs[0].ssh, nodes=tuple(
         n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))
     save(record)
-    return record, specs
+    return record, specs, billed_usd_per_hour(rented)
 
 
 CLUSTER_STRAY = "runpod-cluster"  # the provider name a stray cluster is listed under

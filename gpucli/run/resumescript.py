@@ -26,10 +26,19 @@ def in_place_resume() -> bool:
     return os.environ.get("GPUCLI_RESUME_IN_PLACE", "1").strip() not in ("0", "false", "no")
 
 
-#: Whether the run ended on its own (its status.json says finished or failed for a reason other than a
-#: signal: a container being stopped sends SIGTERM too, which is no end of the run).
-OVER_CHECK = ("import json, sys; s = json.load(open(sys.argv[1])); "
-              "print(1 if s.get('state') in ('finished', 'failed') and s.get('reason') != 'signal' else 0)")
+#: Whether the run is over for this pod: its status.json says finished or failed for a reason other than
+#: a signal (a container being stopped sends SIGTERM too, which is no end of the run), or its watchdog
+#: finished (``watchdog.json`` state ending or done: it ended the pod, by a cap, a stall or the run's end,
+#: writing "ending" before its call, since a stop kills it with the container). A pod
+#: whose run is over and that starts again was started by someone (to copy its files): it is left up,
+#: and the boot guard started with it stops it after its window (gpucli/providers/bootguard.py).
+OVER_CHECK = ("import json, os, sys\n"
+              "def read(n):\n"
+              "    try:\n        return json.load(open(os.path.join(sys.argv[1], n)))\n"
+              "    except Exception:\n        return {}\n"
+              "s, w = read('status.json'), read('watchdog.json')\n"
+              "print(1 if (s.get('state') in ('finished', 'failed') and s.get('reason') != 'signal')"
+              " or w.get('state') in ('ending', 'done') else 0)")
 
 
 def resume_script(resolved: ResolvedLaunch, record: RunRecord, watchdog_args: list[str]) -> str:
@@ -37,17 +46,23 @@ def resume_script(resolved: ResolvedLaunch, record: RunRecord, watchdog_args: li
     arguments after ``--pgid PGID`` (the same the launch started it with)."""
     wd = workdir_expr(resolved.workdir)
     py = shlex.quote(resolved.python)
+    # Stop, never terminate: the pod holds the run's checkpoints (issue 41 rule 1).
     end_call = ("import pathlib, sys; sys.path.insert(0, '..'); import watchdog; "
-                f"sys.exit(0 if watchdog.end_pod({resolved.provider!r}, {resolved.on_end!r}, pathlib.Path('..')) else 1)")
+                f"sys.exit(0 if watchdog.end_pod({resolved.provider!r}, 'stop', pathlib.Path('..')) else 1)")
     args = " ".join(shlex.quote(a) for a in watchdog_args)
     return f"""#!/bin/sh
 # Written by gpucli for run {record.name}: the instance's onstart runs it at every container start.
 WD={wd}
 cd "$WD/code" || exit 0
 echo "{{\\"event\\": \\"container_start\\", \\"time\\": $(date +%s)}}" >> "$WD/{RESTARTS}"
-OVER=$({py} -c {shlex.quote(OVER_CHECK)} "$WD/status.json" 2>/dev/null || echo 0)
-if [ "$OVER" = 1 ] || [ "{1 if in_place_resume() else 0}" != 1 ]; then
-  # the run is over, or in-place resume is off: this instance ends itself
+OVER=$({py} -c {shlex.quote(OVER_CHECK)} "$WD" 2>/dev/null || echo 0)
+if [ "$OVER" = 1 ]; then
+  # the run is over: someone started this pod to read it; the boot guard stops it after its window
+  echo "$(date '+%Y-%m-%d %H:%M:%S') resume: the run is over; the pod is left up for copying" >> "$WD/watchdog.log"
+  exit 0
+fi
+if [ "{1 if in_place_resume() else 0}" != 1 ]; then
+  # in-place resume is off: this instance stops itself (its disk keeps the checkpoints)
   set -a; . "$WD/watchdog.env"; set +a
   exec {py} -c {shlex.quote(end_call)} >> "$WD/watchdog.log" 2>&1
 fi

@@ -248,5 +248,9 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watc
     silence = watchdog_launch_minutes()
     if silence is not None:
         args += ["--launch-minutes", f"{silence:g}"]
+    # rank 0 of a RunPod Instant Cluster ends the whole cluster (gpucli/pod/watchdog.py pod_calls)
+    rank0 = not watch_args or "--node-rank" not in watch_args or \
+        watch_args[list(watch_args).index("--node-rank") + 1] == "0"
+    cluster = (record.launch or {}).get("cluster_id") if rank0 else None  # its nodes run as "ssh" hosts
     return host.start_detached(" ".join(shlex.quote(a) for a in args), cwd=f"{wd}/code", log_path=f"{wd}/watchdog.out",
-                               env_file=write_watchdog_env(host, wd, resolved.provider))
+                               env_file=write_watchdog_env(host, wd, resolved.provider, str(cluster) if cluster else None))

@@ -98,9 +98,10 @@ class PodTree:
 
 _PROCID = PodFile("procid.py", "pod/procid.py")
 _WATCHDOG = PodFile("watchdog.py", "pod/watchdog.py", 0o755)
-# loaded by the watchdog from beside it: how an end is said, the idle-GPU stop, the slow-run check
+# loaded by the watchdog from beside it: how an end is said, the idle-GPU stop, the slow-run check, the
+# provider calls that end the pod with its own key
 _WATCHDOG_PARTS = (PodFile("endwords.py", "pod/endwords.py"), PodFile("gpuidle.py", "pod/gpuidle.py"),
-                   PodFile("slowrun.py", "pod/slowrun.py"))
+                   PodFile("slowrun.py", "pod/slowrun.py"), PodFile("podend.py", "pod/podend.py"))
 
 WATCHDOG = Bundle("watchdog", "the run's watchdog (caps, stall, the machine's end) and the process identity it "
                   "loads (gpucli.run.start.start_watchdog, the resume script)", (_WATCHDOG, _PROCID, *_WATCHDOG_PARTS))

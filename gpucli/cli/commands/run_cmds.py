@@ -109,7 +109,9 @@ def launch(
     replace_slow: bool = typer.Option(False, "--replace-slow", help="A slow run is checkpointed and its machine "
                                       "ended; `gpucli watch --recover` continues it on a new one."),
     on_end: str = typer.Option(None, "--on-end", help="When the run is over, the watchdog stops (default; the "
-                               "disk and checkpoints stay) or terminates the pod."),
+                               "disk and checkpoints stay) or terminates the pod. RunPod's kept disk is host-local "
+                               "and lost at a $0 balance: --volume keeps checkpoints on a network volume "
+                               "(docs/clouds.md)."),
     preflight: str = typer.Option(None, "--preflight", help="Your own code: a check command (bash, from the code "
                                   "folder) run after --setup and before --run, within GPUCLI_PREFLIGHT_TIMEOUT_S "
                                   "(default 900 s); a non-zero exit ends the machine and the launch."),

@@ -99,7 +99,12 @@ class RunPodProvider(ApiProvider):
         ("stop/start", "REST v2 POST /v2/pods/{id}/action"), ("terminate", "REST v2 DELETE /v2/pods/{id}"),
         ("volumes", "REST v2 /v2/network-volumes"), ("SSH keys", "REST v2 GET /v2/account/ssh-keys"),
         ("balance", "GraphQL myself.clientBalance (no v2 equivalent; GraphQL retires early 2027)"),
-        ("pod watchdog", "REST v2 POST /v2/pods/{id}/action, GraphQL podStop/podTerminate as fallback"),
+        ("clusters", "REST v2 POST/GET /v2/clusters, GET /v2/clusters/{id}/pods, DELETE /v2/clusters/{id}"),
+        ("pod watchdog", "pod key: REST v2 POST /v2/pods/{id}/action stop|terminate, then GraphQL "
+                         "podStop/podTerminate (v2 with a pod key: undocumented; see watchdog.log ended_by)"),
+        ("cluster watchdog", "rank 0's pod key: REST v2 DELETE /v2/clusters/{id} (undocumented; else the laptop)"),
+        ("boot guard", "pod key, create args at every container start: REST v2 POST /v2/pods/{id}/action "
+                       "terminate + DELETE /v2/pods/{id} (its own launch) or stop (a restart), then GraphQL"),
     )
 
     def __init__(self, *, gpu_counts: tuple[int, ...] = DEFAULT_GPU_COUNTS, **kwargs: Any) -> None:
@@ -183,7 +188,7 @@ class RunPodProvider(ApiProvider):
             "ports": [p.replace(" ", "") for p in spec.ports], "env": env, "startSsh": True,
         }
         if spec.boot_guard and spec.image.startswith(RUNPOD_IMAGES):
-            body["args"] = start_args(spec.boot_guard)
+            body["args"] = start_args(spec.boot_guard, spec.onstart)
         cloud, dc = _pinned(spec)
         if spec.network_volume_id:
             # Network volumes are Secure Cloud only (storage/network-volumes.mdx L98), in their data centre.

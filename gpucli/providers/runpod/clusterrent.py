@@ -36,6 +36,7 @@ class RentedNode:
     ip: str  # overlay address: where the other nodes reach it
     ssh_host: str
     ssh_port: int
+    cost_per_hour: float | None = None  # the member's billed ``cost`` (openapi Pod: "the rate actually billed")
 
 
 def clusters_client() -> RunPodClusters:
@@ -79,7 +80,8 @@ def rent_cluster(client: RunPodClusters, *, name: str, gpu_type: str, gpus_per_p
             ready = [p for p in pods if p.ready]
             if len(ready) == nodes and sorted(int(p.rank or 0) for p in ready) == list(range(nodes)):
                 return cluster_id, sorted((RentedNode(p.rank or 0, p.pod_id, p.ip or "", p.ssh_host or "",
-                                                      p.ssh_port or 22) for p in ready), key=lambda n: n.rank)
+                                                      p.ssh_port or 22, p.cost_per_hour) for p in ready),
+                                          key=lambda n: n.rank)
             if clock() >= deadline:
                 raise ClusterNotReady(f"RunPod cluster {cluster_id}: {len(ready)} of {nodes} pods ready after "
                                       f"{ready_timeout_s:g} s; deleted", hint="try again, or fewer nodes")
@@ -117,3 +119,11 @@ def cluster_strays(client: RunPodClusters, owned: set[str]) -> list[tuple[str, s
     """(id, name, pods) of gpucli-named clusters whose id no active run holds."""
     return [(c.cluster_id, c.name, c.pods) for c in client.list()
             if c.name.startswith(LABEL_PREFIX) and c.cluster_id not in owned]
+
+
+def billed_usd_per_hour(nodes: list[RentedNode]) -> float | None:
+    """What the cluster bills per hour: the sum of its members' billed ``cost`` (a catalogue ``price`` is a
+    list price per GPU, "the rate actually billed ... is ``cost`` on the pod", openapi GpuType); None when
+    a member does not say."""
+    costs = [n.cost_per_hour for n in nodes]
+    return None if not costs or any(c is None or c <= 0 for c in costs) else round(sum(c or 0.0 for c in costs), 6)

@@ -26,6 +26,7 @@ from typing import Any
 
 from gpucli.errors import ProviderError
 from gpucli.providers.http import HttpClient
+from gpucli.providers.runpod.v2 import is_problem_404
 
 V2_DEFAULT_URL = "https://api.runpod.io"
 BAD_STATES = ("EXITED", "ERROR", "TERMINATED")
@@ -96,18 +97,20 @@ class RunPodClusters:
         return str(resp.body["id"])
 
     def pods(self, cluster_id: str) -> list[ClusterPod] | None:
-        """The member pods; None when the cluster does not exist (any more)."""
+        """The member pods; None when the cluster does not exist (any more). Only v2's own 404 (its RFC
+        9457 problem body, openapi ``ErrorResponse``) says so: a bare 404 (a wrong URL, a proxy) is an
+        error, never "gone"."""
         resp = self.http.request("GET", f"/v2/clusters/{cluster_id}/pods", what="list cluster pods")
-        if resp.status == 404:
+        if resp.status == 404 and is_problem_404(resp.body):
             return None
         if not resp.ok or not isinstance(resp.body, dict) or not isinstance(resp.body.get("pods"), list):
             raise ProviderError(f"RunPod cluster {cluster_id}: unexpected answer to its pods ({resp.status})")
         return [_pod(p) for p in resp.body["pods"]]
 
     def delete(self, cluster_id: str) -> bool:
-        """Delete the cluster and every member pod; False when it was already gone."""
+        """Delete the cluster and every member pod; False when it was already gone (v2's problem 404 only)."""
         resp = self.http.request("DELETE", f"/v2/clusters/{cluster_id}", what="delete cluster")
-        if resp.status == 404:
+        if resp.status == 404 and is_problem_404(resp.body):
             return False
         if resp.status not in (200, 202, 204):
             raise ProviderError(f"RunPod did not delete cluster {cluster_id} (HTTP {resp.status})")
@@ -115,8 +118,6 @@ class RunPodClusters:
 
     def list(self) -> list[ClusterInfo]:
         resp = self.http.request("GET", "/v2/clusters", what="list clusters")
-        if resp.status == 404:  # no cluster routes at this base URL (an API or proxy without them): none
-            return []
         if not resp.ok or not isinstance(resp.body, dict) or not isinstance(resp.body.get("clusters"), list):
             raise ProviderError(f"RunPod: unexpected answer to the cluster list ({resp.status})")
         out = []

@@ -55,6 +55,11 @@ class RunPodTarget(CloudTarget):
         kept_storage="a stopped pod keeps its volume disk (the run folder) at $0.20/GB/month",
         stop_supported=True,  # podAction stop: "the pod moves to EXITED" (openapi podAction)
         spot=False,  # no interruptible pods in REST v2 (gpucli/providers/runpod/api.py SPOT_REFUSED)
+        # The create call's args (the container's start command) run the boot guard and resume.sh at every
+        # container start (gpucli/providers/bootguard.py; pods/templates/manage-templates.mdx L27): a
+        # host-side restart of a live run resumes it from the volume disk, as a vast instance does; a pod
+        # started again after its run ended is only ever stopped.
+        in_place_resume=True,
     )
 
     def default_workdir(self, run: str) -> str:

@@ -88,13 +88,16 @@ class VastProvider(ApiProvider):
     API_CALLS = (
         ("offers", "REST v0 POST /api/v0/bundles/"), ("create", "REST v0 PUT /api/v0/asks/{id}/"),
         ("status", "REST v0 GET /api/v0/instances/{id}/"), ("list", "REST v1 GET /api/v1/instances/"),
-        ("stop", "REST v0 PUT /api/v0/instances/{id}/ {state: stopped}"),
+        ("stop/start", "REST v0 PUT /api/v0/instances/{id}/ {state: stopped|running}"),
         ("terminate", "REST v0 DELETE /api/v0/instances/{id}/"),
-        ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, PUT /api/v0/instances/{id}/ssh/"),
+        ("SSH keys", "REST v0 GET/POST /api/v0/ssh/, POST /api/v0/instances/{id}/ssh/"),
         ("balance", "REST v0 GET /api/v0/users/current"),
         ("rental terms", "REST v0 GET /api/v0/instances/pending-price-increases/ (shown, never accepted)"),
         ("charges", "REST v0 GET /api/v0/charges/ (compute, storage, bandwidth per instance)"),
+        ("overlays", "REST v0 POST /api/v0/bundles/ (cluster_id), POST/GET/PUT/DELETE /api/v0/overlay/"),
         ("pod watchdog", "REST v0 PUT/DELETE /api/v0/instances/{id}/ with the instance key"),
+        ("boot guard", "instance key, onstart at every container start: REST v0 DELETE /api/v0/instances/{id}/ "
+                       "(its own launch) or PUT {state: stopped} (a restart)"),
     )
 
     def __init__(self, *, direct_ssh: bool = True, runtype: str | None = None, **kwargs: Any) -> None:
@@ -317,6 +320,15 @@ class VastProvider(ApiProvider):
         if instance_answer(resp.status, resp.body) == GONE:
             raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
         _raise_unless_success(resp, what="stop instance")
+
+    def start(self, instance_id: str) -> None:
+        """``PUT /api/v0/instances/{id}/ {"state": "running"}`` (manage_instance.yaml; vast-cli
+        start_instance): a stopped instance starts again on its machine, its onstart with it."""
+        resp = self.http.request("PUT", f"/api/v0/instances/{_safe_id(instance_id)}/",
+                                 json_body={"state": "running"}, idempotent=True, what="start instance")
+        if _error_code(resp) == "no_such_instance":
+            raise InstanceNotFound(f"vast.ai has no instance {instance_id}")
+        _raise_unless_success(resp, what="start instance")
 
     def _best_effort_terminate(self, instance_id: str) -> None:
         try:

@@ -111,9 +111,9 @@ class BundledTrainer:
         start_store_sync(host, resolved, kind="trainer", checkpoints="checkpoints", keep_last=trainer_keep_last(resolved),
                          on_event=on_event, node_rank=int(rank) if rank.isdigit() else 0)
         record = start_job(host, resolved, record, resolved.command, what="trainer", on_event=on_event, save=save)
-        if target.caps.in_place_resume:  # a container the provider starts again resumes the run
+        if target.caps.in_place_resume:  # a container started again resumes the run
             write_resume_script(host, resolved, record)
-            on_event("resume.sh written: an instance vast starts again resumes from its newest checkpoint by itself")
+            on_event("resume.sh written: a container started again resumes from its newest checkpoint by itself")
         return record
 
     @staticmethod

@@ -5,6 +5,7 @@ launch; with the watcher killed, the first `gpucli ls` that sees the run over de
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -73,6 +74,23 @@ def test_with_the_watcher_gone_ls_deletes_the_cluster_of_a_run_that_ended(capsys
     assert code == 0, err
     assert not cluster_emulator.billing_pods()
     assert runs.load("orphaned").status == "finished"
+
+
+def test_with_the_watcher_gone_rank_0s_watchdog_deletes_the_cluster_where_its_key_may(
+        capsys, runpod_emulator, cluster_emulator, tmp_path, quick):
+    """Issue 41 rule 3: where v2 lets a member's key delete its cluster, rank 0's watchdog ends the
+    billing with this machine's side gone, its path in watchdog.json; and where v2 refuses the key (the
+    test above), the watchdog says so once and exits instead of retrying a refusal for 15 minutes."""
+    cluster_emulator.pod_key_deletes_cluster = True
+    record, pid, _ = launch(capsys, tmp_path, "bykey", 2)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), 30, "the watcher to die")
+    wait_for(lambda: not cluster_emulator.billing_pods(), 120, "rank 0's watchdog to delete the cluster")
+    state = json.loads((Path(record.workdir) / "watchdog.json").read_text())
+    # the delete kills the watchdog with its pod, often before the answer: the path it was trying is said
+    assert state.get("ended_by", state.get("trying")) == "REST v2 cluster", state
+    members = cluster_emulator.clusters[record.launch["cluster_id"]].members
+    assert len(members) == 2 and all(e.by == "pod-key" for p in members for e in cluster_emulator.ledger.ended(p))
 
 
 def test_ls_deletes_a_cluster_still_billing_for_a_run_that_is_over(capsys, cluster_emulator):

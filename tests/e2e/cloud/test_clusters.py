@@ -156,3 +156,49 @@ def test_watch_deletes_the_cluster_of_a_run_that_is_over(cluster_emulator):
     assert lifecycle.watch("over", load_catalog(), mirror=False, recover=False, on_notice=notices.append) == "ended"
     assert not cluster_emulator.billing_pods()
     assert any(f"deleted its cluster {cid}" in n.text for n in notices)
+
+
+
+@pytest.mark.parametrize("pod_key_may", [True, False])
+def test_rank_0s_watchdog_deletes_its_cluster_with_its_pod_key(pod_key_may, cluster_emulator, tmp_path, monkeypatch):
+    """Issue 41 rule 3: with the cluster's id in its env file, rank 0's watchdog ends the run with
+    DELETE /v2/clusters/{id} and its pod key; where the key may not (no source says it may), it says so and
+    the cluster is left to the laptop (watch, ls, status, down); the path is in watchdog.json's terms."""
+    from gpucli.pod import watchdog
+
+    cluster_emulator.pod_key_deletes_cluster = pod_key_may
+    cid, nodes = rent(RunPodClusters(cluster_emulator.api_key), "gpucli-rank0")
+    pod = nodes[0].pod_id
+    key = cluster_emulator.pod_key_of(pod)
+    environ = tmp_path / "environ"
+    environ.write_bytes(f"RUNPOD_POD_ID={pod}\0RUNPOD_API_KEY={key}\0".encode())
+    monkeypatch.setenv("GPUCLI_POD_ENVIRON", str(environ))
+    monkeypatch.setenv("GPUCLI_RUNPOD_API_BASE_URL", cluster_emulator.url)
+    monkeypatch.setenv("GPUCLI_RUNPOD_CLUSTER_ID", cid)
+    monkeypatch.setenv("GPUCLI_WATCHDOG_END_CAP_S", "1")
+    path = watchdog.end_pod("runpod", "stop", tmp_path)
+    log = (tmp_path / "watchdog.log").read_text()
+    if pod_key_may:
+        assert path == "REST v2 cluster" and not cluster_emulator.billing_pods()
+        assert all(e.by == "pod-key" for n in nodes for e in cluster_emulator.ledger.ended(n.pod_id))
+    else:
+        assert path is None and "REST v2 cluster" in log and "HTTP 403" in log
+        assert len(cluster_emulator.billing_pods()) == 2
+        end_cluster(RunPodClusters(cluster_emulator.api_key), cid, lambda m: None)
+    assert key not in log
+
+
+def test_a_bare_404_is_never_a_gone_cluster(cluster_emulator):
+    """A 404 without v2's problem body (a wrong URL, a proxy) says nothing about the cluster (openapi
+    ErrorResponse); only the problem 404 is "gone"."""
+    client = RunPodClusters(cluster_emulator.api_key)
+    cid, _ = rent(client, "gpucli-bare")
+    cluster_emulator.faults.add("server_error", "cluster_pods", status=404)  # an HTML 404, no problem body
+    cluster_emulator.faults.add("server_error", "delete_cluster", status=404)
+    with pytest.raises(GpucliError):
+        client.pods(cid)
+    with pytest.raises(GpucliError):
+        client.delete(cid)
+    assert len(cluster_emulator.billing_pods()) == 2
+    end_cluster(client, cid, lambda m: None)
+    assert client.pods(cid) is None and client.delete(cid) is False

@@ -92,19 +92,34 @@ def test_outbid_twice_resumes_from_disk_and_ends_itself(request, capsys, tmp_pat
     assert_nothing_running(emu)
 
 
-def test_a_resumed_instance_whose_run_is_over_ends_itself(request, capsys, tmp_path):
+def test_a_resumed_instance_whose_run_is_over_is_stopped_not_destroyed(request, capsys, tmp_path, monkeypatch):
+    """A container that starts again after its run is over resumes nothing; its boot guard (in the same
+    onstart) stops it after its window, never terminates it, even with ``--on-end terminate``: the disk
+    holds the run (issue 41 rule 1)."""
     emu = emulator_for(request, "vast")
     emu.run_onstart = True
+    monkeypatch.setenv("GPUCLI_BOOT_GUARD_S", "3")  # the window the onstart's guard gets at create
     name = "over"
     code, _, err = launch(capsys, tmp_path, "vast", name, "--spot", "--steps", "6", "--on-end", "terminate")
     assert code == 0, err
     record = runs.load(name)
     pod_id, workdir = record.instance_id, Path(record.workdir)
-    wait_for(lambda: (workdir / "status.json").exists() or None, 180, "the run's end")
+    status = workdir / "status.json"
+    wait_for(lambda: status.exists() and '"finished"' in status.read_text() or None, 180, "the run's end")
     # outbid before its watchdog ended it (a race vast can win): the instance comes back with nothing to do
-    if pod_id in emu.pods:
+    raced = pod_id in emu.pods and not emu.pods[pod_id].stopped
+    if raced:
         emu.outbid(pod_id)
         emu.resume(pod_id)
-    wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event == "terminated"], 120,
-             "the resumed instance to end itself")
+    wait_for(lambda: [e for e in emu.ledger.ended(pod_id) if e.event in ("stopped", "terminated")
+                      and e.by == "pod-key"] or None, 120, "the instance to end itself")
+    events = [e.event for e in emu.ledger.events if e.pod_id == pod_id]
+    if raced and "terminated" not in events[:events.index("resumed")]:  # the watchdog had not ended it
+        wait_for(lambda: [e for e in emu.ledger.events[len(events) - 1:] if e.pod_id == pod_id
+                          and e.event == "stopped" and e.by == "pod-key"] or None, 120, "the guard's stop")
+        after = [e.event for e in emu.ledger.events if e.pod_id == pod_id]
+        assert "terminated" not in after[after.index("resumed"):]  # stopped, never terminated
+        assert "left up for copying" in (workdir / "watchdog.log").read_text()
+    code, _, err = cli(capsys, "down", name)
+    assert code == 0, err
     assert_nothing_running(emu)

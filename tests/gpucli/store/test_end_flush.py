@@ -52,7 +52,7 @@ def test_the_final_checkpoint_is_in_the_store_before_the_pod_is_stopped(tmp_path
     wd = tmp_path / "run"
     (wd / "code").mkdir(parents=True)
     for src, name in ((POD, "watchdog.py"), (POD, "procid.py"), (POD, "endwords.py"), (POD, "gpuidle.py"),
-                      (POD, "slowrun.py"), (POD, "storeflush.py"), (STORE, "objstore.py"),
+                      (POD, "slowrun.py"), (POD, "podend.py"), (POD, "storeflush.py"), (STORE, "objstore.py"),
                       (STORE, "storelocal.py"), (STORE, "storesync.py")):
         shutil.copy(src / name, wd / name)
     ck = wd / "checkpoints"

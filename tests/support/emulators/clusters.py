@@ -51,6 +51,9 @@ class ClusterEmulator(EmulatorBase):
         self.clusters: dict[str, EmuCluster] = {}
         self._ranks: dict[str, tuple[str, int]] = {}  # pod id -> (cluster id, rank)
         self._lock2 = threading.Lock()
+        # Whether a member's own key may DELETE its cluster: no source says (environment-variables.mdx
+        # L89: "Pod-scoped API key"); off, it answers 403 as for any other call with that key.
+        self.pod_key_deletes_cluster = False
 
     def classify(self, method: str, path: str, body: Any) -> str:
         if method == "POST" and path == "/v2/clusters":
@@ -67,7 +70,7 @@ class ClusterEmulator(EmulatorBase):
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, endpoint: str, *,
                no_capacity: bool, by: str) -> Reply:
-        if by != "account-key":
+        if by != "account-key" and endpoint != "delete_cluster":
             return self.forbidden(endpoint)
         if endpoint == "create_cluster":
             return self._create(body, no_capacity)
@@ -167,7 +170,10 @@ class ClusterEmulator(EmulatorBase):
                 "HOST_NODE_ADDR": "127.0.0.1:29500"}
 
     def pod_key_allows(self, pod_id: str, method: str, path: str, body: Any, endpoint: str) -> bool:
-        return False  # member pods are managed only through their cluster, with the account's key
+        # member pods are managed only through their cluster; with the switch on, a member's key may
+        # delete its own cluster (rank 0's watchdog tries it: gpucli/pod/watchdog.py)
+        own = self._ranks.get(pod_id, ("", 0))[0]
+        return self.pod_key_deletes_cluster and endpoint == "delete_cluster" and path.rstrip("/").endswith("/" + own)
 
     def forbidden(self, endpoint: str) -> Reply:
         return _problem(403, f"{endpoint}: forbidden for this key")

@@ -35,7 +35,10 @@ settles a point, the choice is this emulator's and says so.
 * ``GET/PUT /v2/account/ssh-keys`` ``{keys}``; ``GET/POST /v2/network-volumes`` (``{name, size,
   dataCenter}``, 201), ``DELETE /v2/network-volumes/{id}`` 204.
 * Pod-scoped key (``RUNPOD_API_KEY`` in the pod): may stop/terminate its own pod (v2 action/DELETE and
-  GraphQL); anything else 403. Whether real v2 accepts a pod key is not documented: the emulator says yes.
+  GraphQL); anything else 403. Whether real v2 accepts a pod key is not documented: the emulator says yes
+  unless ``pod_key_rest_v2`` is off (then v2 answers it 403 and only GraphQL works).
+* Start commands (create ``args``) run at every container start: startcmd.py; ``restart`` (and
+  :meth:`restart_container`, a host-side restart) starts the container again.
 """
 
 from __future__ import annotations
@@ -107,11 +110,15 @@ class RunPodEmulator(EmulatorBase):
         self.gpu_types = [dict(g) for g in GPU_TYPES]
         self.data_centers = [{**dc, "stock": {c: dict(s) for c, s in dc["stock"].items()}} for dc in DATA_CENTERS]
         self.billed_markup: dict[str, float] = {}  # data centre -> factor on the GPU rate (a billed-price test)
-        self.run_start_commands = False  # run a container's start command at its first start (startcmd.py)
+        self.run_start_commands = False  # run a container's start command at every start (startcmd.py)
         self.started_containers: set[str] = set()
         self.calls: list[tuple[str, dict[str, Any]]] = []  # (operation, body) of every v2 / GraphQL call
         self._rng = random.Random(5)
         self.graphql_enabled = True
+        # Whether REST v2 takes a pod's own key: no source says (environment-variables.mdx L89 calls it
+        # "Pod-scoped API key"; v2 "may return 403 when a valid key lacks access"). False answers those
+        # calls 403, so the GraphQL fallback is tested too.
+        self.pod_key_rest_v2 = True
         self.account_keys: list[str] = []
         self.balance_usd: float | None = 25.0
         self.volumes: dict[str, dict[str, Any]] = {}  # id -> {id, name, size, dataCenter, type}
@@ -136,9 +143,10 @@ class RunPodEmulator(EmulatorBase):
         r("POST", "/v2/pods", "create", self._create)
         r("GET", "/v2/pods", "list", self._list)
         r("GET", f"/v2/pods/{_ID}", "get", self._get)
-        r("DELETE", f"/v2/pods/{_ID}", "terminate", self._delete, pod_key_ok=lambda pod, c: c.groups["id"] == pod)
+        r("DELETE", f"/v2/pods/{_ID}", "terminate", self._delete,
+          pod_key_ok=lambda pod, c: self.pod_key_rest_v2 and c.groups["id"] == pod)
         r("POST", f"/v2/pods/{_ID}/action", "action", self._action,
-          pod_key_ok=lambda pod, c: c.groups["id"] == pod and isinstance(c.body, dict)
+          pod_key_ok=lambda pod, c: self.pod_key_rest_v2 and c.groups["id"] == pod and isinstance(c.body, dict)
           and c.body.get("action") in ("stop", "terminate"))
         r("GET", "/v2/account/ssh-keys", "keys", lambda c: Reply(200, {"keys": list(self.account_keys)}))
         r("PUT", "/v2/account/ssh-keys", "keys_put", self._put_keys)
@@ -146,6 +154,8 @@ class RunPodEmulator(EmulatorBase):
             dict(v) for v in self.volumes.values()]}))
         r("POST", "/v2/network-volumes", "volume_create", self._create_volume_rest)
         r("DELETE", f"/v2/network-volumes/{_ID}", "volume_delete", self._delete_volume)
+        # the real API has the cluster list (openapi listClusters); this pod emulator rents none (clusters.py does)
+        r("GET", "/v2/clusters", "list_clusters", lambda c: Reply(200, {"clusters": []}))
         for method in ("GET", "POST", "DELETE", "PUT", "PATCH"):
             r(method, "/v1/.*", "v1", lambda c: problem(410, "Gone", "REST API v1 was retired on 2026-11-15; use /v2"))
 
@@ -166,7 +176,7 @@ class RunPodEmulator(EmulatorBase):
         return False
 
     def boot(self, pod: EmuPod) -> SshServer:
-        """Start the container; its start command runs the first time with ``run_start_commands`` (startcmd.py)."""
+        """Start the container; its start command runs at every start with ``run_start_commands`` (startcmd.py)."""
         return boot_and_start(self, pod, super().boot)
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
@@ -334,6 +344,8 @@ class RunPodEmulator(EmulatorBase):
             self.end_pod(pod_id, "stopped", c.by)
         elif action == "start":
             self.start_pod(pod_id)
+        elif action == "restart":
+            self.restart_container(pod_id)
         with self.lock:
             return Reply(200, self._render(pod, advance=False))
 
@@ -366,6 +378,17 @@ class RunPodEmulator(EmulatorBase):
             pod.stopped = pod.exited = False
             pod.polls = 0
         self.ledger.record(pod_id, "started", label=pod.label)
+
+    def restart_container(self, pod_id: str) -> None:
+        """The pod's container starts again on its host (``restart``, or the host's own restart): what
+        ran in it dies, its volume disk stays, and its start command runs again (startcmd.py). The
+        container disk is kept: no source says a restart erases it (only a stop, pricing.mdx L46)."""
+        with self.lock:
+            pod = self.pods[pod_id]
+            pod.keep_port = pod.sshd.port if pod.sshd is not None else pod.keep_port
+            pod.stop_sshd()
+        self.boot(pod)
+        self.ledger.record(pod_id, "restarted", label=pod.label)
 
     def _status(self, pod: EmuPod) -> str:
         if pod.stopped or pod.exited:

@@ -1,13 +1,20 @@
-"""A container's start command, run by the emulators when they start a pod's container for the first
-time (the test switch ``run_start_commands``; off by default: the emulators' pods run as this machine's
-user, and most tests need nothing started in them).
+"""A container's start command, run by the emulators every time they start a pod's container (the test
+switch ``run_start_commands``; off by default: the emulators' pods run as this machine's user, and most
+tests need nothing started in them).
+
+Every start, not the first only, as the services do: vast "/root/onstart.sh runs automatically on
+container startup" (vast-ai/docs guides/reference/faq/instances.mdx); RunPod's start command "overrides
+the default CMD" (runpod/docs pods/templates/manage-templates.mdx L27), and a container's CMD runs at
+each start of the container: the first, a stopped pod started again (``POST /v2/pods/{id}/action``
+``start``), a restart (``restart``, or the host's: :meth:`RunPodEmulator.restart_container`).
 
 What runs: RunPod's create ``args`` ("Arguments passed to the container entrypoint", runpod/docs
 api-reference-v2/openapi.json ``BaseContainerConfig``), split as a shell would; vast's ``onstart``
 (run at container start, vast-ai/docs guides/instances: the instance's on-start script), with ``sh -c``.
 The process gets the pod's provider environment (its id and its own scoped key), ``HOME`` in the pod's
 folder and the pod's marker, so the pod going down kills it as it kills everything else in the pod.
-A vast container started again (outbid, then resumed) runs its onstart through ``VastEmulator.resume``.
+A vast container started again (outbid, then resumed) goes through ``VastEmulator.resume``, which boots
+it here (its older switch ``run_onstart`` runs the onstart at resumes only).
 """
 
 from __future__ import annotations
@@ -33,10 +40,11 @@ def start_command(emu: Any, pod: EmuPod) -> list[str] | None:
 
 
 def boot_and_start(emu: Any, pod: EmuPod, boot: Callable[[EmuPod], SshServer]) -> SshServer:
-    """``boot`` the pod's container; the first time, with ``run_start_commands`` on, run its start command."""
-    first = pod.sshd is None and pod.pod_id not in emu.started_containers
+    """``boot`` the pod's container; when it was not running, with ``run_start_commands`` on, run its
+    start command (every start: see the module docstring)."""
+    starting = pod.sshd is None
     sshd = boot(pod)
-    if first and getattr(emu, "run_start_commands", False):
+    if starting and getattr(emu, "run_start_commands", False):
         emu.started_containers.add(pod.pod_id)
         argv = start_command(emu, pod)
         if argv:

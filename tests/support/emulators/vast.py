@@ -145,7 +145,7 @@ class VastEmulator(EmulatorBase):
         self.create_bodies: list[tuple[str, dict[str, Any]]] = []
         self.onstart: dict[str, str] = {}  # instance id -> its onstart script (run again at every resume)
         self.run_onstart = False  # run it on resume (off: the emulator's pods are this machine's user)
-        self.run_start_commands = False  # run a container's start command at its first start (startcmd.py)
+        self.run_start_commands = False  # run a container's start command at every start (startcmd.py)
         self.started_containers: set[str] = set()
         self._next_id = 20_000_000
         self.offers_rentable_again = True  # keep offers rentable after a rent (fault loops rent many)
@@ -182,7 +182,7 @@ class VastEmulator(EmulatorBase):
                            "msg": "This key is scoped to one instance: it can only stop or destroy it."})
 
     def boot(self, pod: EmuPod) -> SshServer:
-        """Start the container; its start command runs the first time with ``run_start_commands`` (startcmd.py)."""
+        """Start the container; its start command runs at every start with ``run_start_commands`` (startcmd.py)."""
         return boot_and_start(self, pod, super().boot)
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
@@ -402,9 +402,20 @@ class VastEmulator(EmulatorBase):
         with self.lock:
             if pod_id not in self.pods:
                 return Reply(404, {"success": False, "error": "no_such_instance", "msg": "Instance not found"})
-            if not (isinstance(body, dict) and body.get("state") == "stopped"):
+            state = body.get("state") if isinstance(body, dict) else None
+            if state == "running" and self.pods[pod_id].stopped:
+                # vast-cli start_instance: PUT {"state": "running"} (manage_instance.yaml); the container
+                # starts again and its onstart runs (guides/reference/faq/instances.mdx)
+                pod = self.pods[pod_id]
+                pod.stopped = pod.exited = False
+                pod.polls = max(pod.polls, pod.behaviour.pending_polls + 1)
+            elif state != "stopped":
                 return Reply(200, {"success": True})  # another state change: nothing this emulator models
-            self.end_pod(pod_id, "stopped", by)
+            else:
+                self.end_pod(pod_id, "stopped", by)
+                return Reply(200, {"success": True})
+        self.boot(pod)
+        self.ledger.record(pod_id, "started", label=pod.label)
         return Reply(200, {"success": True})
 
     def _list(self, query: dict[str, str]) -> Reply:
@@ -456,7 +467,7 @@ class VastEmulator(EmulatorBase):
         sshd = self.boot(pod)
         self.ledger.record(pod_id, "resumed", label=pod.label)
         script = self.onstart.get(pod_id)
-        if script and self.run_onstart:
+        if script and self.run_onstart and not self.run_start_commands:  # else boot() ran it
             env = {**self.pod_environment(pod), "GPUCLI_EMU_POD": pod.marker,
                    "GPUCLI_POD_ENVIRON": str(pod.environ_path), "HOME": str(sshd.root)}
             subprocess.Popen(["/bin/sh", "-c", script], env=env, cwd=str(sshd.root), start_new_session=True,
