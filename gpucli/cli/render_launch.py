@@ -13,11 +13,13 @@ if TYPE_CHECKING:
     from gpucli.run.launch import ResolvedLaunch
 
 
-def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None) -> None:
+def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None,
+                across: dict[str, Any] | None = None) -> None:
     """``launch --dry-run``: the machine, price and limits; then the trainer's plan and run.yaml, or, for
-    your own code (``task``: its resolved lines), the command and the task."""
+    your own code (``task``: its resolved lines), the command and the task. ``across``: a launch over
+    several providers, the offers it would try in order (gpucli/run/failover.py ``Ranking.to_json``)."""
     if task is not None:
-        _own_plan(r, task, json_=json_)
+        _own_plan(r, task, json_=json_, across=across)
         return
     data = {
         "run": r.name, "provider": r.provider, "profile": r.profile, "phase": r.phase, "model": r.model.name,
@@ -27,6 +29,8 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
         "bandwidth": _transfer_lines(r),
     }
+    if across is not None:
+        data["across"] = across
     volume = _planned_volume(r) if r.volume else None
     if volume is not None:
         data["volume"] = volume
@@ -40,6 +44,7 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
 
     o = out()
     o.print("[bold]Dry run[/]: nothing was rented or started.")
+    _across_lines(across)
     hanging(f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}, phase {r.phase}), "
             + (f"your own code ({r.planned.source})" if r.own_code and r.planned.tokens_per_s is None else
                f"your own code, estimated as a model of {si(r.model.num_params())} params" if r.own_code else
@@ -78,16 +83,18 @@ def _nodes(r: ResolvedLaunch) -> tuple[str | None, dict[str, Any] | None]:
         "link_source": link.source, "link_probed": link.probed, "price_per_hour_usd_all_nodes": r.price_per_hour_usd}
 
 
-def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
+def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool, across: dict[str, Any] | None = None) -> None:
     nodes_line, nodes = _nodes(r)
     if json_:
         json_out({"run": r.name, "provider": r.provider, "profile": r.profile, "gpu": r.gpu_name,
                   "n_gpus": r.n_gpus, "workdir": r.workdir, "price_per_hour_usd": r.price_per_hour_usd,
                   "limits": r.limits, "planned": r.planned, "disk": _disk_dict(r), "command": r.command,
-                  "task": task, **({"nodes": nodes} if nodes is not None else {})})
+                  "task": task, **({"nodes": nodes} if nodes is not None else {}),
+                  **({"across": across} if across is not None else {})})
         return
     o = out()
     o.print("[bold]Dry run[/]: nothing was rented or started.")
+    _across_lines(across)
     hanging(f"run {r.name} on {r.provider}: {r.n_gpus}x {r.gpu_name} ({r.profile}), "
             + (f"your own code ({r.planned.source})" if r.planned.tokens_per_s is None else
                f"your own code, estimated as a model of {si(r.model.num_params())} params"))
@@ -105,6 +112,27 @@ def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool) -> None:
     o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
     for line in task:
         o.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _across_lines(across: dict[str, Any] | None) -> None:
+    """A launch over several providers: the offers it would try, cheapest whole run first (the plan
+    below is priced on the first of them)."""
+    if across is None:
+        return
+    offers = across.get("offers") or []
+    hanging(f"across {', '.join(across.get('providers') or [])}: {len(offers)} offers, tried in this order until "
+            "one passes its health check" if offers else
+            f"across {', '.join(across.get('providers') or [])}: no offer now", markup=False)
+    for i, c in enumerate(offers[:ACROSS_SHOWN], 1):
+        hanging(f"  {i}. {c['gpus']}x {c['gpu']} on {c['provider']} (offer {c['offer']}), {money(c['usd_per_hour'])}/h, "
+                f"{money(c['run_usd'])} for the run", markup=False)
+    if len(offers) > ACROSS_SHOWN:
+        hanging(f"  ... and {len(offers) - ACROSS_SHOWN} more (--json lists them all)", markup=False)
+    for note in across.get("notes") or []:
+        hanging(f"  {note}", markup=False)
+
+
+ACROSS_SHOWN = 5  # offers listed by a dry run over several providers
 
 
 def _planned_volume(r: ResolvedLaunch) -> dict[str, Any]:

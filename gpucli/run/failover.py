@@ -108,6 +108,13 @@ class Ranking:
         return (f"{c.offer.gpu_count}x {c.offer.gpu_name} on {c.provider} (offer {c.offer.offer_id}), "
                 f"${c.hourly_usd:.3f}/h, {hours}, ${c.cost_usd:.2f} planned{more}")
 
+    def to_json(self, providers: list[str]) -> dict[str, Any]:
+        """What a dry run shows: every offer in the order it would be tried, and the providers' notes."""
+        return {"providers": providers, "hours": self.hours, "notes": list(self.notes),
+                "offers": [{"provider": c.provider, "offer": str(c.offer.offer_id), "gpu": c.offer.gpu_name,
+                            "gpus": c.offer.gpu_count, "usd_per_hour": round(c.hourly_usd, 4),
+                            "run_usd": round(c.cost_usd, 4)} for c in self.candidates]}
+
 
 def rank(catalog: Catalog, req: LaunchRequest, job: Job, names: list[str], *, run_name: str) -> Ranking:
     """Every named provider's offers for the run, cheapest run first (nothing is created)."""

@@ -9,6 +9,54 @@ import sys
 from typing import Any
 
 
+def dry_run_across(catalog: Any, req: Any, task: Any, *, given: bool, json_: bool) -> bool:
+    """``launch --dry-run`` of a launch across providers: the plan priced on the first offer and every
+    offer in the order the launch would try them; nothing is created. False for one provider."""
+    from gpucli.cli.render_launch import launch_plan
+    from gpucli.errors import UsageError
+    from gpucli.run import failover, lifecycle
+    from gpucli.run.jobs import job_for
+
+    names, chose_itself = _providers(catalog, req, given=given, retry=None)
+    if names is None:
+        return False
+    keyed = failover.keyed(names)
+    job = job_for(task)
+    if not keyed:  # the plan still shows; the offers need a key
+        if not names:
+            raise UsageError("no cloud provider to plan on")
+        resolved, job = lifecycle.plan(catalog, dataclasses.replace(req, provider=names[0]), task)
+        across = {"providers": names, "hours": None, "offers": [],
+                  "notes": ["no cloud API key is set: offers not searched (" + failover.NO_KEY_HINT + ")"]}
+    else:
+        resolved, job = lifecycle.plan(catalog, dataclasses.replace(req, provider=keyed[0]), task)
+        ranking = failover.rank(catalog, req, job, keyed, run_name=resolved.name)
+        if ranking.candidates:  # the plan as the first offer would run it
+            first = ranking.candidates[0].provider
+            if first != keyed[0]:
+                resolved, job = lifecycle.plan(catalog, dataclasses.replace(req, provider=first), task)
+        across = ranking.to_json(keyed)
+        if chose_itself:
+            across["notes"].insert(0, "no --provider and this machine lacks the profile's GPUs: the clouds")
+    launch_plan(resolved, json_=json_, task=job.describe() if job.kind == "own" else None, across=across)
+    return True
+
+
+def _providers(catalog: Any, req: Any, *, given: bool, retry: str | None) -> tuple[list[str] | None, bool]:
+    """The providers a launch goes across (None: one provider) and whether it chose them itself."""
+    from gpucli.errors import UsageError
+    from gpucli.run import failover
+
+    names = failover.asked(req.provider) if given else None
+    if names is None:
+        if retry is not None:
+            raise UsageError("--retry-until-up goes with --provider any or a list (runpod,vast)")
+        if given or not _lacks_gpus(catalog, req):
+            return None, False
+        return failover.clouds(), True
+    return names, False
+
+
 def launch_across(catalog: Any, req: Any, task: Any, *, given: bool, retry: str | None, yes: bool) -> Any:
     """The launched run's record, or None when this launch is for one provider (the usual path)."""
     from gpucli.cli import render_runs as render
@@ -18,14 +66,9 @@ def launch_across(catalog: Any, req: Any, task: Any, *, given: bool, retry: str 
     from gpucli.runs import records as runs
     from gpucli.runs.notice import Notice
 
-    names = failover.asked(req.provider) if given else None
-    chose_itself = False
+    names, chose_itself = _providers(catalog, req, given=given, retry=retry)
     if names is None:
-        if retry is not None:
-            raise UsageError("--retry-until-up goes with --provider any or a list (runpod,vast)")
-        if given or not _lacks_gpus(catalog, req):
-            return None
-        names, chose_itself = failover.clouds(), True
+        return None
     keyed = failover.keyed(names)
     if not keyed:
         prof = catalog.profile(req.profile)

@@ -253,6 +253,10 @@ def launch(
         req, line = picked(catalog, req, pick)
         render.notice(Notice("info", line))
     if dry_run:
+        from gpucli.cli.commands.launch_any import dry_run_across
+
+        if machine is None and dry_run_across(catalog, req, task, given=provider is not None, json_=json_):
+            return
         resolved, job = lifecycle.plan(catalog, req, task)
         lines = job.describe()
         from gpucli.cli.render_launch import launch_plan

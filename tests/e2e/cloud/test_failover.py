@@ -131,3 +131,27 @@ def test_unhealthy_host_is_ended_avoided_and_replaced(request, capsys, tmp_path)
     assert cli(capsys, "down", "fo-sick-2")[0] == 0
     assert_nothing_running(rp)
     assert_nothing_running(vast)
+
+
+def test_dry_run_across_providers_shows_the_offers_in_order_and_rents_nothing(request, capsys, tmp_path):
+    rp, vast = both(request)
+    code, out, err = launch(capsys, tmp_path, "any", "fo-dry", "--dry-run", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    offers = plan["across"]["offers"]
+    assert {o["provider"] for o in offers} == {"runpod", "vast"} and plan["across"]["providers"] == ["runpod", "vast"]
+    assert [o["run_usd"] for o in offers] == sorted(o["run_usd"] for o in offers)  # the order it would try
+    assert plan["provider"] == offers[0]["provider"]  # the plan is priced on the first offer's provider
+    code, out, err = launch(capsys, tmp_path, "vast,runpod", "fo-dry", "--dry-run")
+    assert code == 0, err
+    assert "Dry run" in out and "across vast, runpod:" in out and "1. 1x" in out
+    assert rp.ledger.created() == [] and vast.ledger.created() == []
+    assert not (runs.runs_dir() / "fo-dry.json").exists() and not (runs.runs_dir() / ".reserved" / "fo-dry").exists()
+
+
+def test_dry_run_of_a_gpu_profile_without_provider_or_key_still_plans(capsys, tmp_path):
+    code, out, err = cli(capsys, "launch", "--profile", "8xA100", "--phase", "extreme", "--dry-run", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["across"]["offers"] == [] and "no cloud API key is set" in plan["across"]["notes"][0]
+    assert plan["n_gpus"] == 8 and plan["provider"] in ("runpod", "vast")
