@@ -47,6 +47,10 @@ ANY = "any"
 #: Preflight stages that measure the machine, not the run's configuration: below the bars there, another
 #: machine may pass (gpucli/runs/health.py, trainer/preflight.py). "start": no verdict at all (a stuck host).
 MACHINE_STAGES = preflight.MACHINE_STAGES | {"start"}
+#: Your own ``--preflight`` command failing is tried on this many machines in all: once on a second
+#: machine (a bad GPU or driver fails it too), never more (failing on two, it is the command, and every
+#: further machine would be paid for the same answer). Its host is not avoided: it may be the command.
+OWN_PREFLIGHT_MACHINES = 2
 OFFERS_PER_PROVIDER = 10
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0)  # --retry-until-up: the waits between searches, the last repeated
 
@@ -187,6 +191,11 @@ def _retriable(exc: BaseException) -> tuple[bool, bool]:
     return False, False
 
 
+def _own_preflight(exc: BaseException) -> bool:
+    """Your own ``--preflight`` command failed (not a health bar of gpucli's, not the trainer's check)."""
+    return isinstance(exc, PreflightFailed) and exc.preflight is not None and exc.preflight.stage == "command"
+
+
 def _confirm_gone(name: str) -> None:
     """The failed attempt's pod is gone by its provider's word, or the launch stops here."""
     try:
@@ -222,7 +231,7 @@ def launch_across(catalog: Catalog, req: LaunchRequest, job: Job, names: list[st
     """Launch run ``name`` (reserved by the caller) on the first offer of ``names`` that works."""
     deadline = clock() + retry_until_s if retry_until_s else None
     tried: list[Tried] = []
-    first_job, searches = True, 0
+    first_job, searches, own_failed = True, 0, 0
     info: StepFn = lambda text: on_notice(Notice("info", text))  # noqa: E731
     while True:
         ranking = ranking or rank(catalog, req, job, names, run_name=name)
@@ -249,6 +258,12 @@ def launch_across(catalog: Catalog, req: LaunchRequest, job: Job, names: list[st
                 record = lifecycle.launch(prepared, on_step=on_step, on_notice=on_notice)
             except BaseException as exc:
                 go_on, bad_host = _retriable(exc) if isinstance(exc, GpucliError) else (False, False)
+                if _own_preflight(exc):
+                    own_failed += 1
+                    go_on = own_failed < OWN_PREFLIGHT_MACHINES
+                    if go_on:
+                        info(f"your --preflight failed on {cand.provider} offer {cand.offer.offer_id}; trying it "
+                             f"on one more machine (failing there too, it is the command, not the machine)")
                 seconds = clock() - started
                 reason = str(exc).splitlines()[0][:300] if isinstance(exc, GpucliError) else type(exc).__name__
                 tried.append(Tried(cand.provider, cand.offer.offer_id, avoid.host_key(cand.offer), False, reason,

@@ -36,12 +36,12 @@ import yaml
 
 from gpucli.errors import NotFoundError, UsageError
 from gpucli.runs.secretenv import check_names
+from gpucli.runs.userconfig import provider_problem  # one rule for --provider
 from trainer.spec.load import load_yaml
 
 KEYS = ("run", "code", "setup", "checkpoints", "data", "profile", "provider", "name", "metrics_regex", "spot",
         "grace", "limits", "env", "env_from_local", "sweep")
 LIMIT_KEYS = {"budget": "budget_usd", "hours": "max_hours", "stall_minutes": "stall_minutes"}
-PROVIDERS = ("local", "ssh", "runpod", "vast")
 _FLAGS = {"budget_usd": "--budget", "max_hours": "--hours", "stall_minutes": "--stall-minutes", "grace_s": "--grace"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -153,9 +153,9 @@ def parse_task(data: Any, *, file: str = "task.yaml", base: Path = Path(".")) ->
             raise TaskError(file, "metrics_regex", "needs named groups (?P<step>...) and (?P<loss>...) or "
                                                    "(?P<val_loss>...)")
     if data.get("provider") is not None:
-        provider = _string(file, "provider", data["provider"]).lower()
-        if provider not in PROVIDERS:
-            raise TaskError(file, "provider", f"unknown provider {provider!r} (valid: {', '.join(PROVIDERS)})")
+        provider = _string(file, "provider", data["provider"]).strip().lower()
+        if (problem := provider_problem(provider)) is not None:
+            raise TaskError(file, "provider", problem)
         fields["provider"] = provider
     if data.get("code") is not None:
         code = _string(file, "code", data["code"])
@@ -256,10 +256,9 @@ def with_overrides(task: Task, *, env: Mapping[str, str] | None = None, **option
         elif key in _FLAGS:
             value = _positive("command line", _FLAGS[key], value)
         elif key == "provider":
-            value = str(value).lower()
-            if value not in PROVIDERS:
-                raise TaskError("command line", "--provider", f"unknown provider {value!r} "
-                                                               f"(valid: {', '.join(PROVIDERS)})")
+            value = str(value).strip().lower()
+            if (problem := provider_problem(value)) is not None:
+                raise TaskError("command line", "--provider", problem)
         changes[key] = value
     if env:
         merged = dict(task.env)

@@ -30,6 +30,16 @@ from gpucli.runs.storeurl import store_url
 from gpucli.settings import config_home, write_private
 
 PROVIDERS = ("local", "ssh", "runpod", "vast")
+
+
+def provider_problem(value: str) -> str | None:
+    """Why ``value`` is no ``--provider`` (None when it is one): a provider, ``any`` (every cloud whose key
+    is set), or a list of them (``runpod,vast``; gpucli/run/failover.py tries them in order of cost)."""
+    names = [n.strip() for n in value.split(",")] if "," in value else [value]
+    if value == "any" or (names and all(n in PROVIDERS for n in names)):
+        return None
+    bad = next((n for n in names if n not in PROVIDERS), value)
+    return f"unknown provider {bad!r} (valid: {', '.join(PROVIDERS)}, any, or a list such as runpod,vast)"
 TOP = {"provider": "provider", "profile": "str", "phase": "phase", "model": "str", "on_end": "on_end",
        "mcp_max_usd": "usd", "store": "store"}  # what `gpucli mcp` may let an agent launch, per call and per day (cli/mcp_server.py)
 PER_PROVIDER = {"disk": "gb", "image": "str", "ready_timeout": "seconds", "python": "str", "on_end": "on_end",
@@ -65,8 +75,8 @@ def check_value(key: Key, value: Any, *, where: str = "") -> Any:
     label = f"{where}{key}"
     if kind == "provider":
         v = str(value).strip().lower()
-        if v not in PROVIDERS:
-            raise UsageError(f"{label}: unknown provider {value!r} (valid: {', '.join(PROVIDERS)})")
+        if (problem := provider_problem(v)) is not None:
+            raise UsageError(f"{label}: {problem}")
         return v
     if kind == "store":  # a checkpoint store for every run: s3://BUCKET/PREFIX or hf://OWNER/NAME
         try:

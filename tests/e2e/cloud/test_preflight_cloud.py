@@ -53,3 +53,40 @@ def test_own_preflight_failing_on_a_pod_ends_it(request, capsys, tmp_path):
     assert record.status == "failed" and record.preflight is not None and record.preflight.exit_code == 3
     assert record.instance_id not in emu.ledger.alive()
     assert_nothing_running(emu)
+
+
+def _own_any(capsys, tmp_path, name: str, preflight: str):
+    code_dir = tmp_path / "code"
+    code_dir.mkdir(exist_ok=True)
+    (code_dir / "train.py").write_text("print('step 1 loss 2.5', flush=True)\n")
+    return cli(capsys, "launch", "--code", str(code_dir), "--run", f"{sys.executable} train.py", "--name", name,
+               "--provider", "any", "--profile", "rtx4090", "--python", sys.executable, "--ready-timeout", "20",
+               "--workdir", str(tmp_path / "pod" / name), "--preflight", preflight)
+
+
+def test_own_preflight_failing_once_is_tried_on_one_more_machine(request, capsys, tmp_path):
+    rp, vast = emulator_for(request, "runpod"), emulator_for(request, "vast")
+    marker = tmp_path / "first-machine-seen"  # the first machine fails the check; the second passes it
+    code, out, err = _own_any(capsys, tmp_path, "own-any-pf",
+                              f"if [ -e {marker} ]; then exit 0; else touch {marker}; exit 3; fi")
+    assert code == 0, err
+    record = runs.load("own-any-pf")
+    assert [a["ok"] for a in record.attempts] == [False, True], record.attempts
+    assert "exit 3" in record.attempts[0]["reason"] and "trying it on one more machine" in err
+    assert record.status == "running" and record.preflight is not None and record.preflight.ok
+    assert cli(capsys, "down", "own-any-pf")[0] == 0
+    assert_nothing_running(rp)
+    assert_nothing_running(vast)
+
+
+def test_own_preflight_failing_on_two_machines_stops_there(request, capsys, tmp_path):
+    rp, vast = emulator_for(request, "runpod"), emulator_for(request, "vast")
+    code, out, err = _own_any(capsys, tmp_path, "own-any-pf2", "echo checking; exit 3")
+    assert code == 1, err
+    lines = error_lines(err)
+    assert len(lines) == 1 and "your preflight failed" in lines[0] and "exit 3" in lines[0], err
+    record = runs.load("own-any-pf2")
+    assert len(record.attempts) == 2 and not any(a["ok"] for a in record.attempts)  # not a third machine
+    assert len(rp.ledger.created()) + len(vast.ledger.created()) == 2
+    assert_nothing_running(rp)
+    assert_nothing_running(vast)
