@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.runs import task as t
+from gpucli.runs.userconfig import PROVIDERS
 from trainer.spec.config import ATTENTION_KERNELS, OPTIMIZERS, TRACKERS, Config
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "schemas"
@@ -133,7 +134,8 @@ def task_schema() -> dict[str, Any]:
         elif key == "env_from_local":
             props[key] = {"type": "array", "items": {"type": "string", "pattern": _ENV_NAME}}
         elif key == "provider":
-            props[key] = {"enum": list(t.PROVIDERS)}
+            one = "(" + "|".join(PROVIDERS) + ")"  # a provider, any, or a list of them (runpod,vast)
+            props[key] = {"anyOf": [{"enum": [*PROVIDERS, "any"]}, {"type": "string", "pattern": f"^{one}(,{one})+$"}]}
         elif key == "code" or key == "data":
             props[key] = {"type": "string", "minLength": 1}
         else:
