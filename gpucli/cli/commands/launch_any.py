@@ -26,7 +26,7 @@ def dry_run_across(catalog: Any, req: Any, task: Any, *, given: bool, json_: boo
         if not names:
             raise UsageError("no cloud provider to plan on")
         resolved, job = lifecycle.plan(catalog, dataclasses.replace(req, provider=names[0]), task)
-        across = {"providers": names, "hours": None, "offers": [],
+        across: dict[str, Any] = {"providers": names, "hours": None, "offers": [],
                   "notes": ["no cloud API key is set: offers not searched (" + failover.NO_KEY_HINT + ")"]}
     else:
         resolved, job = lifecycle.plan(catalog, dataclasses.replace(req, provider=keyed[0]), task)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.providers.clients import get_provider
 from gpucli.providers.bootguard import guard_code, guard_command
+from gpucli.providers.clients import get_provider
 from gpucli.providers.http import USER_AGENT, RetryPolicy
 from gpucli.providers.query import parse_query
 from tests.gpucli.providers.test_clients import spec_for
