@@ -29,6 +29,16 @@ the row) to its arrival in tail; the rows' sources are counted.
 each from the launch command's start to its first training row in ``tail --json``, ROUNDS times (default 3),
 cold and warm alternating. ``--warm ROUNDS ssh``: the same over an OpenSSH sshd on 127.0.0.1 (a host gpucli
 sets up: the cold run pays setup_pod.sh, the warm one finds its stamp).
+
+``--warm ROUNDS --fresh-env [--wheels DIR] [--mb MB]``: what a pod pays. The cold launch goes to an sshd on
+127.0.0.1 whose Python (``--python``: this interpreter as a bare venv) lacks the trainer's packages, so
+setup_pod.sh builds the pinned venv beside the run folders as on a pod: pip with no cache and no pip config
+of this machine, torch's CPU build from PyTorch's index (or from ``--wheels DIR``, a folder holding the
+pinned torch wheel, where that index cannot be reached), its other packages from PyPI; with a ``--data``
+folder of MB megabytes of real text (default 4: this Python's standard library sources) to sync and
+prepare. Then one line of the trainer is changed (in a copy of gpucli and the trainer, which the launches
+run from) and ``launch --on`` that run measures the warm launch; what each launch said about the
+environment, the code and the data is printed with the times.
 """
 
 from __future__ import annotations
