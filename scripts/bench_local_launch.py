@@ -60,7 +60,7 @@ def gpucli(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedP
     # This checkout's gpucli (an installed `gpucli` on PATH may be another version).
     env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC[0]), env.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "gpucli.cli.app", *args], capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL,
+                          stdin=subprocess.DEVNULL, cwd=SRC[0],  # `-m` puts the cwd first on sys.path
                           timeout=timeout)
 
 
