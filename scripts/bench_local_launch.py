@@ -212,7 +212,6 @@ def warm_main(rounds: int, over_ssh: bool) -> int:
             cold.append(_first_step(f"cold{i}", env, t0))
             _stopped(f"cold{i}", env)
             t0 = time.monotonic()
-            launched.append(f"warm{i}")
             r = gpucli("launch", "--on", f"cold{i}", *common, "--name", f"warm{i}", env=env)
             if r.returncode != 0:
                 print(r.stderr, file=sys.stderr)
@@ -338,7 +337,7 @@ def fresh_main(rounds: int, wheels: str | None, mb: float) -> int:
     w = sorted(x for x in warm if x is not None)
     if c and w:
         mc, mw = c[len(c) // 2], w[len(w) // 2]
-        ratios = sorted(b / a for a, b in zip(cold, warm) if a and b)
+        ratios = sorted(b / a for a, b in zip(cold, warm, strict=True) if a and b)
         print(f"median launch to first step: cold {mc:.1f} s, warm {mw:.1f} s; median warm/cold per round "
               f"{ratios[len(ratios) // 2]:.0%}")
     return 0
