@@ -29,6 +29,16 @@ the row) to its arrival in tail; the rows' sources are counted.
 each from the launch command's start to its first training row in ``tail --json``, ROUNDS times (default 3),
 cold and warm alternating. ``--warm ROUNDS ssh``: the same over an OpenSSH sshd on 127.0.0.1 (a host gpucli
 sets up: the cold run pays setup_pod.sh, the warm one finds its stamp).
+
+``--warm ROUNDS --fresh-env [--wheels DIR] [--mb MB]``: what a pod pays. The cold launch goes to an sshd on
+127.0.0.1 whose Python (``--python``: this interpreter as a bare venv) lacks the trainer's packages, so
+setup_pod.sh builds the pinned venv beside the run folders as on a pod: pip with no cache and no pip config
+of this machine, torch's CPU build from PyTorch's index (or from ``--wheels DIR``, a folder holding the
+pinned torch wheel, where that index cannot be reached), its other packages from PyPI; with a ``--data``
+folder of MB megabytes of real text (default 4: this Python's standard library sources) to sync and
+prepare. Then one line of the trainer is changed (in a copy of gpucli and the trainer, which the launches
+run from) and ``launch --on`` that run measures the warm launch; what each launch said about the
+environment, the code and the data is printed with the times.
 """
 
 from __future__ import annotations
@@ -43,13 +53,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SRC = [REPO]  # where gpucli and its trainer are imported from (--fresh-env: a copy, so a line can be changed)
 
 
-def gpucli(*args: str, env: dict) -> subprocess.CompletedProcess:
+def gpucli(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     # This checkout's gpucli (an installed `gpucli` on PATH may be another version).
-    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC[0]), env.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-m", "gpucli.cli.app", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+                          stdin=subprocess.DEVNULL, cwd=SRC[0],  # `-m` puts the cwd first on sys.path
+                          timeout=timeout)
 
 
 # Prints one loss line at once, then one more each time the file "go" appears (and removes it).
@@ -219,10 +231,126 @@ def warm_main(rounds: int, over_ssh: bool) -> int:
     return 0
 
 
+# What the launch says about the three things a warm launch should skip.
+_SAID = ("trainer environment", "trainer code:", "data:", "code: copied", "prepared")
+
+
+def _said(r: subprocess.CompletedProcess) -> list[str]:
+    return [" ".join(ln.split()) for ln in (r.stdout + r.stderr).splitlines() if any(k in ln for k in _SAID)]
+
+
+def _corpus(folder: Path, mb: float) -> int:
+    """A few MB of real text: this Python's standard library sources, ~1 MB a file."""
+    import sysconfig
+
+    folder.mkdir(parents=True)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    chunk, n, total = [], 0, 0
+    for f in sorted(stdlib.glob("*.py")):
+        chunk.append(f.read_text(errors="replace"))
+        if sum(map(len, chunk)) >= 1 << 20 or total + sum(map(len, chunk)) >= mb * (1 << 20):
+            text = "".join(chunk)
+            (folder / f"part{n:02d}.txt").write_text(text)
+            total, n, chunk = total + len(text.encode()), n + 1, []
+        if total >= mb * (1 << 20):
+            break
+    return total
+
+
+def fresh_main(rounds: int, wheels: str | None, mb: float) -> int:
+    """``--fresh-env``: the cold launch goes to an SSH host whose Python lacks the trainer's packages, so
+    setup_pod.sh builds the pinned venv as on a pod (pip, no cache: a new pod has none), with a real --data
+    corpus to sync and prepare; the warm launch is ``launch --on`` that run after one line of the trainer
+    was changed here."""
+    sys.path.insert(0, str(REPO))
+    from tests.support.sshd import SshServer, make_keypair
+
+    home = Path(tempfile.mkdtemp(prefix="gpucli-bench-fresh-"))
+    src = home / "src"  # a copy of gpucli and its trainer: the line changed between the launches is the copy's
+    for pkg in ("gpucli", "trainer"):
+        shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    SRC[0] = src
+    image = home / "image"  # the "image's Python": this interpreter without any site package
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(image)],
+                   check=True)
+    image_py = str(image / "bin" / "python")
+    if subprocess.run([image_py, "-c", "import torch"], capture_output=True).returncode == 0:
+        print("the bare Python has torch: nothing would be built", file=sys.stderr)
+        return 1
+    size = _corpus(home / "corpus", mb)
+    # The host's pip as a fresh pod's: no config of this machine, no cache; torch's CPU build from PyTorch's
+    # index, or from --wheels DIR (a folder holding the pinned torch wheel) where that index is not reachable.
+    host_env = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if os.environ.get("PIP_CERT"):
+        host_env["PIP_CERT"] = os.environ["PIP_CERT"]
+    env = dict(os.environ, GPUCLI_HOME=str(home / "gpucli-home"), GPUCLI_ENV_INSTALLER="pip",
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    if wheels:
+        host_env["PIP_FIND_LINKS"] = str(Path(wheels).resolve())
+        env["GPUCLI_TORCH_INDEX"] = "none"
+    key, pub = make_keypair(home / "client" / "id_ed25519")
+    server = SshServer.start(home / "sshd", authorized_keys=[pub], set_env=host_env)
+    where = ["--provider", "ssh", "--host", f"{server.user}@127.0.0.1:{server.port}", "--identity", str(key),
+             "--python", image_py]
+    common = ["--profile", "cpu", "--phase", "fast", "--steps", "2000", "--data", str(home / "corpus")]
+    print(f"corpus {size / 1e6:.1f} MB of text; torch from {wheels or 'PyTorch index'}; pip without cache",
+          flush=True)
+    edited = src / "trainer" / "train.py"
+    cold, warm, launched = [], [], []
+    try:
+        for i in range(rounds):
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+            t0 = time.monotonic()
+            launched.append(f"cold{i}")
+            r = gpucli("launch", *where, *common, "--name", f"cold{i}",
+                       "--workdir", str(home / f"m{i}" / f"cold{i}"), env=env, timeout=1800)
+            if r.returncode != 0:
+                print(r.stdout[-2000:], r.stderr[-2000:], file=sys.stderr)
+                return 1
+            cold.append(_first_step(f"cold{i}", env, t0, limit_s=1800))
+            said_cold = _said(r)
+            _stopped(f"cold{i}", env)
+            with edited.open("a") as fh:  # the one line a user changes before trying again
+                fh.write(f"# round {i + 1}: one line changed before the next run\n")
+            t0 = time.monotonic()
+            launched.append(f"warm{i}")
+            r = gpucli("launch", "--on", f"cold{i}", *common, "--name", f"warm{i}", env=env, timeout=1800)
+            if r.returncode != 0:
+                print(r.stdout[-2000:], r.stderr[-2000:], file=sys.stderr)
+                return 1
+            warm.append(_first_step(f"warm{i}", env, t0, limit_s=1800))
+            said_warm = _said(r)
+            console = home / f"m{i}" / f"warm{i}" / "console.log"
+            reused = console.exists() and "reusing prepared data" in console.read_text(errors="replace")
+            _stopped(f"warm{i}", env)
+            shown = [f"{x:.1f} s" if x is not None else "no step" for x in (cold[-1], warm[-1])]
+            print(f"round {i + 1} (load {load}): cold {shown[0]}, warm {shown[1]} to the first step", flush=True)
+            print("  cold: " + "\n  cold: ".join(said_cold), flush=True)
+            print("  warm: " + "\n  warm: ".join(said_warm), flush=True)
+            print(f"  warm: trainer log says prepared data reused: {reused}", flush=True)
+    finally:
+        for name in launched:  # a round cut short leaves nothing running
+            gpucli("down", name, env=env)
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    c = sorted(x for x in cold if x is not None)
+    w = sorted(x for x in warm if x is not None)
+    if c and w:
+        mc, mw = c[len(c) // 2], w[len(w) // 2]
+        ratios = sorted(b / a for a, b in zip(cold, warm, strict=True) if a and b)
+        print(f"median launch to first step: cold {mc:.1f} s, warm {mw:.1f} s; median warm/cold per round "
+              f"{ratios[len(ratios) // 2]:.0%}")
+    return 0
+
+
 def main() -> int:
     if "--warm" in sys.argv[1:]:
         rest = sys.argv[sys.argv.index("--warm") + 1:]
         rounds = next((int(a) for a in rest if a.isdigit()), 3)
+        if "--fresh-env" in rest:
+            wheels = rest[rest.index("--wheels") + 1] if "--wheels" in rest else None
+            mb = float(rest[rest.index("--mb") + 1]) if "--mb" in rest else 4.0
+            return fresh_main(rounds, wheels, mb)
         return warm_main(rounds, "ssh" in rest)
     if "--own" in sys.argv[1:]:
         rest = sys.argv[sys.argv.index("--own") + 1:]

@@ -331,6 +331,8 @@ def _adopt(host: Host, m: Machine, resolved: ResolvedLaunch, on_step: Callable[[
     raw = base_plan.get("pod_path") if base_plan.get("kind") == "pod" else f"{src}/{base_plan.get('raw_dir')}"
     if not raw or (base_plan.get("prepared_dir") and host.exists(f"{src}/{base_plan['prepared_dir']}") is False):
         return
+    # an SSH host's writes make no folders (this machine's do): without it, every --on with --data over SSH failed
+    host.run(f"mkdir -p -- {shlex.quote(src)}/.adopt", timeout_s=60)
     podfiles.ADOPT.write(host, f"{src}/.adopt")
     py = shlex.quote(resolved.python)
     args = " ".join(shlex.quote(a) for a in (f"{src}/.adopt", f"{src}/datasource.json", raw,

@@ -87,7 +87,10 @@ class BundledTrainer:
             resolved, record = self._environment(host, resolved, record, on_event=on_event, save=save)
         on_event(check_trainer_requirements(host, resolved, pod=target.bootstrap).describe)
         on_event("syncing the trainer code")
-        host.sync_up(podfiles.TRAINER.source(), f"{wd}/{podfiles.TRAINER.name}", excludes=list(podfiles.TRAINER.excludes))
+        stats = host.sync_up(podfiles.TRAINER.source(), f"{wd}/{podfiles.TRAINER.name}",
+                             excludes=list(podfiles.TRAINER.excludes))
+        on_event(f"trainer code: {stats.files_sent} files sent ({stats.bytes_sent / 1e3:.0f} kB), "
+                 f"{stats.files_skipped} unchanged")
         data_env: dict[str, str] = {}
         if resolved.data is not None and resolved.data_plan is not None:
             data_env = stage_data(host, resolved.data, resolved.data_plan, workdir=wd, python=resolved.python,

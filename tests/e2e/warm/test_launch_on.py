@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from gpucli.runs import records as runs
+from gpucli.runs.podfiles import trainer_package_dir
 from tests.support.cli import FAST_TRAINER, cli, wait_for
 
 FAST = ["--set", "data.max_bytes=200000", *FAST_TRAINER]
@@ -119,3 +121,37 @@ def test_prepared_data_is_reused_by_content_hash(capsys, tmp_path):
     wait_for(lambda: _ended(capsys, "d3"), 240, "the third run to end")
     third = (Path(runs.load("d3").workdir) / "data" / "prepared").resolve()
     assert third != prepared.resolve() and (third / "meta.json").exists()
+
+
+def test_a_warm_launch_over_ssh_sends_only_the_changed_line_and_prepares_nothing(capsys, tmp_path, sshd, client_key):
+    """What a user iterating on a kept SSH machine pays for: one changed file sent, the --data folder and
+    its prepared tokens found there (content hash), the environment found, not built."""
+    data = tmp_path / "corpus"
+    data.mkdir()
+    (data / "a.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 4000)
+    (data / "b.txt").write_text("pack my box with five dozen liquor jugs\n" * 4000)
+    where = ["--provider", "ssh", "--host", f"{sshd.user}@127.0.0.1:{sshd.port}", "--identity", str(client_key[0]),
+             "--python", sys.executable, "--workdir", str(tmp_path / "m" / "w1"), "--data", str(data)]
+    code, out, err = cli(capsys, "launch", "--profile", "cpu", "--name", "w1", *where, *_steps(4))
+    assert code == 0, err
+    cold = " ".join((out + err).split())
+    sent = re.search(r"trainer code: (\d+) files sent", cold)
+    assert "data: 2 files sent, 0 unchanged" in cold and sent and int(sent.group(1)) > 10  # the whole trainer
+    wait_for(lambda: _ended(capsys, "w1"), 240, "the first run to end")
+    # The trainer's copy on the machine now differs from this one's by one line in one file (as when a line
+    # was changed here): the next run must send that file, and only it.
+    there = Path(runs.load("w1").workdir) / "code" / "trainer" / "train.py"
+    there.write_text(there.read_text() + "# a line that is not in this machine's copy\n")
+
+    code, out, err = cli(capsys, "launch", "--on", "w1", "--name", "w2", "--data", str(data), *_steps(4))
+    assert code == 0, err
+    warm = " ".join((out + err).split())  # (status lines wrap)
+    assert "trainer code: 1 files sent" in warm
+    assert "data: 0 files sent, 2 unchanged" in warm
+    assert "w1's prepared data kept in the machine's cache" in warm
+    assert "trainer environment (" in warm and "built a venv" not in warm
+    wait_for(lambda: _ended(capsys, "w2"), 240, "the second run to end")
+    second = Path(runs.load("w2").workdir)
+    assert "reusing prepared data" in (second / "console.log").read_text()  # not prepared again
+    # the file sent is this machine's: the line that was only there is gone
+    assert (second / "code" / "trainer" / "train.py").read_bytes() == (trainer_package_dir() / "train.py").read_bytes()
