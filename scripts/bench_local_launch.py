@@ -56,6 +56,13 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = [REPO]  # where gpucli and its trainer are imported from (--fresh-env: a copy, so a line can be changed)
 
 
+
+def _medians(cold: list, warm: list) -> tuple[float, float] | None:
+    """The median cold and warm times of the rounds that reached a first step; None without both."""
+    c = sorted(x for x in cold if x is not None)
+    w = sorted(x for x in warm if x is not None)
+    return (c[len(c) // 2], w[len(w) // 2]) if c and w else None
+
 def gpucli(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     # This checkout's gpucli (an installed `gpucli` on PATH may be another version).
     env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC[0]), env.get("PYTHONPATH")])))
@@ -223,10 +230,8 @@ def warm_main(rounds: int, over_ssh: bool) -> int:
         if server is not None:
             server.stop()
         shutil.rmtree(home, ignore_errors=True)
-    c = sorted(x for x in cold if x is not None)
-    w = sorted(x for x in warm if x is not None)
-    if c and w:
-        mc, mw = c[len(c) // 2], w[len(w) // 2]
+    if (m := _medians(cold, warm)) is not None:
+        mc, mw = m
         print(f"median launch to first step: cold {mc:.1f} s, warm {mw:.1f} s ({mw / mc:.0%} of cold)")
     return 0
 
@@ -333,10 +338,8 @@ def fresh_main(rounds: int, wheels: str | None, mb: float) -> int:
             gpucli("down", name, env=env)
         server.stop()
         shutil.rmtree(home, ignore_errors=True)
-    c = sorted(x for x in cold if x is not None)
-    w = sorted(x for x in warm if x is not None)
-    if c and w:
-        mc, mw = c[len(c) // 2], w[len(w) // 2]
+    if (m := _medians(cold, warm)) is not None:
+        mc, mw = m
         ratios = sorted(b / a for a, b in zip(cold, warm, strict=True) if a and b)
         print(f"median launch to first step: cold {mc:.1f} s, warm {mw:.1f} s; median warm/cold per round "
               f"{ratios[len(ratios) // 2]:.0%}")
