@@ -173,31 +173,46 @@ def fetch_best_trainer(host: Host, record: RunRecord, dest: Path, *, with_optimi
     appear, and the one being fetched be deleted, mid-download. Then the choice is made again from a
     fresh listing (a few times at most)."""
     tune_heap_for_downloads()  # ~15 % faster per GiB; a process-wide choice, made by the downloading command
-    tries = 0
-    while True:
+
+    def choose() -> CheckpointInfo:
         best = best_checkpoint(list_checkpoints(host, record.workdir, with_best=True))
         val = f"{best.val_loss:.4f}" if best.val_loss is not None else "none logged"
         on_event(f"best checkpoint: {best.name} (val loss {val})")
-        target = dest / f"{record.name}-{best.name}"
+        return best
+
+    def fetch(best: CheckpointInfo, target: Path) -> FetchResult:
         try:
             run_yaml = host.read_file(f"{record.workdir}/run.yaml")
         except TransferError:
             run_yaml = None
+        files, size = download_checkpoint(host, best, target, with_optimizer=with_optimizer,
+                                          more={"run.yaml": run_yaml} if run_yaml else None, progress=progress)
+        return FetchResult(best, target, files, size)
+
+    return _choosing_again(host, record, choose, lambda ck: dest / f"{record.name}-{ck.name}", fetch,
+                           "a better one came", on_event, with_best=True)
+
+
+def _choosing_again(host: Host, record: RunRecord, choose: Callable[[], CheckpointInfo],
+                    target_of: Callable[[CheckpointInfo], Path], fetch: Callable[[CheckpointInfo, Path], Any],
+                    why: str, on_event: EventFn, *, with_best: bool) -> Any:
+    """``fetch(choose())``, choosing again from a fresh listing when the trainer deleted the chosen
+    checkpoint mid-download (it keeps only the newest few and the best; a new step is a new folder, and
+    ``best`` is replaced in place). A checkpoint still listed after a failure is a real failure, raised."""
+    for tries in range(1, _FETCH_TRIES + 1):
+        ck = choose()
+        target = target_of(ck)
         try:
-            files, size = download_checkpoint(host, best, target, with_optimizer=with_optimizer,
-                                              more={"run.yaml": run_yaml} if run_yaml else None, progress=progress)
-            return FetchResult(best, target, files, size)
+            return fetch(ck, target)
         except TransferError:
-            tries += 1
-            # the trainer's ``best`` folder is replaced in place at each improvement: a new step is a new one
-            gone = not any((c.name, c.step) == (best.name, best.step)
-                           for c in list_checkpoints(host, record.workdir, with_best=True))
+            gone = not any((c.name, c.step) == (ck.name, ck.step)
+                           for c in list_checkpoints(host, record.workdir, with_best=with_best))
             if gone:  # nothing of it can ever complete
                 shutil.rmtree(partial_dir(target), ignore_errors=True)
             if tries >= _FETCH_TRIES or not gone:
                 raise
-            on_event(f"{best.name} was deleted by the trainer while downloading (a better one came); "
-                     f"choosing again")
+            on_event(f"{ck.name} was deleted by the trainer while downloading ({why}); choosing again")
+    raise AssertionError("unreachable")
 
 
 def mirror_metrics(host: Host, record: RunRecord) -> int:
@@ -223,12 +238,23 @@ def mirror_trainer(host: Host, record: RunRecord, *, keep: int = 2, progress: An
     cks = list_checkpoints(host, record.workdir)
     if not cks:
         return MirrorResult(None, None, rows)
-    newest = cks[-1]
-    target = ck_root / newest.name
-    if target.exists() and same_files(target, newest):
-        return MirrorResult(None, newest.step, rows)
-    download_checkpoint(host, newest, target, progress=progress)
-    on_event(f"mirrored {newest.name} (step {newest.step}) to {target}")
+    if (ck_root / cks[-1].name).exists() and same_files(ck_root / cks[-1].name, cks[-1]):
+        return MirrorResult(None, cks[-1].step, rows)
+
+    def newest_now() -> CheckpointInfo:
+        listed = list_checkpoints(host, record.workdir)
+        if not listed:
+            raise TransferError("the run's checkpoints were all deleted while mirroring")
+        return listed[-1]
+
+    def fetch(ck: CheckpointInfo, target: Path) -> CheckpointInfo:
+        download_checkpoint(host, ck, target, progress=progress)
+        return ck
+
+    listed = [cks[-1]]  # the first choice is the listing's; a second one comes from a fresh listing
+    newest = _choosing_again(host, record, lambda: listed.pop() if listed else newest_now(), lambda ck: ck_root / ck.name,
+                             fetch, "a newer one came", on_event, with_best=False)
+    on_event(f"mirrored {newest.name} (step {newest.step}) to {ck_root / newest.name}")
     for old in step_folders(ck_root)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return MirrorResult(newest.name, newest.step, rows)
@@ -280,6 +306,9 @@ def download_files(host: Host, root: str, hashes: Mapping[str, str], target: Pat
             shutil.copy2(keep / rel, dest)
             continue
         total += host.download(f"{root}/{rel}", dest, sha256=digest, progress=progress).bytes_total
+    wanted = {untrusted.local_path(tmp, rel) for rel in hashes}
+    for left in [p for p in tmp.rglob("*") if p.is_file() and p not in wanted]:
+        left.unlink()  # a file the job deleted since an earlier, cut attempt (or its partial) is not kept
     swap_into_place(tmp, target)
     return total
 
@@ -332,6 +361,21 @@ def mirror_folder(host: Host, record: RunRecord, root: str, *, progress: Any = N
     mirror (files unchanged since the last mirror are copied locally, not downloaded again). The
     result names what was mirrored and its newest step, or None when nothing changed."""
     rows = mirror_metrics(host, record)
+    for tries in range(1, _FETCH_TRIES + 1):
+        listed: set[str] = set()
+        try:
+            return _mirror_folder_once(host, record, root, rows, listed, progress, on_event)
+        except TransferError:
+            # the job rotated a file away between the listing and its copy: a fresh listing, again
+            gone = host.exists(root) and bool(listed - set(host.list_files(root)))
+            if tries >= _FETCH_TRIES or not gone:
+                raise
+            on_event("a checkpoint file was deleted by the job while mirroring; listing again")
+    raise AssertionError("unreachable")
+
+
+def _mirror_folder_once(host: Host, record: RunRecord, root: str, rows: int, listed: set[str], progress: Any,
+                        on_event: EventFn) -> MirrorResult:
     mirror_dir = mirror_root(record.name) / "own-checkpoints"
     if not host.exists(root):
         return MirrorResult(None, None, rows)
@@ -343,6 +387,7 @@ def mirror_folder(host: Host, record: RunRecord, root: str, *, progress: Any = N
     if not files:
         return MirrorResult(None, None, rows)
     stamp = {rel: (listing[rel].size, int(listing[rel].mtime)) for rel in files}
+    listed.update(files)
     untrusted.check_names(files)  # before any local path is made of them
     if mirror_dir.is_dir() and all((mirror_dir / rel).is_file() and (mirror_dir / rel).stat().st_size == s
                                    and int((mirror_dir / rel).stat().st_mtime) == m for rel, (s, m) in stamp.items()):

@@ -65,3 +65,54 @@ def test_fetch_best_gives_up_after_a_few_tries(tmp_path):
     _checkpoint(root, 10, 2.95)
     with pytest.raises(TransferError, match="does not exist"):
         fetch_best(_PruningHost(root, times=10), _record(tmp_path / "run"), tmp_path / "out")
+
+
+def test_mirror_chooses_the_newer_checkpoint_when_the_trainer_rotates_its_choice(tmp_path):
+    """The newest checkpoint is rotated away (keep_last) while the mirror copies it: the mirror takes
+    the newer one from a fresh listing instead of failing with "no such file"."""
+    from gpucli.run.harvest import mirror_root, mirror_trainer
+
+    root = tmp_path / "run" / "checkpoints"
+    _checkpoint(root, 10, 2.95)
+    events: list[str] = []
+    record = _record(tmp_path / "run")
+    got = mirror_trainer(_PruningHost(root, times=1), record, on_event=events.append)
+    assert (got.checkpoint, got.step) == ("step_000020", 20)
+    mirrored = mirror_root(record.name) / "checkpoints"
+    assert [p.name for p in mirrored.iterdir()] == ["step_000020"]  # no partial folder of the rotated one
+    assert (mirrored / "step_000020" / "model.pt").read_bytes() == (root / "step_000020" / "model.pt").read_bytes()
+    assert any("deleted by the trainer" in e for e in events), events
+
+
+class _RotatingHost(LocalHost):
+    """This machine, with a job that deletes one file of its --checkpoints folder (and writes a new one)
+    just as the mirror starts to copy it, once."""
+
+    def __init__(self, victim: Path) -> None:
+        self.victim = victim
+
+    def download(self, remote_path, local_path, **kw):
+        if self.victim is not None and Path(remote_path) == self.victim:
+            Path(local_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(str(local_path) + ".partial").write_bytes(b"half")  # what a cut copy leaves
+            self.victim.unlink()
+            (self.victim.parent / "ckpt_300.pt").write_bytes(b"newer")
+            self.victim = None
+            raise TransferError(f"downloading files: no such file: {remote_path}")
+        return super().download(remote_path, local_path, **kw)
+
+
+def test_own_code_mirror_lists_again_when_the_job_rotates_a_file(tmp_path):
+    from gpucli.run.harvest import mirror_folder, mirror_root
+
+    root = tmp_path / "run" / "ckpts"
+    root.mkdir(parents=True)
+    for step in (100, 200):
+        (root / f"ckpt_{step}.pt").write_bytes(f"step {step}".encode() * 100)
+    events: list[str] = []
+    record = _record(tmp_path / "run")
+    mirror_folder(_RotatingHost(root / "ckpt_100.pt"), record, str(root), on_event=events.append)
+    mirrored = mirror_root(record.name) / "own-checkpoints"
+    assert sorted(p.name for p in mirrored.iterdir()) == ["ckpt_200.pt", "ckpt_300.pt"]
+    assert (mirrored / "ckpt_300.pt").read_bytes() == b"newer"
+    assert any("listing again" in e for e in events), events
