@@ -301,7 +301,8 @@ def resume(
 
 
 def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
-    """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
+    """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`); a stopped
+    pod is started for it and stopped again."""
     from gpucli.cli import render_runs as render
     from gpucli.run.jobs import mirror_once
     from gpucli.run.podwake import reading
@@ -430,7 +431,8 @@ def fetch_best(
                                     "not the pod (the default once the pod cannot be reached)."),
     json_: bool = JSON_OPT,
 ) -> None:
-    """Download the checkpoint with the lowest validation loss, verified by sha256."""
+    """Download the checkpoint with the lowest validation loss, verified by sha256 (a stopped pod is
+    started for it and stopped again)."""
     from gpucli.cli import render_runs as render
     from gpucli.errors import GpucliError
     from gpucli.run import store
