@@ -87,7 +87,7 @@ def test_dry_run_with_on_end_stop_says_what_can_lose_the_kept_disk(capsys):
     assert data["on_end"] == "stop" and "host-local" in note and "$0 account balance" in note and "fetch-best" in note
     code, data, err = _dry(capsys, "--provider", "vast", "--profile", "rtx4090", "--on-end", "stop")
     assert code == 0, err
-    assert "scheduled for deletion" in data["on_end_notes"][0]
+    assert "for deletion" in data["on_end_notes"][0]
     code, data, err = _dry(capsys, "--provider", "runpod", "--profile", "rtx4090", "--on-end", "terminate")
     assert code == 0, err
     assert data["on_end_notes"] == []
