@@ -66,8 +66,10 @@ def test_fetch_best_starts_a_stopped_pod_reads_it_and_stops_it_again(provider, r
 
     # a read that fails (the checkpoints on the pod's disk no longer match their sha256) leaves the pod
     # stopped and the last good copy here intact
-    for model in workdir.glob("checkpoints/*/model*.pt"):
-        with model.open("ab") as fh:
+    rotten = [f for f in workdir.glob("checkpoints/*/*") if f.is_file() and f.name != "meta.json"]
+    assert rotten
+    for f in rotten:
+        with f.open("ab") as fh:
             fh.write(b"bit rot")
     code, out, err = cli(capsys, "fetch-best", name, "--dest", str(dest))
     assert code != 0
