@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError, ProviderError
-from gpucli.providers.api import Instance, InstanceNotFound, InstanceState
+from gpucli.providers.api import Instance, InstanceNotFound, InstanceState, Provider
 from gpucli.providers.bootguard import HOLD, window_s
 from gpucli.providers.registry import get_target, open_host
 from gpucli.run.resumescript import OVER_CHECK
@@ -59,13 +59,17 @@ def _quiet(_: str) -> None:
     return None
 
 
+def _client(record: RunRecord) -> Provider:
+    return get_target(record.provider).client()  # type: ignore[attr-defined, no-any-return]  # every cloud target has one
+
+
 def _stopped_pod(record: RunRecord) -> Instance | None:
     """The run's pod when its provider can start it again and reports it stopped; else None."""
     target = get_target(record.provider)
     if not target.cloud or not target.caps.stop_supported or not record.instance_id:
         return None
     try:
-        inst = target.client().get(record.instance_id)
+        inst = _client(record).get(record.instance_id)
     except InstanceNotFound:
         return None  # gone: the read fails its own way (or takes the store)
     return inst if inst.state in STOPPED else None
@@ -83,7 +87,7 @@ def _endpoint(record: RunRecord, inst: Instance) -> RunRecord:
 
 
 def _wait_running(record: RunRecord, deadline: float, on_event: EventFn) -> Instance:
-    client = get_target(record.provider).client()
+    client = _client(record)
     pod = record.instance_id or ""
     seen_running = False
     while True:
@@ -133,7 +137,7 @@ def _holding(record: RunRecord, every_s: float, done: threading.Event) -> thread
 def _stop_again(record: RunRecord, on_event: EventFn) -> str | None:
     """Stop the pod (never terminate it) and wait until its provider says it is stopped. Returns what
     went wrong, or None."""
-    client = get_target(record.provider).client()
+    client = _client(record)
     pod = record.instance_id or ""
     deadline = time.monotonic() + STOP_WAIT_S
     last = "no answer"
@@ -173,7 +177,7 @@ def reading(record: RunRecord, *, on_event: EventFn = _quiet, on_warn: EventFn |
     holder: threading.Thread | None = None
     failed = True
     try:
-        started = get_target(record.provider).client().start(pod or "")
+        started = _client(record).start(pod or "")
         deadline = time.monotonic() + timeout
         inst = started if started is not None and started.ssh_ready else _wait_running(record, deadline, on_event)
         moved = _endpoint(record, inst)
