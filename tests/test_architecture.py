@@ -284,6 +284,7 @@ RUN_FLOORS = {
     "envstamp": 7.5,  # the trainer's pinned environment set up (or reused) on any machine a run starts on
     "warm": 9.2,  # the next run on a machine a run already has (launch --on)
     "box": 9.3,  # a dev box: a machine with its environment ready, no job, ended when idle
+    "podwake": 7.2,  # reading a run whose pod was kept stopped: start it, read it, stop it again
     "reconcile": 9.5,  # doing what a read found due: the one step `status` and `ls` take after reading
     "control": 10, "follow": 10,
     "remotewatch": 9.4,  # the watcher on an always-on machine of yours (watch --detach --on)

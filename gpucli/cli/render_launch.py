@@ -27,7 +27,7 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
         "grad_accum": r.grad_accum, "batch_note": r.batch_note, "steps": r.steps, "seq_len": r.seq_len, "workdir": r.workdir,
         "price_per_hour_usd": r.price_per_hour_usd, "limits": r.limits, "planned": r.planned,
         "command": r.command, "run_yaml": r.trainer_config, "data": r.data, "disk": _disk_dict(r),
-        "bandwidth": _transfer_lines(r),
+        "bandwidth": _transfer_lines(r), "on_end": r.on_end, "on_end_notes": _on_end_lines(r),
     }
     if across is not None:
         data["across"] = across
@@ -65,7 +65,7 @@ def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None
                 + f" [dim]({r.planned.source})[/]")
     if volume is not None:
         hanging(_planned_volume_line(volume), markup=False)
-    for line in _disk_lines(r):
+    for line in _disk_lines(r) + _on_end_lines(r):
         hanging(line, markup=False)
     o.print(f"\n[bold]On the pod[/], in {r.workdir}/code:\n  {r.command}", markup=True, soft_wrap=True)
     o.print(f"\n[bold]{r.workdir}/run.yaml[/]:")
@@ -107,7 +107,7 @@ def _own_plan(r: ResolvedLaunch, task: list[str], *, json_: bool, across: dict[s
         hanging(f"planned: {si(r.planned.tokens_per_s)} tokens/s, {hours(r.planned.hours)}"
                 + (f", {money(r.planned.cost_usd)}" if r.planned.cost_usd is not None else "")
                 + f" [dim]({r.planned.source})[/]")
-    for line in _disk_lines(r):
+    for line in _disk_lines(r) + _on_end_lines(r):
         hanging(line, markup=False)
     o.print(f"\n[bold]On the host[/], in {r.workdir}/code:\n  {r.command}\n", markup=True, soft_wrap=True)
     for line in task:
@@ -212,3 +212,14 @@ def _store_lines(r: ResolvedLaunch) -> list[str]:
 
     q = quote(r)
     return [f"{q.line()} ({r.store})"] if q is not None else ([f"store: {r.store}"] if r.store else [])
+
+
+def _on_end_lines(r: ResolvedLaunch) -> list[str]:
+    """What ``--on-end stop`` keeps, what it bills and what can still lose it (the provider's own words,
+    declared in its capabilities), and how to read the kept pod."""
+    caps = get_target(r.provider).caps
+    if r.on_end != "stop" or not caps.stop_supported:
+        return []
+    risk = f"; {caps.kept_storage_risk}" if caps.kept_storage_risk else ""
+    return [f"on end: the pod is stopped, not terminated: {caps.kept_storage}{risk}; `gpucli fetch-best` "
+            "starts it, reads it and stops it again"]

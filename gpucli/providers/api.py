@@ -344,6 +344,11 @@ class Provider(ABC):
         """Stop without deleting (storage may still bill). Not every provider supports it."""
         raise UnsupportedOperation(f"{self.name} cannot stop pods; use terminate")
 
+    def start(self, instance_id: str) -> Instance | None:
+        """Start a stopped pod again on its host (its start command runs again). Returns as soon as the
+        provider took the call; the caller waits for SSH. Not every provider supports it."""
+        raise UnsupportedOperation(f"{self.name} cannot start stopped pods")
+
     def billed(self, instance_id: str, since_epoch_s: float) -> Billed | None:
         """What the pod created at ``since_epoch_s`` has been billed so far, where the provider reports
         it per pod (None: it does not). Read-only."""

@@ -94,6 +94,8 @@ class Capabilities:
     provider_billing: bool = False
     #: What a stopped pod keeps and bills, in words (``kept_storage`` gives the figure for a run).
     kept_storage: str = ""
+    #: What can still lose that kept disk, in words (shown with ``--on-end stop`` in the launch's plan).
+    kept_storage_risk: str = ""
     #: ``--on-end stop`` exists: the pod can be stopped (billing only its disk) and started again.
     stop_supported: bool = False
     #: Spot (interruptible) pods can be rented with ``--spot``.

@@ -301,14 +301,16 @@ def resume(
 
 
 def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
-    """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`)."""
+    """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`); a stopped
+    pod is started for it and stopped again."""
     from gpucli.cli import render_runs as render
-    from gpucli.providers.registry import open_host
     from gpucli.run.jobs import mirror_once
+    from gpucli.run.podwake import reading
     from gpucli.runs import records as runs
 
-    record = runs.resolve(run, on_bad=render.warn)
-    with open_host(record) as host, render.transfer_progress("mirroring") as progress:
+    record = runs.resolve(run, on_bad=render.warn)  # a stopped pod is started, read and stopped again
+    with reading(record, on_event=render.info, on_warn=render.warn) as host, \
+            render.transfer_progress("mirroring") as progress:
         result = mirror_once(host, record, progress=progress, on_event=render.info)
     if json_:
         from gpucli.cli import render_json
@@ -429,18 +431,20 @@ def fetch_best(
                                     "not the pod (the default once the pod cannot be reached)."),
     json_: bool = JSON_OPT,
 ) -> None:
-    """Download the checkpoint with the lowest validation loss, verified by sha256."""
+    """Download the checkpoint with the lowest validation loss, verified by sha256 (a stopped pod is
+    started for it and stopped again)."""
     from gpucli.cli import render_runs as render
     from gpucli.errors import GpucliError
-    from gpucli.providers.registry import open_host
     from gpucli.run import store
     from gpucli.run.jobs import fetch_best as do_fetch
+    from gpucli.run.podwake import reading
     from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     if not from_store:
-        try:
-            with open_host(record) as host, render.transfer_progress("downloading") as progress:
+        try:  # a stopped pod is started, read and stopped again (never terminated)
+            with reading(record, on_event=render.info, on_warn=render.warn) as host, \
+                    render.transfer_progress("downloading") as progress:
                 result = do_fetch(host, record, dest, with_optimizer=with_optimizer, progress=progress,
                                   on_event=render.info)
             render.fetched(result, json_=json_)

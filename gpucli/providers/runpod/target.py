@@ -53,6 +53,11 @@ class RunPodTarget(CloudTarget):
         provider_billing=False,  # REST v2 reports no per-pod charges: gpucli's meter is the cost
         # "Volume disk ... Persistent; retained until Pod deleted" at $0.20/GB/month stopped (pods/pricing.mdx L47)
         kept_storage="a stopped pod keeps its volume disk (the run folder) at $0.20/GB/month",
+        # PersistentMount: "Host-local ... does not survive a host failure" (api-reference-v2 openapi.json);
+        # at a $0 balance "Pods without a network volume are terminated and their data cannot be
+        # recovered" (pods/pricing.mdx L39, L59)
+        kept_storage_risk="that disk is host-local: lost with its host, and at a $0 account balance RunPod "
+                          "terminates the pod (--volume keeps the run on a network volume instead)",
         stop_supported=True,  # podAction stop: "the pod moves to EXITED" (openapi podAction)
         spot=False,  # no interruptible pods in REST v2 (gpucli/providers/runpod/api.py SPOT_REFUSED)
         # The create call's args (the container's start command) run the boot guard and resume.sh at every

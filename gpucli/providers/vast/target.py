@@ -69,6 +69,10 @@ class VastTarget(CloudTarget):
         provider_billing=True,  # GET /api/v0/charges/: per-instance charges, bwd/bwu included (show_charges.yaml)
         # storage bills "regardless of running state ... typically higher for stopped" (pricing.mdx)
         kept_storage="a stopped instance keeps its disk, billed at the host's storage rate",
+        # "instances and data will be scheduled for deletion" at $0 credit (guides/instances/pricing.mdx
+        # L113); "Expired instances may be deleted 48 hours after expiration" (instance-types.mdx L49)
+        kept_storage_risk="at $0 credit vast schedules it and its data for deletion, and an instance past its "
+                          "rental end may be deleted 48 h later",
         stop_supported=True,  # PUT /api/v0/instances/{id}/ {"state":"stopped"} (manage_instance.yaml)
         spot=True,  # interruptible instances rented with a bid (create_instance.yaml price)
     )

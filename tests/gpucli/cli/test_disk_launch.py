@@ -78,3 +78,16 @@ def test_own_code_has_no_checkpoint_model(capsys, tmp_path):
     # checkpoints go ("checkpoints: checkpoints/") is not one.
     assert "each (weights" not in out and "keep_last" not in out and "disk:" not in out
     assert "checkpoints: checkpoints/" in out
+
+
+def test_dry_run_with_on_end_stop_says_what_can_lose_the_kept_disk(capsys):
+    code, data, err = _dry(capsys, "--provider", "runpod", "--profile", "rtx4090", "--on-end", "stop")
+    assert code == 0, err
+    (note,) = data["on_end_notes"]
+    assert data["on_end"] == "stop" and "host-local" in note and "$0 account balance" in note and "fetch-best" in note
+    code, data, err = _dry(capsys, "--provider", "vast", "--profile", "rtx4090", "--on-end", "stop")
+    assert code == 0, err
+    assert "for deletion" in data["on_end_notes"][0]
+    code, data, err = _dry(capsys, "--provider", "runpod", "--profile", "rtx4090", "--on-end", "terminate")
+    assert code == 0, err
+    assert data["on_end_notes"] == []
