@@ -37,18 +37,23 @@ if kind == "hf" and os.environ.get("HF_TOKEN"):
     headers["Authorization"] = "Bearer " + os.environ["HF_TOKEN"]
 t0 = time.monotonic(); got = 0; first = None; first_bytes = 0
 try:
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=secs) as resp:
-        status = resp.status
-        while got < limit and time.monotonic() - t0 < secs:
-            chunk = resp.read1(min(1 << 16, limit - got))
-            if not chunk:
-                break
-            if first is None:
-                first, first_bytes = time.monotonic(), len(chunk)
-            got += len(chunk)
+    resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=secs)
 except Exception as exc:
-    print(json.dumps({"error": ("%s: %s" % (type(exc).__name__, exc))[:300], "bytes": got}))
+    print(json.dumps({"error": ("%s: %s" % (type(exc).__name__, exc))[:300]}))
     sys.exit(0)
+status = resp.status
+try:
+    while got < limit and time.monotonic() - t0 < secs:
+        chunk = resp.read1(min(1 << 16, limit - got))
+        if not chunk:
+            break
+        if first is None:
+            first, first_bytes = time.monotonic(), len(chunk)
+        got += len(chunk)
+except OSError:
+    pass  # the source stalled past the deadline (a socket timeout): the rate is what came until then
+finally:
+    resp.close()
 end = time.monotonic()
 # the rate from the first byte on: the connection's set-up is latency, not bandwidth
 span, moved = (end - first, got - first_bytes) if first is not None and end - first > 0.05 else (end - t0, got)
