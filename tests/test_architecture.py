@@ -272,7 +272,8 @@ RUN_FLOORS = {
     "requirements": 6, "money": 6, "harvest": 6, "gpuwatch": 6, "logs": 6, "forward": 6, "export": 6,
     "execjob": 6,  # a command on a run's machine, in its folder and environment
     "runend": 7, "start": 7, "resumescript": 7, "podserve": 7,
-    "preflight": 7,  # the machine checked on the host before the run is detached
+    "dataprobe": 7.2,  # the preflight's download check: the host's rate from the run's data source
+    "preflight": 7.3,  # the machine checked on the host before the run is detached
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
     "multinode": 8.5,  # starting, watching and ending a run over several machines
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)

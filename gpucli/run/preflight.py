@@ -12,6 +12,10 @@ A failure is one line (what failed, why, what to change, what the machine cost);
 machine as every failed launch does (:func:`gpucli.run.lifecycle.cleanup_failed`). A pass puts the
 figures in the run record (``status`` shows them) and the measured tokens/s and peak memory in
 ``GPUCLI_HOME/calibration.yaml``, so every run teaches the planner its GPU. ``--no-preflight`` skips it.
+
+Before the trainer's checks, nvidia-smi's view of the host (:func:`check_smi`: the GPUs, uncorrected ECC,
+clocks, memory repairs pending or failed, the kernel log's hardware XIDs where it is readable) and, for data
+downloaded on the host, its download rate from the data's source (:mod:`gpucli.run.dataprobe`).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.parse import match_gpu_name
+from gpucli.run import dataprobe
 from gpucli.run.calibrate import append_entry
 from gpucli.run.untrusted import parse_json
-from gpucli.runs.health import SMI_COMMAND, Preflight, smi_check, thresholds
+from gpucli.runs.health import (MEMORY_COMMAND, SMI_COMMAND, XID_COMMAND, Preflight, memory_check, smi_check,
+                                thresholds, xid_check)
 from gpucli.runs.records import RunRecord
 from gpucli.settings import home
 
@@ -96,6 +102,10 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     smi = check_smi(host, resolved)
     if smi is not None and not smi.ok:  # a bad host: said before the longer checks (kept only by --force here)
         record = _verdict(smi, record, save=save, on_event=on_event, what="the machine's", keep=resolved.keep_unhealthy)
+    download = check_download(host, resolved)
+    if download is not None and not download.ok:
+        record = _verdict(dataclasses.replace(download, **_smi_figures(smi)), record, save=save, on_event=on_event,
+                          what="the machine's", keep=resolved.keep_unhealthy)
     deadline = timeout_s()
     wd = shlex.quote(resolved.workdir)
     sample = ""
@@ -114,9 +124,8 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
     except GpucliError:  # no answer past the deadline: the host (or the link to it) is stuck
         code = None
     result = _read_results(host, resolved.workdir, code, deadline)
-    if smi is not None:  # nvidia-smi's figures join the trainer's in the record
-        result = dataclasses.replace(result, smi_gpus=smi.smi_gpus, smi_gpu=smi.smi_gpu,
-                                     ecc_uncorrected=smi.ecc_uncorrected, hw_slowdown=smi.hw_slowdown)
+    # nvidia-smi's figures and the download rate join the trainer's in the record
+    result = dataclasses.replace(result, **_smi_figures(smi), **_download_figures(download))
     if result.ok and result.device == "cuda" and resolved.gpu_id is not None:
         # The model as rented: said, not refused, until lent GPUs confirm the catalogue's names for each one.
         seen = match_gpu_name(load_catalog().gpus, result.gpu_name or "")
@@ -126,10 +135,39 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
                     keep=resolved.keep_unhealthy)
 
 
+_SMI_FIELDS = ("smi_gpus", "smi_gpu", "ecc_uncorrected", "hw_slowdown", "retired_pending", "remap_pending",
+               "remap_failed", "memory_check", "xid_errors", "xid_log")
+_DOWNLOAD_FIELDS = ("download_mb_s", "download_gb", "download_eta_s")
+
+
+def _smi_figures(smi: Preflight | None) -> dict[str, Any]:
+    return {} if smi is None else {k: getattr(smi, k) for k in _SMI_FIELDS}
+
+
+def _download_figures(download: Preflight | None) -> dict[str, Any]:
+    return {} if download is None else {k: getattr(download, k) for k in _DOWNLOAD_FIELDS}
+
+
+def check_download(host: Host, resolved: ResolvedLaunch) -> Preflight | None:
+    """The host's download rate from the run's data source, held to health.yaml's bars (stage
+    ``download``); None where the data is not downloaded on the host."""
+    if resolved.data is None:
+        return None
+    family = load_catalog().gpus[resolved.gpu_id].architecture if resolved.gpu_id is not None else None
+    probe = dataprobe.measure(host, resolved.data, python=resolved.python, env_file=f"{resolved.workdir}/env",
+                              bars=thresholds(family), max_hours=resolved.limits.max_hours)
+    if probe is None:
+        return None
+    return Preflight(ok=probe.ok, stage=None if probe.ok else "download", error=probe.error,
+                     fix=None if probe.ok else "another machine, nearer the data; or put the data on a volume "
+                     "(--volume) or on the machine (--data pod:/path)",
+                     download_mb_s=probe.mb_s, download_gb=probe.data_gb, download_eta_s=probe.eta_s)
+
+
 def check_smi(host: Host, resolved: ResolvedLaunch) -> Preflight | None:
-    """The host's GPUs as nvidia-smi lists them, held to the rent and health.yaml's bars; None where the
-    profile has no GPU or the host has no working nvidia-smi (the trainer's check then says whether torch
-    sees a GPU)."""
+    """The host's GPUs as nvidia-smi lists them, held to the rent and health.yaml's bars, then its memory
+    repairs (``nvidia-smi -q``) and the kernel log's XIDs; None where the profile has no GPU or the host
+    has no working nvidia-smi (the trainer's check then says whether torch sees a GPU)."""
     if resolved.gpu_id is None:
         return None
     try:
@@ -141,8 +179,20 @@ def check_smi(host: Host, resolved: ResolvedLaunch) -> Preflight | None:
     gpus = load_catalog().gpus
     gpu = gpus[resolved.gpu_id]
     seen = match_gpu_name(gpus, res.stdout.splitlines()[0].split(",")[0])
-    return smi_check(res.stdout, rented=gpu.name, rented_count=resolved.n_gpus,
-                     same_model=None if seen is None else seen.id == gpu.id, bars=thresholds(gpu.architecture))
+    bars = thresholds(gpu.architecture)
+    found = smi_check(res.stdout, rented=gpu.name, rented_count=resolved.n_gpus,
+                      same_model=None if seen is None else seen.id == gpu.id, bars=bars)
+    for command, check in ((MEMORY_COMMAND, memory_check), (XID_COMMAND, xid_check)):
+        try:
+            more = check(host.run(command, timeout_s=60, check=False).stdout, bars)
+        except GpucliError:  # no answer: said, never a pass
+            more = Preflight(ok=True, **({"memory_check": "no answer"} if check is memory_check else
+                                        {"xid_log": "not readable here (no answer)"}))
+        figures = {k: v for k, v in more.to_json().items() if k in _SMI_FIELDS}
+        found = dataclasses.replace(found, **figures)
+        if found.ok and not more.ok:
+            found = dataclasses.replace(found, ok=False, stage=more.stage, error=more.error, fix=more.fix)
+    return found
 
 
 def _read_results(host: Host, workdir: str, code: int | None, deadline: float) -> Preflight:
@@ -201,7 +251,7 @@ def check_own(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on_eve
 
 
 #: Stages that measure the machine rather than the run's configuration (health.yaml's bars)
-MACHINE_STAGES = frozenset({"smi", "gpus", "matmul", "h2d", "allreduce", "disk"})
+MACHINE_STAGES = frozenset({"smi", "gpus", "matmul", "h2d", "allreduce", "disk", "download"})
 
 
 def _verdict(result: Preflight, record: RunRecord, *, save: Callable[[RunRecord], Any], on_event: EventFn,

@@ -49,7 +49,8 @@ def _url_bytes(url: str) -> int | None:
     return int(length) if length is not None and length.isdigit() else None
 
 
-def _hf_bytes(repo: str, pattern: str | None) -> tuple[int | None, str]:
+def hf_files(repo: str, pattern: str | None) -> tuple[tuple[tuple[str, int], ...] | None, str]:
+    """The dataset's files the pattern chooses, (path, bytes) as the Hub lists them, or None and why not."""
     try:
         from huggingface_hub import HfApi  # lazy: ~0.5 s, only for an hf:// source
     except ImportError:
@@ -63,8 +64,14 @@ def _hf_bytes(repo: str, pattern: str | None) -> tuple[int | None, str]:
                  if getattr(f, "size", None) is not None]
     except Exception as exc:  # noqa: BLE001 - any Hub answer short of a listing leaves the size unknown
         return None, f"the Hub did not list it: {type(exc).__name__}"
-    chosen = [f for f in files if pattern is None or fnmatch.fnmatch(f.path, pattern)]
-    return sum(int(getattr(f, "size", 0) or 0) for f in chosen), f"{len(chosen)} file(s) as the Hub lists them"
+    chosen = tuple((str(f.path), int(getattr(f, "size", 0) or 0)) for f in files
+                   if pattern is None or fnmatch.fnmatch(f.path, pattern))
+    return chosen, f"{len(chosen)} file(s) as the Hub lists them"
+
+
+def _hf_bytes(repo: str, pattern: str | None) -> tuple[int | None, str]:
+    files, how = hf_files(repo, pattern)
+    return (None if files is None else sum(size for _, size in files)), how
 
 
 @functools.lru_cache(maxsize=8)  # sized once a launch: offer_ask and reserve both ask

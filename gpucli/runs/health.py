@@ -2,14 +2,16 @@
 
 :class:`Preflight` is the run record's copy of the figures ``trainer/preflight.py`` (or the user's own
 ``--preflight`` command) reported before the run was detached; :class:`Thresholds` are the bars a
-machine must pass, per GPU family (``gpucli/profiles/health.yaml``). Later health checks (the
-ECC and XID errors, clocks, the download speed) add a field to each and a bar to the file.
+machine must pass, per GPU family (``gpucli/profiles/health.yaml``): nvidia-smi's GPUs, ECC errors, clocks
+and memory repairs (:func:`smi_check`, :func:`memory_check`), the kernel log's XID errors where it is readable,
+the download rate of the run's data (``gpucli/run/dataprobe.py``), the trainer's matmul against the GPU's peak.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -63,6 +65,15 @@ class Preflight:
     smi_gpu: str | None = None  # their model, as nvidia-smi names it
     ecc_uncorrected: int | None = None  # uncorrected ECC errors since the driver loaded, all GPUs
     hw_slowdown: int | None = None  # GPUs whose clocks the hardware is holding down (power brake, heat)
+    retired_pending: int | None = None  # GPUs with a page retirement waiting for a reset (pre-Ampere)
+    remap_pending: int | None = None  # GPUs with a row remapping waiting for a reset (Ampere and later)
+    remap_failed: int | None = None  # GPUs where a row remapping has failed (out of spare rows)
+    memory_check: str | None = None  # "read", or why nvidia-smi -q could not say
+    xid_errors: int | None = None  # the kernel log's hardware XID lines (None: the log is not readable here)
+    xid_log: str | None = None  # "read", or "not readable here"
+    download_mb_s: float | None = None  # the host's rate from the data's source (a bounded read)
+    download_gb: float | None = None  # the data's size as sized before the launch
+    download_eta_s: float | None = None  # the data's time at that rate
     command: str | None = None  # the user's own --preflight command
     exit_code: int | None = None
 
@@ -109,6 +120,17 @@ class Preflight:
         if self.smi_gpus is not None:
             parts.append(f"nvidia-smi {self.smi_gpus}x {self.smi_gpu}, {self.ecc_uncorrected or 0} ECC errors"
                          + (f", {self.hw_slowdown} GPUs held down" if self.hw_slowdown else ""))
+        if self.memory_check is not None:
+            parts.append("memory repairs: " + (self.memory_check if self.memory_check != "read" else
+                         f"{self.remap_pending or 0} pending, {self.remap_failed or 0} failed, "
+                         f"{self.retired_pending or 0} page retirements pending"))
+        if self.xid_log is not None:
+            parts.append(f"XID: {self.xid_errors} hardware errors in the kernel log" if self.xid_errors is not None
+                         else f"XID: the kernel log is {self.xid_log}")
+        if self.download_mb_s is not None:
+            eta = f" (the data {self.download_gb:.2f} GB in {self.download_eta_s / 60:.1f} min)" \
+                if self.download_eta_s is not None and self.download_gb is not None else ""
+            parts.append(f"download {self.download_mb_s:g} MB/s{eta}")
         if self.matmul_tflops is not None:
             share = f" = {self.matmul_share:.0%} of {self.peak_tflops:g}" if self.matmul_share is not None else ""
             parts.append(f"{self.matmul_dtype or ''} matmul {self.matmul_tflops:.3g} TFLOPS{share}".strip())
@@ -135,6 +157,11 @@ class Thresholds:
     min_matmul_share: float
     max_ecc_uncorrected: int = 0
     refuse_hw_slowdown: bool = True
+    refuse_memory_pending: bool = True  # a row remapping or page retirement waiting for a reset
+    refuse_remap_failure: bool = True
+    max_xid_errors: int = 0  # hardware XIDs (HARDWARE_XIDS) in the kernel log, where it is readable
+    min_download_mb_s: float = 5.0
+    max_download_share: float = 0.25  # of --hours, for the data's download at the measured rate
 
 
 @cache
@@ -158,8 +185,20 @@ def thresholds(family: str | None, path: Path = HEALTH_FILE) -> Thresholds:
     ecc = merged.get("max_ecc_uncorrected", 0)
     if not isinstance(ecc, int) or isinstance(ecc, bool) or ecc < 0:
         raise CatalogError(path.name, f"{name}.max_ecc_uncorrected", "expected a whole number, 0 or more")
+    xid = merged.get("max_xid_errors", 0)
+    if not isinstance(xid, int) or isinstance(xid, bool) or xid < 0:
+        raise CatalogError(path.name, f"{name}.max_xid_errors", "expected a whole number, 0 or more")
+    rate = merged.get("min_download_mb_s", 5.0)
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate < 0:
+        raise CatalogError(path.name, f"{name}.min_download_mb_s", "expected MB/s, 0 or more")
+    dl_share = merged.get("max_download_share", 0.25)
+    if not isinstance(dl_share, (int, float)) or isinstance(dl_share, bool) or not 0 < dl_share <= 1:
+        raise CatalogError(path.name, f"{name}.max_download_share", "expected a share above 0, at most 1")
     return Thresholds(family=name, min_matmul_share=float(share), max_ecc_uncorrected=ecc,
-                      refuse_hw_slowdown=merged.get("refuse_hw_slowdown", True) is not False)
+                      refuse_hw_slowdown=merged.get("refuse_hw_slowdown", True) is not False,
+                      refuse_memory_pending=merged.get("refuse_memory_pending", True) is not False,
+                      refuse_remap_failure=merged.get("refuse_remap_failure", True) is not False,
+                      max_xid_errors=xid, min_download_mb_s=float(rate), max_download_share=float(dl_share))
 
 
 #: The host's GPUs as its driver sees them, one CSV line each (nvidia-smi --help-query-gpu:
@@ -194,3 +233,82 @@ def smi_check(text: str, *, rented: str, rented_count: int, same_model: bool | N
     if error is None:
         return figures
     return dataclasses.replace(figures, ok=False, stage="smi", error=error, fix="another machine: this one is a bad host")
+
+
+#: The GPUs' memory repairs (NVIDIA, "A100 GPU memory error management" and "Dynamic page retirement",
+#: docs.nvidia.com/deploy): a row remapping (Ampere and later) or a page retirement (before) that is
+#: pending takes effect only at the next GPU reset, and a remapping that failed means the bank is out of
+#: spare rows (an RMA condition). ``-q -d`` is asked apart from SMI_COMMAND so that a driver that lacks a
+#: section still answers the first query.
+MEMORY_COMMAND = "nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT"
+_GPU_HEADER = re.compile(r"^GPU [0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+\s*$", re.MULTILINE)
+
+#: XIDs the driver logs for the GPU's hardware, not an application's fault (NVIDIA's XID catalogue and the
+#: A100 memory error management guide): 48 double-bit ECC, 63/64 a row remapping or page retirement
+#: recorded or failed, 74 NVLink, 79 the GPU fell off the bus, 92 high single-bit ECC rate, 94/95 a
+#: contained/uncontained ECC error, 119/120 the GSP timed out or failed.
+HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+
+#: The kernel log's XID lines (``NVRM: Xid (PCI:...): 79, ...``); a container usually may not read it:
+#: then the command prints UNREADABLE and the check says so rather than pass.
+#: (/dev/kmsg never ends: read for 2 s, cut by timeout's 124, it was readable.)
+XID_COMMAND = ("{ dmesg 2>/dev/null || { timeout 2 cat /dev/kmsg 2>/dev/null; [ $? -eq 124 ]; } "
+               "|| echo UNREADABLE; } | grep -E 'NVRM: Xid|^UNREADABLE$' | tail -n 200")
+
+
+def memory_check(text: str, bars: Thresholds) -> Preflight:
+    """``nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT``'s answer held to the bars (stage ``smi``). A GPU
+    that has neither section (a consumer card: "N/A") counts as none pending; an answer with no GPU in it
+    is said as unreadable, never as a pass."""
+    gpus = _GPU_HEADER.split(text)[1:]  # one block per "GPU 00000000:17:00.0" header line
+    if not gpus:
+        return Preflight(ok=True, memory_check="not readable here (nvidia-smi -q gave no GPU)")
+    retired = remap_pending = remap_failed = 0
+    for gpu in gpus:
+        section = ""
+        flags = {"retired": False, "remap": False, "failed": False}
+        for raw in gpu.splitlines():
+            line = raw.strip()
+            if line in ("Retired Pages", "Remapped Rows"):
+                section = line
+                continue
+            key, _, value = (c.strip() for c in line.partition(":"))
+            yes = value.lower() == "yes"
+            if section == "Retired Pages" and key.startswith("Pending") and yes:
+                flags["retired"] = True  # "Pending Page Blacklist" (older drivers), "Pending Page Retirement"
+            elif section == "Remapped Rows" and key == "Pending" and yes:
+                flags["remap"] = True
+            elif section == "Remapped Rows" and key.startswith("Remapping Failure") and yes:
+                flags["failed"] = True
+        retired += flags["retired"]
+        remap_pending += flags["remap"]
+        remap_failed += flags["failed"]
+    figures = Preflight(ok=True, retired_pending=retired, remap_pending=remap_pending, remap_failed=remap_failed,
+                        memory_check="read")
+    error = None
+    if remap_failed and bars.refuse_remap_failure:
+        error = f"{remap_failed} GPUs with a failed row remapping (out of spare memory rows)"
+    elif (remap_pending or retired) and bars.refuse_memory_pending:
+        error = (f"{remap_pending + retired} GPUs with a memory repair pending until a GPU reset "
+                 f"({remap_pending} row remappings, {retired} page retirements)")
+    if error is None:
+        return figures
+    return dataclasses.replace(figures, ok=False, stage="smi", error=error, fix="another machine: this one is a bad host")
+
+
+def xid_check(text: str, bars: Thresholds) -> Preflight:
+    """The kernel log's XID lines (XID_COMMAND's output) held to ``max_xid_errors``; the log not readable
+    here is said so, and passes only as not checked."""
+    lines = text.splitlines()
+    if any(line.strip() == "UNREADABLE" for line in lines):
+        return Preflight(ok=True, xid_log="not readable here")
+    hardware = 0
+    for line in lines:
+        _, _, rest = line.partition("NVRM: Xid")
+        code = rest.partition("):")[2].strip().split(",")[0].strip()
+        hardware += code.isdigit() and int(code) in HARDWARE_XIDS
+    figures = Preflight(ok=True, xid_errors=hardware, xid_log="read")
+    if hardware <= bars.max_xid_errors:
+        return figures
+    return dataclasses.replace(figures, ok=False, stage="smi", fix="another machine: this one is a bad host",
+                               error=f"{hardware} hardware XID errors in the kernel log (the bar: {bars.max_xid_errors})")

@@ -1,6 +1,6 @@
 """The fault loop across providers: whole launches with ``--provider any`` on both emulators, each offer's
-machine drawn at random (refused for capacity, never reachable, unhealthy: uncorrected ECC errors, slow:
-its clocks held down by the hardware, or healthy). Each launch ends on a working machine or fails in one
+machine drawn at random (refused for capacity, never reachable, unhealthy: uncorrected ECC errors or a
+memory row remapping pending (nvidia-smi -q), clocks: held down by the hardware, or healthy). Each launch ends on a working machine or fails in one
 line; either way no pod is left billing but the winner's, and none once it is ended.
 
 ``GPUCLI_FAILOVER_LAUNCHES`` sets the launches (default 3: each is a real launch with its preflight, tens
@@ -15,11 +15,12 @@ import random
 from gpucli.run import avoid
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
+from tests.gpucli.run.test_health import SMI_Q
 from tests.support.cli import cli
 from tests.support.emulators import PodBehaviour
 
 LAUNCHES = int(os.environ.get("GPUCLI_FAILOVER_LAUNCHES") or 3)
-KINDS = ["ok", "ok", "ok", "no_capacity", "stuck", "unhealthy", "slow"]  # 4 in 7 machines bad
+KINDS = ["ok", "ok", "ok", "no_capacity", "stuck", "unhealthy", "memory", "clocks"]  # 5 in 8 machines bad
 
 
 def draw(emu, rng: random.Random, gpu: str) -> list[str]:
@@ -31,8 +32,9 @@ def draw(emu, rng: random.Random, gpu: str) -> list[str]:
         if kind == "no_capacity":
             emu.faults.add("no_capacity", "create")
             continue
-        smi = {"unhealthy": f"{gpu}, 2, Not Active\n", "slow": f"{gpu}, 0, Active\n"}.get(kind, f"{gpu}, 0, Not Active\n")
-        emu.behaviours.append(PodBehaviour(stuck=kind == "stuck", nvidia_smi=smi))
+        smi = {"unhealthy": f"{gpu}, 2, Not Active\n", "clocks": f"{gpu}, 0, Active\n"}.get(kind, f"{gpu}, 0, Not Active\n")
+        smi_q = SMI_Q.format(pending="Yes" if kind == "memory" else "No", failed="No")
+        emu.behaviours.append(PodBehaviour(stuck=kind == "stuck", nvidia_smi=smi, nvidia_smi_q=smi_q))
     return drawn
 
 
@@ -41,13 +43,16 @@ def test_failover_fault_loop_leaves_nothing_billing(request, capsys, tmp_path):
     rng = random.Random(seed)
     rp, vast = emulator_for(request, "runpod"), emulator_for(request, "vast")
     counts = {"launches": 0, "working": 0, "failed": 0, "attempts": 0, "cost_usd": 0.0, "won_by_vast": 0,
-              "attempts_of_working": [], "health_refused": 0, "never_reachable": 0, "no_capacity": 0}
+              "attempts_of_working": [], "health_refused": 0, "never_reachable": 0, "no_capacity": 0,
+              "drawn": {}}
     for i in range(LAUNCHES):
         for emu in (rp, vast):
             emu.faults.clear()
             emu.behaviours.clear()
         avoid._path().unlink(missing_ok=True)  # each launch meets every host afresh
         drawn = draw(rp, rng, "NVIDIA GeForce RTX 4090") + draw(vast, rng, "NVIDIA GeForce RTX 4090")
+        for kind in drawn:
+            counts["drawn"][kind] = counts["drawn"].get(kind, 0) + 1
         name = f"fl-{i}"
         code, out, err = launch(capsys, tmp_path, "any", name, "--ready-timeout", "2")
         record = runs.load(name)

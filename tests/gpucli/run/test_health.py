@@ -80,3 +80,95 @@ def test_nvidia_smi_is_held_to_the_rent_and_the_bars():
     no_ecc = smi_check("NVIDIA GeForce RTX 4090, [N/A], Not Active\n", rented="RTX 4090", rented_count=1,
                        same_model=True, bars=thresholds("Ada Lovelace"))
     assert no_ecc.ok and no_ecc.ecc_uncorrected == 0
+
+
+# nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT as the driver prints it (the layout of nvidia-smi's -q
+# display: one block per "GPU <PCI bus id>" line, sections indented under it)
+SMI_Q = """
+==============NVSMI LOG==============
+
+Timestamp                                 : Thu Nov 27 10:00:00 2026
+Driver Version                            : 570.86.15
+CUDA Version                              : 12.8
+
+Attached GPUs                             : 2
+GPU 00000000:17:00.0
+    Retired Pages
+        Single Bit ECC                    : N/A
+        Double Bit ECC                    : N/A
+        Pending Page Blacklist            : N/A
+    Remapped Rows
+        Correctable Error                 : 0
+        Uncorrectable Error               : 0
+        Pending                           : {pending}
+        Remapping Failure Occurred        : {failed}
+
+GPU 00000000:18:00.0
+    Retired Pages
+        Single Bit ECC                    : N/A
+        Double Bit ECC                    : N/A
+        Pending Page Blacklist            : N/A
+    Remapped Rows
+        Correctable Error                 : 3
+        Uncorrectable Error               : 0
+        Pending                           : No
+        Remapping Failure Occurred        : No
+"""
+
+
+def test_memory_repairs_pending_or_failed_refuse_the_machine():
+    from gpucli.runs.health import memory_check
+
+    bars = thresholds("Hopper")
+    ok = memory_check(SMI_Q.format(pending="No", failed="No"), bars)
+    assert ok.ok and (ok.remap_pending, ok.remap_failed, ok.retired_pending) == (0, 0, 0) and ok.memory_check == "read"
+    assert "memory repairs: 0 pending, 0 failed" in ok.line
+    pending = memory_check(SMI_Q.format(pending="Yes", failed="No"), bars)
+    assert not pending.ok and pending.stage == "smi" and pending.remap_pending == 1
+    assert "memory repair pending until a GPU reset" in (pending.error or "")
+    failed = memory_check(SMI_Q.format(pending="No", failed="Yes"), bars)
+    assert not failed.ok and "failed row remapping" in (failed.error or "")
+    older = memory_check("GPU 00000000:00:04.0\n    Retired Pages\n        Pending Page Retirement : Yes\n", bars)
+    assert not older.ok and older.retired_pending == 1
+    # a driver that answers something else (or nothing) is said, never counted as a pass of the check
+    unknown = memory_check("NVIDIA GeForce RTX 4090, 0, Not Active\n", bars)
+    assert unknown.ok and unknown.memory_check.startswith("not readable here") and unknown.remap_pending is None
+
+
+def test_hardware_xids_in_the_kernel_log_refuse_and_an_unreadable_log_is_said():
+    from gpucli.runs.health import xid_check
+
+    bars = thresholds("Ampere")
+    log = ("[  812.1] NVRM: Xid (PCI:0000:17:00): 13, pid=4411, name=python, Graphics Exception\n"
+           "[  913.4] NVRM: Xid (PCI:0000:17:00): 31, pid=4411, name=python, Ch 0000000a, MMU Fault\n")
+    apps = xid_check(log, bars)  # an application's faults (13, 31) are not the machine's
+    assert apps.ok and apps.xid_errors == 0 and apps.xid_log == "read"
+    bus = xid_check(log + "[ 1000.0] NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n", bars)
+    assert not bus.ok and bus.xid_errors == 1 and "1 hardware XID errors" in (bus.error or "")
+    hidden = xid_check("UNREADABLE\n", bars)
+    assert hidden.ok and hidden.xid_errors is None and hidden.xid_log == "not readable here"
+    assert "XID: the kernel log is not readable here" in hidden.line
+
+
+def test_the_download_rate_is_held_to_the_bar_and_to_the_runs_hours():
+    from gpucli.run.dataprobe import judge
+
+    bars = thresholds(None)
+    assert bars.min_download_mb_s == 5 and bars.max_download_share == 0.25
+    fast = judge(80.0, 10.0, bars, max_hours=4.0)  # 10 GB at 80 MB/s: 125 s
+    assert fast.ok and fast.eta_s == 125.0
+    slow = judge(1.5, 10.0, bars, max_hours=4.0)
+    assert not slow.ok and "1.5 MB/s here (the bar: 5 MB/s)" in (slow.error or "")
+    long = judge(20.0, 100.0, bars, max_hours=2.0)  # 100 GB at 20 MB/s: 83 min, over a quarter of 2 h
+    assert not long.ok and "over 25% of --hours 2" in (long.error or "")
+    unknown = judge(20.0, None, bars, max_hours=2.0)  # the size not known: only the MB/s bar holds
+    assert unknown.ok and unknown.eta_s is None
+    line = Preflight(ok=True, download_mb_s=80.0, download_gb=10.0, download_eta_s=125.0).line
+    assert "download 80 MB/s (the data 10.00 GB in 2.1 min)" in line
+
+
+def test_health_file_download_bars_are_checked(tmp_path):
+    bad = tmp_path / "health.yaml"
+    bad.write_text("default:\n  min_matmul_share: 0.4\n  max_download_share: 2\n")
+    with pytest.raises(CatalogError, match="max_download_share"):
+        thresholds(None, bad)

@@ -137,6 +137,9 @@ class PodBehaviour:
     #: broken, so the pod's environment build still takes the CPU path. The preflight's health check
     #: reads it (gpucli/runs/health.py ``SMI_COMMAND``): a host with ECC errors or fewer GPUs, to order.
     nvidia_smi: str | None = None
+    #: What ``nvidia-smi -q ...`` prints (the memory repairs section, gpucli/runs/health.py
+    #: ``MEMORY_COMMAND``), or None: that call fails as the others do. Only with ``nvidia_smi``.
+    nvidia_smi_q: str | None = None
 
 
 # --- pods -------------------------------------------------------------------------------------------
@@ -177,8 +180,12 @@ class EmuPod:
                 tools = folder / "bin"
                 tools.mkdir(exist_ok=True)
                 (tools / "answer.csv").write_text(self.behaviour.nvidia_smi)
+                query = ""
+                if self.behaviour.nvidia_smi_q is not None:
+                    (tools / "answer.txt").write_text(self.behaviour.nvidia_smi_q)
+                    query = f'"-q "*) cat "{tools}/answer.txt";; '
                 script = tools / "nvidia-smi"
-                script.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu=*) cat "{tools}/answer.csv";; '
+                script.write_text(f'#!/bin/sh\ncase "$*" in *--query-gpu=*) cat "{tools}/answer.csv";; {query}'
                                   '*) echo "NVIDIA-SMI has failed" >&2; exit 9;; esac\n')
                 script.chmod(0o755)
                 env["PATH"] = f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}"
