@@ -34,8 +34,16 @@ from gpucli.plan.parse import match_gpu_name
 from gpucli.run import dataprobe
 from gpucli.run.calibrate import append_entry
 from gpucli.run.untrusted import parse_json
-from gpucli.runs.health import (MEMORY_COMMAND, SMI_COMMAND, XID_COMMAND, Preflight, memory_check, smi_check,
-                                thresholds, xid_check)
+from gpucli.runs.health import (
+    MEMORY_COMMAND,
+    SMI_COMMAND,
+    XID_COMMAND,
+    Preflight,
+    memory_check,
+    smi_check,
+    thresholds,
+    xid_check,
+)
 from gpucli.runs.records import RunRecord
 from gpucli.settings import home
 
@@ -186,8 +194,8 @@ def check_smi(host: Host, resolved: ResolvedLaunch) -> Preflight | None:
         try:
             more = check(host.run(command, timeout_s=60, check=False).stdout, bars)
         except GpucliError:  # no answer: said, never a pass
-            more = Preflight(ok=True, **({"memory_check": "no answer"} if check is memory_check else
-                                        {"xid_log": "not readable here (no answer)"}))
+            more = (Preflight(ok=True, memory_check="no answer") if check is memory_check else
+                    Preflight(ok=True, xid_log="not readable here (no answer)"))
         figures = {k: v for k, v in more.to_json().items() if k in _SMI_FIELDS}
         found = dataclasses.replace(found, **figures)
         if found.ok and not more.ok:
