@@ -51,7 +51,7 @@ class KeptVolume:
 
     id: str
     name: str | None = None
-    size_gb: int | None = None
+    size_gb: float | None = None
     data_center_id: str | None = None
     created: bool = False  # created by the launch: kept after the run, billed monthly until deleted
     type: str | None = None
@@ -62,8 +62,8 @@ class KeptVolume:
         if not vid:
             raise ValueError("launch.volume has no id")
         size = data.get("size_gb")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-            raise ValueError("launch.volume.size_gb is not a whole number")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or not math.isfinite(size)):
+            raise ValueError("launch.volume.size_gb is not a number")
         return cls(id=vid, name=_opt_str(data, "name"), size_gb=size, data_center_id=_opt_str(data, "data_center_id"),
                    created=bool(data.get("created")), type=_opt_str(data, "type"))
 
@@ -141,14 +141,19 @@ class LaunchInputs(Mapping[str, Any]):
         if bandwidth is not None and (isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float))
                                       or not math.isfinite(bandwidth)):
             raise ValueError("launch.bandwidth_usd is not a finite number")
+        # A volume or machine written without its id (no version wrote one) is kept as read, not typed.
+        other = {k: v for k, v in data.items() if k not in _FIELDS}
+        if volume is not None and not volume.get("id"):
+            other["volume"], volume = volume, None
+        if on is not None and not on.get("machine"):
+            other["on"], on = on, None
         return cls(request=_mapping(data, "request"), own=_mapping(data, "own"),
                    volume=KeptVolume.from_dict(volume) if volume else None,
                    on=OnMachine.from_dict(on) if on else None,
                    box=BoxInputs.from_dict(box) if box else None,
                    cluster_id=_opt_str(data, "cluster_id"), vast_cluster_id=_opt_str(data, "vast_cluster_id"),
                    overlay_id=_opt_str(data, "overlay_id"), overlay_name=_opt_str(data, "overlay_name"),
-                   bandwidth_usd=None if bandwidth is None else float(bandwidth),
-                   other={k: v for k, v in data.items() if k not in _FIELDS})
+                   bandwidth_usd=None if bandwidth is None else float(bandwidth), other=other)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON a record holds: absent fields are not written (records stay as they were)."""
