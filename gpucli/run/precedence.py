@@ -12,15 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpucli.errors import UsageError
 from gpucli.providers.registry import get_target
 from gpucli.runs import userconfig
 from gpucli.runs.task import Task, load_task, with_overrides
-
-if TYPE_CHECKING:
-    from gpucli.run.launch import LaunchRequest
 
 __all__ = ["CLI", "CONFIG", "DEFAULT", "MACHINE", "RECORDED", "TASK", "Choices", "first_given", "launch_choices",
            "resume_choices"]
@@ -61,6 +58,9 @@ class Choices:
 
     def __getitem__(self, key: str) -> Any:
         return self.values.get(key)
+
+    def pick(self, *keys: str) -> tuple[Any, ...]:
+        return tuple(self.values.get(k) for k in keys)
 
 
 def launch_choices(cli: Mapping[str, Any], *, task_file: Path | None = None, machine: Any = None,
@@ -113,11 +113,11 @@ def _from_config(values: dict[str, Any], sources: dict[str, str], mine: Mapping[
             values[key], sources[key] = value, source
 
 
-def resume_choices(recorded: LaunchRequest, *, provider: str | None = None, nodes: int | None = None) -> Choices:
-    """A resume's inputs: its command line over the run's launch inputs (nothing else is read again)."""
+def resume_choices(recorded: Mapping[str, Any], *, provider: str | None = None, nodes: int | None = None) -> Choices:
+    """A resume's inputs: its command line (``--provider``, ``--nodes``) over what the run's launch holds
+    (``recorded``: the provider it ran on, its nodes); task.yaml and your config are not read again."""
     asked = {"provider": provider.strip().lower() if provider else None, "nodes": nodes}
-    was = {"provider": recorded.provider, "nodes": recorded.nodes}
     values, sources = {}, {}
     for key in asked:
-        values[key], sources[key] = first_given(key, [(CLI, asked), (RECORDED, was)])
+        values[key], sources[key] = first_given(key, [(CLI, asked), (RECORDED, recorded)])
     return Choices(values=values, sources=sources)

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BoxInputs", "KeptVolume", "LaunchInputs", "OnMachine"]
+__all__ = ["NO_INPUTS", "BoxInputs", "KeptVolume", "LaunchInputs", "OnMachine"]
 
 
 def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
@@ -147,7 +147,7 @@ class LaunchInputs(Mapping[str, Any]):
             other["volume"], volume = volume, None
         if on is not None and not on.get("machine"):
             other["on"], on = on, None
-        return cls(request=_mapping(data, "request"), own=_mapping(data, "own"),
+        return cls(request=_mapping(data, "request"), own=_mapping(data, "own") or None,  # {}: no task
                    volume=KeptVolume.from_dict(volume) if volume else None,
                    on=OnMachine.from_dict(on) if on else None,
                    box=BoxInputs.from_dict(box) if box else None,
@@ -188,3 +188,6 @@ class LaunchInputs(Mapping[str, Any]):
     def requested(self) -> Mapping[str, Any]:
         """The request as written (empty when the record has none)."""
         return self.request or {}
+
+
+NO_INPUTS = LaunchInputs()

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpucli.errors import NotFoundError, UnknownNameError, UsageError
 from gpucli.runs.health import Preflight
-from gpucli.runs.launchinputs import LaunchInputs
+from gpucli.runs.launchinputs import NO_INPUTS, LaunchInputs
 from gpucli.runs.limits import ZERO_OFF, Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
@@ -209,6 +209,11 @@ class RunRecord:
     @property
     def active(self) -> bool:
         return RunState(self.status).active
+
+    @property
+    def inputs(self) -> LaunchInputs:
+        """The launch inputs (empty for a record of a gpucli that kept none)."""
+        return self.launch if self.launch is not None else NO_INPUTS
 
     @property
     def price_per_hour_usd(self) -> float | None:

@@ -140,8 +140,7 @@ def launch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
-    from gpucli.run import precedence
+    from gpucli.run import lifecycle, precedence
     from gpucli.run.launch import LaunchRequest
     from gpucli.runs.limits import Limits, parse_idle_stop
 
