@@ -82,16 +82,16 @@ def launch_choices(cli: Mapping[str, Any], *, task_file: Path | None = None, mac
         if task_file is None and not _given(cli.get("run")):
             raise UsageError("--code needs --run CMD (the training command to run)")
         base = load_task(task_file) if task_file is not None else Task(run=cli["run"])
-        task = with_overrides(base, **{k: values.get(k) for k in _OWN_ONLY if k != "grace"},
-                              grace_s=values.get("grace"),
-                              **{t: (str(values[k]) if k == "data" else values[k]) if k in values else None
-                                 for k, t in _TASK_KEYS.items()})
+        options: dict[str, Any] = {k: values.get(k) for k in _OWN_ONLY if k != "grace"}
+        options.update({t: (str(values[k]) if k == "data" else values[k]) if k in values else None
+                        for k, t in _TASK_KEYS.items()})
+        task = with_overrides(base, grace_s=values.get("grace"), **options)
         for key, tkey in _TASK_KEYS.items():  # task.yaml's value where the command line gave none
             value = getattr(task, tkey)
             if key not in values and _given(value):
                 values[key], sources[key] = (str(value) if key == "data" else value), TASK
         if "profile" not in values:  # nothing is rented on local and ssh hosts: the profile only names the machine
-            provider = values.get("provider") or userconfig.get(mine, "provider")
+            provider = values.get("provider") or userconfig.get(dict(mine), "provider")
             if get_target(provider or "local").cloud:
                 _from_config(values, sources, mine, "provider", None)
                 _from_config(values, sources, mine, "profile", provider)

@@ -210,7 +210,7 @@ def launch(
         profile=profile or "cpu", **given, **given_own, model=model, data=data, volume=volume, volume_size_gb=volume_size,
         name=name, host=hosts[0] if hosts else None, hosts=hosts if len(hosts) > 1 else (), nodes=nodes,
         nccl_ifname=nccl_ifname, link_gbps=link_gbps, probe_link=probe_link,
-        identity=identity, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
+        identity=str(identity) if identity else None, spot=spot, bid_per_gpu_usd=bid, val_interval=val_interval,
         extra=tuple(set_), workdir=workdir, on_end=on_end, python=python, image=image, disk_gb=disk,
         ready_timeout_s=ready_timeout, force=force, env_names=tuple(env), query=query, store=store,
         mirror=bool(recover or mirror_checkpoints),
