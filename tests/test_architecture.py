@@ -263,6 +263,7 @@ def test_no_import_cycle_anywhere():
 # of job, then the life of a run on top.
 RUN_FLOORS = {
     "untrusted": 3,  # what comes from a pod, checked: names, numbers, bounded JSON
+    "precedence": 2,  # the one rule for a launch's inputs: command line > task.yaml > your config > defaults
     "procs": 4, "datasources": 4, "checkpoints": 4, "tensorboard": 4, "calibrate": 4,
     "nodes": 4.5,  # a run over several machines: its layout, variables and rented cluster
     "linkprobe": 4.6,  # the link between your own machines, measured at launch

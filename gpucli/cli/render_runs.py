@@ -402,7 +402,7 @@ def downed(result: DownResult) -> None:
     from gpucli.providers.registry import get_target
 
     record = result.record
-    own = bool((record.launch or {}).get("own"))
+    own = record.inputs.own is not None
     what = [("job stopped" if own else "trainer stopped (emergency checkpoint written)") if result.was_running
             else f"{'job' if own else 'trainer'} was not running"]
     if result.ended_pod:
@@ -411,9 +411,9 @@ def downed(result: DownResult) -> None:
                     else f"pods labelled {record.label or 'gpucli-' + record.name} terminated")
     elif get_target(record.provider).cloud:
         what.append("pod left running (--keep-pod)")
-    volume = (record.launch or {}).get("volume")
-    if isinstance(volume, dict):
-        what.append(f"network volume {volume.get('name')} ({volume.get('id')}) kept: it holds the data and "
+    volume = record.inputs.volume
+    if volume is not None:
+        what.append(f"network volume {volume.name} ({volume.id}) kept: it holds the data and "
                     "checkpoints, and RunPod bills it monthly until you delete it")
     out().print(f"{record.name}: " + "; ".join(what))
 

@@ -485,11 +485,11 @@ class CloudTarget:
                 total += inst.stopped_usd_per_month
                 parts.append(f"stopped pod {inst.instance_id} keeps its disk: ${inst.stopped_usd_per_month:.2f}/month "
                              f"until `gpucli down {record.name}`")
-        volume = (record.launch or {}).get("volume")
-        if isinstance(volume, dict) and isinstance(volume.get("size_gb"), int | float):
-            monthly = volume_usd_per_month(float(volume["size_gb"]))
+        volume = record.inputs.volume
+        if volume is not None and volume.size_gb is not None:
+            monthly = volume_usd_per_month(float(volume.size_gb))
             total += monthly
-            parts.append(f"network volume {volume.get('name')} ({volume.get('id')}): ${monthly:.2f}/month until "
+            parts.append(f"network volume {volume.name} ({volume.id}): ${monthly:.2f}/month until "
                          "deleted")
         return (round(total, 2), "; ".join(parts)) if parts else None
 

@@ -36,8 +36,7 @@ if TYPE_CHECKING:
 
 def cluster_of(record: RunRecord) -> str | None:
     """The id of the cluster a run's nodes were rented as (None: not a rented cluster)."""
-    value = (record.launch or {}).get("cluster_id")
-    return str(value) if value else None
+    return record.inputs.cluster_id or None
 
 
 def watcher_log(name: str) -> str:

@@ -28,6 +28,7 @@ from gpucli.run.lifecycle import cleanup_failed, prepare
 from gpucli.run.procs import identify
 from gpucli.runs import podfiles
 from gpucli.runs import records as runs
+from gpucli.runs.launchinputs import BoxInputs
 from gpucli.runs.records import RunRecord
 from gpucli.settings import watchdog_poll_s
 
@@ -61,8 +62,8 @@ def up(catalog: Catalog, req: LaunchRequest, *, idle_minutes: float, on_step: Ca
     name = req.name or runs.unique_name(f"box-{req.profile.lower()}")
     prepared = prepare(catalog, dataclasses.replace(req, name=name))
     resolved = prepared.resolved
-    box = {"idle_minutes": idle_minutes, "on_end": resolved.on_end}
-    record = start.record_for(resolved).with_(phase="box", model="-", launch={**prepared.inputs, "box": box})
+    box = BoxInputs(idle_minutes=idle_minutes, on_end=resolved.on_end)
+    record = start.record_for(resolved).with_(phase="box", model="-", launch=prepared.inputs.with_(box=box))
     runs.save(record)  # written before anything waits
     try:
         if prepared.provision is not None:

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError, ProviderError, UsageError
 from gpucli.providers.api import TERMINATE_PENDING, TerminatePending
@@ -26,6 +26,7 @@ from gpucli.run.nodes import stop_watchdogs
 from gpucli.run.observe import billed_cost, provider_billed
 from gpucli.run.owner import orphaned
 from gpucli.runs import records as runs
+from gpucli.runs.launchinputs import LaunchInputs
 from gpucli.runs.notice import Notice, NoticeFn
 from gpucli.runs.records import RunRecord
 from gpucli.runs.sshconfig import remove_entry
@@ -55,15 +56,14 @@ def all_statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None
     return reconcile.statuses(check_all=check_all, on_bad=on_bad)
 
 
-def _final_bill(record: RunRecord, cost: float | None) -> tuple[float | None, dict[str, Any] | None]:
+def _final_bill(record: RunRecord, cost: float | None) -> tuple[float | None, LaunchInputs | None]:
     """The cost with the pod's bill as the provider reports it (vast: bandwidth), and the launch
     facts with the bandwidth counted, so a second ``down`` never adds it twice."""
     billed = provider_billed(record)
     if billed is None:
         return cost, record.launch
-    launch = dict(record.launch or {})
-    counted = _finite(launch.get("bandwidth_usd")) or 0.0
-    launch["bandwidth_usd"] = billed.bandwidth_usd
+    counted = _finite(record.inputs.bandwidth_usd) or 0.0
+    launch = record.inputs.with_(bandwidth_usd=billed.bandwidth_usd)
     return billed_cost(None if cost is None else cost - counted, billed), launch
 
 

@@ -75,8 +75,8 @@ def exec_log(record: RunRecord, exec_id: str) -> str:
 
 def venv_of(record: RunRecord) -> str | None:
     """The venv the run's own code runs in on a local or SSH host (gpucli.run.jobs.own.venv_dir)."""
-    own = (record.launch or {}).get("own")
-    if not isinstance(own, dict) or get_target(record.provider).cloud:
+    own = record.inputs.own
+    if own is None or get_target(record.provider).cloud:
         return None
     code = own.get("code")
     if isinstance(code, dict) and code.get("url"):

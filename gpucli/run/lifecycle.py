@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +30,12 @@ from gpucli.run.multinode import end_rented, launch_nodes, rented_of
 from gpucli.run.nodes import gather_shards
 from gpucli.run.owner import ended_elsewhere, this_launcher
 from gpucli.run.podrescue import take_newest_from_old_pod
+from gpucli.run.precedence import resume_choices
 from gpucli.run.runend import own_end
 from gpucli.run.transfer import plan_transfer, reserve
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
+from gpucli.runs.launchinputs import LaunchInputs
 from gpucli.runs.notice import EventFn, Notice, NoticeFn, StepFn
 from gpucli.runs.records import RunRecord
 from gpucli.runs.secretenv import resolve as secrets_present
@@ -63,14 +65,14 @@ class PreparedLaunch:
     job: Job = BUNDLED  # the bundled trainer or the user's own command
 
     @property
-    def inputs(self) -> dict:
+    def inputs(self) -> LaunchInputs:
         """What the record keeps to resolve the same launch again (``gpucli resume``)."""
         data = self.request.to_json()
         volume = self.provision.volume if self.provision is not None else None
         if volume is not None:  # the volume's id: a resume mounts this very volume (names need not be unique)
             data["volume"] = volume.to_json()
         data.update(self.job.inputs())
-        return data
+        return LaunchInputs.from_dict(data)  # type: ignore[return-value]  # a dict in, never None
 
 
 def run_name_for(catalog: Catalog, req: LaunchRequest, job: Job = BUNDLED) -> str:
@@ -192,7 +194,7 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
 
 def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Callable[[RunRecord], Any],
               ssh: SshTarget | None = None, provision: Provisioner | None = None,
-              inputs: Mapping[str, Any] | None = None, record: RunRecord | None = None,
+              inputs: LaunchInputs | None = None, record: RunRecord | None = None,
               restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
     """Run the launch sequence: provision (cloud) -> wait (deadline) -> the job's start -> record.
     ``provision`` (cloud targets) creates the pod and returns its endpoint; it gets
@@ -201,7 +203,7 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
     writes the record (it is called before anything waits). ``job`` puts the bundled trainer or the
     user's own command on the host."""
     if record is None:
-        record = job.labelled(start.record_for(resolved).with_(launch=dict(inputs) if inputs is not None else None))
+        record = job.labelled(start.record_for(resolved).with_(launch=inputs))
     else:
         record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
                               launcher=this_launcher(), message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
@@ -225,8 +227,7 @@ def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Ca
             ssh = provision(on_created=on_created, on_event=on_event, cancelled=lambda: ended_elsewhere(started, runs.load))
             billed = provision.billed_usd_per_hour
             if billed:  # the price is what is billed: budget, watchdog cap and cost records use it
-                request = (inputs or {}).get("request") or {}
-                stated = (request.get("limits") or {}).get("price_per_hour_usd")  # --price: kept if higher
+                stated = (inputs.requested.get("limits") or {}).get("price_per_hour_usd") if inputs else None  # --price: kept if higher
                 price = max(float(billed), float(stated)) if stated else float(billed)
                 resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(price_per_hour_usd=price))
                 record = record.with_(limits=resolved.limits)
@@ -276,7 +277,8 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         raise runs.BadRecord(f"run {record.name}: its record's launch settings cannot be read "
                              f"({type(exc).__name__}: {str(exc)[:120]})",
                              hint="start it again with `gpucli launch`") from None
-    old_target = get_target(record.provider)
+    old_target = get_target(record.provider)  # below: resume's command line over the run's launch (gpucli/run/precedence.py)
+    provider, nodes = resume_choices({"provider": record.provider, "nodes": req.nodes}, provider=provider, nodes=nodes).pick("provider", "nodes")
     req, moving = store.moved_request(req, record, provider, nodes)  # --provider: the same run elsewhere
     target = get_target(req.provider)
     if req.nodes > 1:  # one run over several machines (run/multinode.py)
@@ -304,13 +306,12 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
             on_notice(Notice("warn", f"could not terminate the old pod {record.instance_id}: {exc}"))
         old = (record.instance_id,) if record.instance_id else ()
         record = record.with_(previous_instances=record.previous_instances + old, instance_id=None)
-    volume = (record.launch or {}).get("volume")
-    volume_id = str(volume["id"]) if isinstance(volume, dict) and volume.get("id") else None
+    volume_id = record.launch.volume.id if record.launch and record.launch.volume else None
     prepared = prepare(catalog, req, run_name=record.name, job=job.again(), volume_id=volume_id)
     if moving:
         record = store.moved_record(record, req, prepared.resolved.workdir)
-    if "volume" in prepared.inputs:  # the volume this pod mounts (another, when the recorded one was deleted)
-        record = record.with_(launch={**(record.launch or {}), "volume": prepared.inputs["volume"]})
+    if (inputs := prepared.inputs).volume is not None:  # the volume this pod mounts (another, when the recorded one was deleted)
+        record = record.with_(launch=(record.launch or LaunchInputs()).with_(volume=inputs.volume))
     try:
         if on_volume:
             return _resume_on_volume(prepared, record, restore, metrics, from_scratch=from_scratch, on_step=on_step)
@@ -508,7 +509,7 @@ def _resume_nodes(record: RunRecord, req: LaunchRequest, job: Job, catalog: Cata
         req = dataclasses.replace(req, nodes=nodes, hosts=req.hosts[:nodes] if len(req.hosts) > 1 else req.hosts)
         if len(req.hosts) == 1:
             req = dataclasses.replace(req, host=req.hosts[0], hosts=())
-        record = record.with_(nodes=record.nodes[:nodes - 1], launch={**(record.launch or {}), **req.to_json()})
+        record = record.with_(nodes=record.nodes[:nodes - 1], launch=(record.launch or LaunchInputs()).with_(request=req.to_json()["request"]))
     prepared = prepare(catalog, req, run_name=record.name, job=job.again())
     on_step(f"resuming {record.name} on its {req.nodes} nodes")
     return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),

@@ -223,7 +223,7 @@ def summarize(record: RunRecord, rows: Iterable[dict[str, Any] | MetricsRow], *,
         finished_reason=finished.reason if finished else None, process_alive=alive,
         story=str(finished.get("story")) if finished and isinstance(finished.get("story"), str) else None,
         last_event=events[-1].event if events else None, log_tail=log_tail,
-        slow=None if (record.launch or {}).get("own") else slow_words([r.to_json() for r in typed],
+        slow=None if record.inputs.own is not None else slow_words([r.to_json() for r in typed],
                                                                      record.planned.tokens_per_s,
                                                                      record.limits.slow_below))
 
@@ -271,7 +271,7 @@ def status_of(host: Host, record: RunRecord) -> RunStatus:
     alive = trainer_alive(host, record)
     tail = log_tail(host, record.workdir) if alive is False else ()
     phase = None
-    if alive and (record.launch or {}).get("own") and not any(r.get("kind") == "train" for r in rows):
+    if alive and record.inputs.own is not None and not any(r.get("kind") == "train" for r in rows):
         try:
             phase = json.loads(read_head(host, f"{record.workdir}/status.json")).get("phase")
         except (GpucliError, OSError, ValueError, AttributeError):
@@ -311,7 +311,7 @@ def stop_trainer(host: Host, record: RunRecord, *, timeout_s: float = 120.0,
     :func:`trainer_alive` asks about the whole process group."""
     if not record.pid or not trainer_alive(host, record):
         return False
-    own = bool((record.launch or {}).get("own"))
+    own = record.inputs.own is not None
     if own:  # the job's runner tells this apart from a cap or a provider's SIGTERM (its end story)
         try:
             host.write_file(f"{record.workdir}/stop_reason", b"by you\n", mode=0o644)

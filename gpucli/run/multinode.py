@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from gpucli.providers.registry import Host
     from gpucli.run.jobs.base import Job
     from gpucli.run.launch import LaunchRequest, ResolvedLaunch
+    from gpucli.runs.launchinputs import LaunchInputs
 
 
 class PreparedNodes(Protocol):
@@ -74,7 +75,7 @@ class PreparedNodes(Protocol):
     @property
     def job(self) -> Job: ...
     @property
-    def inputs(self) -> dict: ...
+    def inputs(self) -> LaunchInputs: ...
 
 
 def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_warn: Callable[[str], None],
@@ -181,7 +182,7 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                    "each instance's watchdog ends its own instance when the run is over; the overlay is "
                    "deleted from here")
             what = rented if cluster_of(record) else \
-                f"vast.ai overlay {overlay_of(record) or (record.launch or {}).get('overlay_name')}"
+                f"vast.ai overlay {overlay_of(record) or record.inputs.overlay_name}"
             on_info(f"{what} bills until this machine deletes it ({why}): {watcher} {also}"
                     f"`gpucli down {record.name}`; with this machine off it bills until one of them runs")
         return record
@@ -209,7 +210,7 @@ def rented_of(record: RunRecord) -> str | None:
     """What a run's nodes were rented as, in words (None: nothing rented as one)."""
     if cluster_of(record):
         return f"cluster {cluster_of(record)}"
-    overlay = overlay_of(record) or (record.launch or {}).get("overlay_name")
+    overlay = overlay_of(record) or record.inputs.overlay_name
     if overlay:
         return f"vast.ai overlay {overlay} with every instance on it"
     return None
@@ -226,7 +227,7 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
 
     def on_cluster(cluster_id: str) -> None:
         nonlocal record
-        record = record.with_(launch={**(record.launch or {}), "cluster_id": cluster_id})
+        record = record.with_(launch=record.inputs.with_(cluster_id=cluster_id))
         save(record)
 
     def on_pods(pods: list[Any]) -> None:

@@ -54,11 +54,9 @@ def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str]
         return None
     target = get_target(record.provider)
     ask = target.kept_storage if target.cloud else None  # nothing rented: nothing kept
-    launch = record.launch or {}
-    raw = launch.get("request")
-    request: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    pod_kept = bool(record.instance_id) and request.get("on_end") != "terminate" and record.end_reason != "down"
-    if ask is None or not (pod_kept or launch.get("volume")):
+    launch = record.inputs
+    pod_kept = bool(record.instance_id) and launch.requested.get("on_end") != "terminate" and record.end_reason != "down"
+    if ask is None or not (pod_kept or launch.volume is not None):
         return None  # nothing can still bill: no provider call (ls lists every run)
     try:
         return ask(record)

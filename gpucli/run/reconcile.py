@@ -77,7 +77,7 @@ def statuses(*, check_all: bool, on_bad: Callable[[str], None] | None = None
         else:
             rows.append((record, recorded_status(record)))
     ended = runs.list_runs()
-    if any((r.launch or {}).get("cluster_id") for r in ended):  # clusterend.cluster_of, without its client
+    if any(r.inputs.cluster_id for r in ended):  # clusterend.cluster_of, without its client
         # lazy: RunPod's cluster client only where some run here had a cluster
         from gpucli.providers.clusterend import end_clusters_of_ended
 

@@ -96,8 +96,7 @@ def _env(record: RunRecord) -> dict[str, str]:
 
         env[settings.KEYS[record.provider].env_var] = resolve_key(record.provider).value
     env.update(store_env(run_store(record)))
-    req = (record.launch or {}).get("request") or {}
-    for name in (req.get("env_names") or ()) if isinstance(req, dict) else ():  # --env: a recovery's new pod needs them
+    for name in record.inputs.requested.get("env_names") or ():  # --env: a recovery's new pod needs them
         hit = lookup(str(name))
         if hit is not None:
             env[str(name)] = hit[0]

@@ -251,6 +251,6 @@ def start_watchdog(host: Host, resolved: ResolvedLaunch, record: RunRecord, watc
     # rank 0 of a RunPod Instant Cluster ends the whole cluster (gpucli/pod/watchdog.py pod_calls)
     rank0 = not watch_args or "--node-rank" not in watch_args or \
         watch_args[list(watch_args).index("--node-rank") + 1] == "0"
-    cluster = (record.launch or {}).get("cluster_id") if rank0 else None  # its nodes run as "ssh" hosts
+    cluster = record.inputs.cluster_id if rank0 else None  # its nodes run as "ssh" hosts
     return host.start_detached(" ".join(shlex.quote(a) for a in args), cwd=f"{wd}/code", log_path=f"{wd}/watchdog.out",
-                               env_file=write_watchdog_env(host, wd, resolved.provider, str(cluster) if cluster else None))
+                               env_file=write_watchdog_env(host, wd, resolved.provider, cluster or None))

@@ -53,8 +53,7 @@ class StoreFailed(TransferError):
 
 def run_store(record: RunRecord) -> str | None:
     """The store a run was launched with (its URL, from the record's launch inputs), or None."""
-    req = (record.launch or {}).get("request") or {}
-    return store_url(req.get("store")) if isinstance(req, dict) else None
+    return store_url(record.inputs.requested.get("store"))
 
 
 def store_env(url: str | None) -> dict[str, str]:
@@ -289,7 +288,7 @@ def moved_record(record: RunRecord, req: LaunchRequest, workdir: str) -> RunReco
     old = (record.instance_id,) if record.instance_id else ()
     return record.with_(provider=req.provider, workdir=workdir, ssh=None, instance_id=None, pid=None,
                         watchdog_pid=None, nodes=record.nodes if req.nodes > 1 else (), previous_instances=tuple(dict.fromkeys(record.previous_instances + old)),
-                        launch={**(record.launch or {}), **req.to_json()})
+                        launch=record.inputs.with_(request=req.to_json()["request"]))
 
 
 def best_in_store(record: RunRecord) -> tuple[Any, objstore.StoredCheckpoint]:

@@ -176,7 +176,7 @@ def run_logdir(record: RunRecord, logdir: str | None = None) -> str:
     """Where a run's TensorBoard events are, relative to its folder: the bundled trainer's ``tb``; for
     your own code the code folder (TensorBoard finds ``runs/``, ``lightning_logs/``... under it), or
     ``--logdir`` inside it."""
-    if not (record.launch or {}).get("own"):
+    if record.inputs.own is None:
         return "tb"
     sub = posixpath.normpath((logdir or ".").strip("/")) if logdir else "."
     if sub.startswith("..") or posixpath.isabs(sub):

@@ -37,6 +37,7 @@ from gpucli.run.lifecycle import PreparedLaunch, cleanup_failed, start_run
 from gpucli.run.monitor import trainer_alive
 from gpucli.runs import podfiles
 from gpucli.runs import records as runs
+from gpucli.runs.launchinputs import LaunchInputs, OnMachine
 from gpucli.runs.machines import is_box, machine_root
 from gpucli.runs.notice import Notice
 from gpucli.runs.records import RunRecord
@@ -197,7 +198,7 @@ def launch_on(prepared: PreparedLaunch, m: Machine, *, on_step: Callable[[str], 
     sequence without its rental (the run's own watchdog first, the job handed to it). ``wait_free_s``:
     how long a machine still busy with a job that is ending is waited for (a sweep's next trial)."""
     resolved = prepared.resolved
-    inputs = {**prepared.inputs, "on": {"machine": m.root, "after": m.base.name}}
+    inputs = prepared.inputs.with_(on=OnMachine(machine=m.root, after=m.base.name))
     if m.nodes > 1:
         return _launch_on_nodes(prepared, m, inputs, on_step=on_step, on_notice=on_notice, wait_free_s=wait_free_s)
     try:
@@ -219,7 +220,7 @@ def launch_on(prepared: PreparedLaunch, m: Machine, *, on_step: Callable[[str], 
         runs.release_name(resolved.name)
 
 
-def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: dict[str, Any], *, on_step: Callable[[str], None],
+def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: LaunchInputs, *, on_step: Callable[[str], None],
                      on_notice: Callable[[Any], None], wait_free_s: float) -> RunRecord:
     """The run on every node the base run had (gpucli.run.multinode), ranks as before: each node's folder
     beside the base run's node folder there, node 0 seeded as one machine is, the others' code copied."""
@@ -240,7 +241,7 @@ def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: dict[str, Any
                 if host.exists(f"{src}/code"):
                     host.run(f"cp -a -- {shlex.quote(src)}/code {shlex.quote(dst)}/code", timeout_s=600)
                     on_step(f"node {node.rank}: code copied from {m.base.name}'s folder there")
-        on = _OnNodes(prepared.request, resolved, prepared.provision, prepared.ssh, prepared.job, on=inputs["on"])
+        on = _OnNodes(prepared.request, resolved, prepared.provision, prepared.ssh, prepared.job, on=inputs.on)
         return launch_nodes(on, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
                             on_info=lambda t: on_notice(Notice("info", t)), save=runs.save)
     finally:
@@ -251,15 +252,15 @@ def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: dict[str, Any
 class _OnNodes(PreparedLaunch):
     """A launch on the nodes of a run: its record says which machines it shares (``launch.on``)."""
 
-    on: Any = None
+    on: OnMachine | None = None
 
     @property
-    def inputs(self) -> dict:
-        return {**super().inputs, "on": self.on}
+    def inputs(self) -> LaunchInputs:
+        return super().inputs.with_(on=self.on)
 
 
 def _same_data(base: RunRecord, req: LaunchRequest) -> bool:
-    asked = ((base.launch or {}).get("request") or {}).get("data")
+    asked = base.inputs.requested.get("data")
     return (asked or None) == (req.data or None)
 
 

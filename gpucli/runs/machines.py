@@ -13,12 +13,12 @@ from gpucli.runs.records import RunRecord
 
 def machine_root(record: RunRecord) -> str:
     """The run that rented (or first used) the machine this run is on: itself when it is not on another's."""
-    on = (record.launch or {}).get("on")
-    return str(on["machine"]) if isinstance(on, dict) and on.get("machine") else record.name
+    on = record.inputs.on
+    return on.machine if on is not None else record.name
 
 
 def is_box(record: RunRecord) -> bool:
-    return bool((record.launch or {}).get("box"))
+    return record.inputs.box is not None
 
 
 @dataclass(frozen=True)

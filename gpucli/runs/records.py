@@ -21,6 +21,7 @@ from typing import Any
 
 from gpucli.errors import NotFoundError, UnknownNameError, UsageError
 from gpucli.runs.health import Preflight
+from gpucli.runs.launchinputs import NO_INPUTS, LaunchInputs
 from gpucli.runs.limits import ZERO_OFF, Limits
 from gpucli.settings import home
 from gpucli.ssh import SshTarget
@@ -181,7 +182,7 @@ class RunRecord:
     ended_at: str | None = None
     end_reason: str | None = None
     message: str | None = None
-    launch: dict[str, Any] | None = None  # the launch's own inputs (no secrets), for `gpucli resume`
+    launch: LaunchInputs | None = None  # the launch's own inputs (no secrets), for `gpucli resume`
     previous_instances: tuple[str, ...] = ()  # pods this run had before a resume
     step: int | None = None  # the last training step seen, kept when the run ends (for `ls`)
     loss: float | None = None  # the training loss at that step
@@ -198,12 +199,21 @@ class RunRecord:
     preflight: Preflight | None = None  # the machine checked before the run was detached (gpucli/run/preflight.py)
     attempts: tuple[dict[str, Any], ...] = ()  # a launch across providers: each offer tried (gpucli/run/failover.py)
 
+    def __post_init__(self) -> None:
+        if self.launch is not None and not isinstance(self.launch, LaunchInputs):  # a dict: typed here, once
+            object.__setattr__(self, "launch", LaunchInputs.from_dict(self.launch))
+
     def with_(self, **changes: Any) -> RunRecord:
         return dataclasses.replace(self, **changes)
 
     @property
     def active(self) -> bool:
         return RunState(self.status).active
+
+    @property
+    def inputs(self) -> LaunchInputs:
+        """The launch inputs (empty for a record of a gpucli that kept none)."""
+        return self.launch if self.launch is not None else NO_INPUTS
 
     @property
     def price_per_hour_usd(self) -> float | None:
@@ -255,6 +265,7 @@ def _to_json(record: RunRecord) -> dict[str, Any]:
         del data["preflight"]  # records without a preflight stay as they were
     else:
         data["preflight"] = record.preflight.to_json()
+    data["launch"] = record.launch.to_dict() if record.launch is not None else None
     return data
 
 
@@ -355,6 +366,7 @@ def _from_json(data: Any, path: Path) -> RunRecord:
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())
         rest["status"] = RunState(rest.get("status", RunState.PROVISIONING))
+        rest["launch"] = LaunchInputs.from_dict(rest.get("launch"))
         return RunRecord(ssh=ssh, limits=limits, planned=planned, link=link, **rest)
     except (TypeError, KeyError, ValueError) as exc:
         raise BadRecord(f"{path}: not a gpucli run record ({exc})") from exc

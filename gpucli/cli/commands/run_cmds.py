@@ -140,9 +140,8 @@ def launch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run import lifecycle, precedence
     from gpucli.run.launch import LaunchRequest
-    from gpucli.runs import userconfig
     from gpucli.runs.limits import Limits, parse_idle_stop
 
     machine = None
@@ -150,53 +149,30 @@ def launch(
         from gpucli.run import warm
 
         machine = warm.machine(on)
-        provider, profile = provider or machine.provider, profile or machine.profile
-        host = host or machine.hosts
-        identity = identity or (Path(machine.identity) if machine.identity else identity)
-    mine = userconfig.load()  # your defaults (gpucli config): after the command line and task.yaml
-    task = None
-    if task_file is not None or code is not None or run_cmd is not None:
-        from gpucli.runs.task import Task, load_task, with_overrides
-
-        if task_file is None and run_cmd is None:
-            raise UsageError("--code needs --run CMD (the training command to run)")
-        base = load_task(task_file) if task_file is not None else Task(run=run_cmd)
-        task = with_overrides(base, run=run_cmd, code=code, setup=setup, checkpoints=checkpoints,
-                              data=str(data) if data else None, profile=profile, provider=provider, name=name,
-                              metrics_regex=metrics_regex, spot=spot or None, budget_usd=budget, max_hours=hours,
-                              stall_minutes=stall_minutes, grace_s=grace)
-        profile, provider, name = task.profile, task.provider, task.name
-        data = str(task.data) if task.data is not None else None
-        spot, budget, hours, stall_minutes = task.spot, task.budget_usd, task.max_hours, task.stall_minutes
-        if profile is None:
-            from gpucli.providers.registry import get_target
-
-            # nothing is rented on local and ssh hosts: the profile only names the machine
-            provider = provider or userconfig.get(mine, "provider")
-            cloud = get_target(provider or "local").cloud
-            profile = userconfig.get(mine, "profile", provider) if cloud else "cpu"
-    elif preflight is not None:
+    # the command line, then task.yaml, then your config, then the defaults (gpucli/run/precedence.py)
+    chosen = precedence.launch_choices(dict(
+        profile=profile, provider=provider, name=name, data=data, spot=spot, budget=budget, hours=hours,
+        stall_minutes=stall_minutes, phase=phase, model=model, disk=disk, image=image, ready_timeout=ready_timeout,
+        python=python, on_end=on_end, store=store, host=tuple(host), identity=str(identity) if identity else None,
+        run=run_cmd, code=code, setup=setup, checkpoints=checkpoints, metrics_regex=metrics_regex, grace=grace),
+        task_file=task_file, machine=machine)
+    task = chosen.task
+    if task is None and preflight is not None:
         raise UsageError("--preflight CMD goes with --run (your own code); the bundled trainer has its own",
                          hint="--no-preflight skips the bundled trainer's")
-    elif setup or checkpoints or metrics_regex or grace is not None or params or seq_len or tokens:
+    if task is None and (setup or checkpoints or metrics_regex or grace is not None or params or seq_len or tokens):
         raise UsageError("--setup, --checkpoints, --metrics-regex, --grace, --params, --seq-len and --tokens go "
                          "with --run (your own code)")
     if no_preflight and preflight is not None:
         raise UsageError("--preflight CMD and --no-preflight contradict each other")
     if preflight is not None and not preflight.strip():
         raise UsageError("--preflight needs a command")
-    provider = provider or userconfig.get(mine, "provider")
-    profile = profile or userconfig.get(mine, "profile", provider)
-    phase = phase or userconfig.get(mine, "phase", provider)
-    if task is None:  # the bundled trainer's model preset
-        model = model or userconfig.get(mine, "model", provider)
-    disk = disk or userconfig.get(mine, "disk", provider)
-    image = image or userconfig.get(mine, "image", provider)
-    ready_timeout = ready_timeout or userconfig.get(mine, "ready_timeout", provider)
-    python = python or userconfig.get(mine, "python", provider)
-    on_end = on_end or userconfig.get(mine, "on_end", provider)
-    spot = spot or bool(userconfig.get(mine, "spot", provider))
-    store = store or userconfig.get(mine, "store", provider)
+    provider, profile, phase, model, name, data = (chosen[k] for k in ("provider", "profile", "phase", "model",
+                                                                       "name", "data"))
+    disk, image, ready_timeout, python, on_end, store = (chosen[k] for k in ("disk", "image", "ready_timeout",
+                                                                             "python", "on_end", "store"))
+    budget, hours, stall_minutes, spot = chosen["budget"], chosen["hours"], chosen["stall_minutes"], bool(chosen["spot"])
+    host, identity = list(chosen["host"] or ()), chosen["identity"]
     if params or seq_len is not None or tokens:
         from gpucli.plan.estimate import parse_quantity
 

@@ -50,8 +50,7 @@ OVERLAY_STRAY = "vast-overlay"  # the provider name a stray overlay is listed un
 
 def overlay_of(record: RunRecord) -> str | None:
     """The id of the vast.ai overlay a run's nodes were rented on (None: not one, or not known yet)."""
-    value = (record.launch or {}).get("overlay_id")
-    return str(value) if value else None
+    return record.inputs.overlay_id or None
 
 
 def _client() -> VastProvider:
@@ -92,7 +91,7 @@ def rent_vast(prepared: NodesPrepared, record: RunRecord, specs: list[NodeSpec],
     client = _client()
     cluster_id, offers = chosen
     name = overlay_name(resolved.label)
-    record = record.with_(launch={**(record.launch or {}), "vast_cluster_id": cluster_id, "overlay_name": name})
+    record = record.with_(launch=record.inputs.with_(vast_cluster_id=str(cluster_id), overlay_name=name))
     save(record)
     image = req.image or get_target("vast").default_image
 
@@ -103,7 +102,7 @@ def rent_vast(prepared: NodesPrepared, record: RunRecord, specs: list[NodeSpec],
 
     def on_overlay(overlay_id: str) -> None:
         nonlocal record
-        record = record.with_(launch={**(record.launch or {}), "overlay_id": overlay_id})
+        record = record.with_(launch=record.inputs.with_(overlay_id=str(overlay_id)))
         save(record)
 
     def on_instance(rank: int, instance_id: str) -> None:
@@ -142,7 +141,7 @@ def overlay_addresses(hosts: Sequence[Host], specs: list[NodeSpec], ifname: str 
 
 def end_vast(record: RunRecord) -> bool:
     """Destroy every instance of the run and delete its overlay; whether it had one."""
-    overlay_id, name = overlay_of(record), (record.launch or {}).get("overlay_name")
+    overlay_id, name = overlay_of(record), record.inputs.overlay_name
     if overlay_id is None and not name:
         return False
     ids = [i for i in [record.instance_id, *(n.instance_id for n in record.nodes)] if i]

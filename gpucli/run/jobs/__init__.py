@@ -30,8 +30,8 @@ def job_for(task: Task | None) -> Job:
 
 def job_of(record: RunRecord) -> Job:
     """The job a run record was launched with."""
-    own = (record.launch or {}).get("own")
-    return from_record(own) if own else BUNDLED
+    own = record.inputs.own
+    return from_record(own) if own is not None else BUNDLED
 
 
 def fetch_best(host: Host, record: RunRecord, dest: Path, *, with_optimizer: bool = False, progress: Any = None,
