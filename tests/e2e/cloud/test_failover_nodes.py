@@ -46,11 +46,12 @@ def test_a_failed_runpod_cluster_is_deleted_and_a_vast_overlay_trains(fault, clo
     vast.overlay_ifname = "lo"  # the pods share this machine's network: the overlay is its loopback here
     monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
     monkeypatch.setenv("GPUCLI_PROVIDER_POLL_S", "0.1")
-    code, out, err = launch_nodes(capsys, tmp_path, "fn2", "--code", str(own_script(tmp_path / "mine")),
+    name = f"fn-{fault}"  # its own rendezvous port: the two run side by side on this machine's loopback
+    code, out, err = launch_nodes(capsys, tmp_path, name, "--code", str(own_script(tmp_path / "mine")),
                                   "--python", sys.executable, "--nccl-ifname", "lo", "--ready-timeout", "15",
                                   "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
     assert code == 0, err
-    record = runs.load("fn2")
+    record = runs.load(name)
     first, last = record.attempts[0], record.attempts[-1]
     assert first["provider"] == "runpod" and not first["ok"] and first["label"] == "Instant Cluster of 2 pods"
     assert last["ok"] and last["provider"] == "vast" and last["offer_id"] == "501" and len(record.attempts) == 2
@@ -69,8 +70,8 @@ def test_a_failed_runpod_cluster_is_deleted_and_a_vast_overlay_trains(fault, clo
     assert not rpc.billing_pods()  # nothing left running or billing on RunPod
     (overlay,) = vast.overlays.values()
     assert vast.billing() == {record.instance_id, record.nodes[0].instance_id, f"overlay-{overlay.overlay_id}"}
-    wait_for(lambda: step_of(capsys, "fn2") >= 2, 180, "steps on the overlay")
-    assert cli(capsys, "down", "fn2")[0] == 0
+    wait_for(lambda: step_of(capsys, name) >= 2, 180, "steps on the overlay")
+    assert cli(capsys, "down", name)[0] == 0
     assert not vast.billing() and not vast.overlays
     wait_for(lambda: nothing_running(record), 60, "the run's processes to end")
 
