@@ -122,7 +122,7 @@ def _vast_left(record: RunRecord) -> list[str]:
         except InstanceNotFound:
             continue  # vast says it is gone
         left.append(f"instance {iid}")
-    overlay_id, name = overlay_of(record), (record.launch or {}).get("overlay_name")
+    overlay_id, name = overlay_of(record), record.inputs.overlay_name
     if any(o.overlay_id == overlay_id or (name and o.name == name) for o in VastOverlays(client).list()):  # type: ignore[arg-type]
         left.append(f"overlay {overlay_id or name}")
     return left
@@ -142,7 +142,7 @@ def confirm_gone(record: RunRecord) -> None:
                         raise ProviderError(f"RunPod cluster {cid} is still listed after its delete")
             finally:
                 client.close()
-        if overlay_of(record) or (record.launch or {}).get("overlay_name"):
+        if overlay_of(record) or record.inputs.overlay_name:
             if _vast_left(record):
                 end_vast(record)
                 left = _vast_left(record)
