@@ -282,6 +282,7 @@ RUN_FLOORS = {
     "lifecycle": 9,
     "avoid": 1.2,  # hosts that failed their health check, avoided for a week (GPUCLI_HOME/avoid.json)
     "pick": 5.5,  # launch --pick: the planner's choice as the launch's profile and caps
+    "failnodes": 9.05,  # --nodes N across providers: each provider's N machines as one option, and gone after
     "failover": 9.1,  # one launch across providers: offers ranked on the run's cost, tried until one runs
     "envstamp": 7.5,  # the trainer's pinned environment set up (or reused) on any machine a run starts on
     "warm": 9.2,  # the next run on a machine a run already has (launch --on)

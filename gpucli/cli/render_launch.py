@@ -124,7 +124,9 @@ def _across_lines(across: dict[str, Any] | None) -> None:
             "one passes its health check" if offers else
             f"across {', '.join(across.get('providers') or [])}: no offer now", markup=False)
     for i, c in enumerate(offers[:ACROSS_SHOWN], 1):
-        hanging(f"  {i}. {c['gpus']}x {c['gpu']} on {c['provider']} (offer {c['offer']}), {money(c['usd_per_hour'])}/h, "
+        what = f"{c['nodes']} x {c['gpus']}x {c['gpu']}" if c.get("nodes", 1) > 1 else f"{c['gpus']}x {c['gpu']}"
+        where = c.get("label") if c.get("nodes", 1) > 1 else f"offer {c['offer']}"
+        hanging(f"  {i}. {what} on {c['provider']} ({where}), {money(c['usd_per_hour'])}/h, "
                 f"{money(c['run_usd'])} for the run", markup=False)
     if len(offers) > ACROSS_SHOWN:
         hanging(f"  ... and {len(offers) - ACROSS_SHOWN} more (--json lists them all)", markup=False)

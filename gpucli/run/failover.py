@@ -15,6 +15,10 @@ provider says its pod is gone; a machine that failed its health check is avoided
 (gpucli/run/avoid.py). A failure the next machine would repeat (a bad option, the run's own
 configuration failing its steps, a refused key) ends the launch at once. ``--retry-until-up`` searches
 again after a bounded wait once every offer has failed, until its deadline (monotonic).
+
+With ``--nodes N`` an option is N machines rented as one (a RunPod Instant Cluster, N vast.ai instances
+on one overlay: gpucli/run/failnodes.py), quoted on the whole run on every node, and tried by the same
+loop; a failed attempt ends everything it rented, and the next starts once its provider says so.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from gpucli.providers.cloudtarget import run_cost
 from gpucli.providers.credentials import MissingKeyError, resolve_key
 from gpucli.providers.provision import ProvisionCancelled, ProvisionFailed
 from gpucli.providers.registry import get_target, target_names
-from gpucli.run import avoid, lifecycle, preflight
+from gpucli.run import avoid, failnodes, lifecycle, preflight
 from gpucli.run.launch import resolve
 from gpucli.run.preflight import PreflightFailed
 from gpucli.runs import records as runs
@@ -94,6 +98,23 @@ class Candidate:
     offer: Offer
     hourly_usd: float
     cost_usd: float  # the whole run on this offer: planned hours at its $/h plus the bandwidth it bills
+    nodes: failnodes.NodesOption | None = None  # --nodes N: the N machines this option rents as one
+
+    @property
+    def offer_id(self) -> str:
+        return self.nodes.option_id if self.nodes is not None else str(self.offer.offer_id)
+
+    @property
+    def label(self) -> str:
+        return self.nodes.label if self.nodes is not None else f"offer {self.offer.offer_id}"
+
+    @property
+    def what(self) -> str:
+        one = f"{self.offer.gpu_count}x {self.offer.gpu_name}"
+        return f"{len(self.nodes.offers)} x {one}" if self.nodes is not None else one
+
+    def request(self, req: LaunchRequest) -> LaunchRequest:
+        return self.nodes.request(req) if self.nodes is not None else dataclasses.replace(req, provider=self.provider)
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,7 @@ class Ranking:
     candidates: tuple[Candidate, ...]
     hours: float | None  # the run's planned hours (at most --hours)
     notes: tuple[str, ...] = ()  # providers that offered nothing, and why
+    priced: tuple[str, ...] = ()  # how an option was priced where its own plan says nothing (--nodes N)
 
     def quote(self) -> str:
         """The first choice in one line: offer, provider, $/h, planned hours and dollars."""
@@ -109,19 +131,22 @@ class Ranking:
         c = self.candidates[0]
         hours = f"{self.hours:.1f} h" if self.hours else "hours unknown (priced on 1 h)"
         more = f"; {len(self.candidates) - 1} more offers if it fails" if len(self.candidates) > 1 else ""
-        return (f"{c.offer.gpu_count}x {c.offer.gpu_name} on {c.provider} (offer {c.offer.offer_id}), "
+        return (f"{c.what} on {c.provider} ({c.label}), "
                 f"${c.hourly_usd:.3f}/h, {hours}, ${c.cost_usd:.2f} planned{more}")
 
     def to_json(self, providers: list[str]) -> dict[str, Any]:
         """What a dry run shows: every offer in the order it would be tried, and the providers' notes."""
-        return {"providers": providers, "hours": self.hours, "notes": list(self.notes),
-                "offers": [{"provider": c.provider, "offer": str(c.offer.offer_id), "gpu": c.offer.gpu_name,
-                            "gpus": c.offer.gpu_count, "usd_per_hour": round(c.hourly_usd, 4),
+        return {"providers": providers, "hours": self.hours, "notes": list(self.notes) + list(self.priced),
+                "offers": [{"provider": c.provider, "offer": c.offer_id, "gpu": c.offer.gpu_name,
+                            "gpus": c.offer.gpu_count, "nodes": len(c.nodes.offers) if c.nodes else 1,
+                            "label": c.label, "usd_per_hour": round(c.hourly_usd, 4),
                             "run_usd": round(c.cost_usd, 4)} for c in self.candidates]}
 
 
 def rank(catalog: Catalog, req: LaunchRequest, job: Job, names: list[str], *, run_name: str) -> Ranking:
     """Every named provider's offers for the run, cheapest run first (nothing is created)."""
+    if req.nodes > 1:
+        return _rank_nodes(catalog, req, job, names, run_name=run_name)
     found: list[Candidate] = []
     notes: list[str] = []
     hours = None
@@ -149,6 +174,37 @@ def rank(catalog: Catalog, req: LaunchRequest, job: Job, names: list[str], *, ru
     return Ranking(tuple(found), hours, tuple(notes))
 
 
+def _rank_nodes(catalog: Catalog, req: LaunchRequest, job: Job, names: list[str], *, run_name: str) -> Ranking:
+    """``--nodes N``: each provider's options of N machines rented as one (gpucli/run/failnodes.py),
+    cheapest run first. The planned hours depend on the link between the machines; a provider whose link
+    is not known (so neither are its hours) is priced on the longest plan of the others."""
+    asks, notes, priced = [], [], []
+    for name in names:
+        try:
+            one = dataclasses.replace(req, provider=name).checked()
+            resolved = resolve(catalog, job.request(one), run_name=run_name)
+        except (ProviderError, NoCapacityError) as exc:
+            notes.append(f"{name}: {exc}")
+            continue
+        asks.append((name, one, resolved, lifecycle.offer_ask(one, resolved)))
+    known = [ask.hours for *_, ask in asks if ask.hours]
+    longest = max(known) if known else None
+    found: list[Candidate] = []
+    for name, one, resolved, ask in asks:
+        try:
+            found.extend(Candidate(name, o.offers[0], o.hourly_usd, o.cost_usd, o) for o in failnodes.options(
+                catalog, one, resolved, hours=ask.hours or longest, transfer_gb=ask.transfer_gb,
+                limit=OFFERS_PER_PROVIDER))
+        except (ProviderError, NoCapacityError) as exc:  # a missing key, no N machines as one, an API down
+            notes.append(f"{name}: {str(exc).splitlines()[0]}")
+            continue
+        if not ask.hours and longest:
+            priced.append(f"{name}: its hours for {req.nodes} nodes are not planned (the link between its machines "
+                         f"is not known); priced on the longest plan of the others, {longest:.2f} h")
+    found.sort(key=lambda c: c.cost_usd)
+    return Ranking(tuple(found), longest, tuple(notes), tuple(priced))
+
+
 @dataclass(frozen=True)
 class Tried:
     """One attempt, as its line and the record keep it."""
@@ -160,11 +216,12 @@ class Tried:
     reason: str
     seconds: float
     cost_usd: float
+    label: str = ""  # --nodes N: what the option rents ("overlay of 2 instances on cluster 501")
 
     @property
     def line(self) -> str:
         verdict = "running" if self.ok else self.reason
-        return (f"attempt on {self.provider} offer {self.offer_id}: {verdict} "
+        return (f"attempt on {self.provider} {self.label or 'offer ' + self.offer_id}: {verdict} "
                 f"({self.seconds:.0f} s, ${self.cost_usd:.4f})")
 
     def to_json(self) -> dict[str, Any]:
@@ -184,7 +241,7 @@ def _retriable(exc: BaseException) -> tuple[bool, bool]:
     if isinstance(exc, PreflightFailed):
         stage = exc.preflight.stage if exc.preflight is not None else None
         return stage in MACHINE_STAGES, stage in MACHINE_STAGES
-    if isinstance(exc, NoCapacityError):
+    if isinstance(exc, (NoCapacityError, *failnodes.RENT_FAILED)):  # RENT_FAILED: all of it ended (failnodes.py)
         return True, False
     if isinstance(exc, ConnectionFailed):  # the host dropped us during setup: a flaky machine
         return True, True
@@ -201,6 +258,9 @@ def _confirm_gone(name: str) -> None:
     try:
         record = runs.load(name)
     except GpucliError:
+        return
+    if record.nodes:  # a run over several machines: its cluster, or its instances and their overlay
+        failnodes.confirm_gone(record)
         return
     if not record.instance_id:
         return
@@ -238,22 +298,25 @@ def launch_across(catalog: Catalog, req: LaunchRequest, job: Job, names: list[st
         searches += 1
         for note in ranking.notes:
             info(f"skipping {note}")
+        for note in ranking.priced:
+            info(note)
         table = avoid.load()
         for cand in ranking.candidates:
-            bad = avoid.avoided(cand.offer, table)
+            bad = next((b for o in (cand.nodes.offers if cand.nodes else (cand.offer,))
+                        if (b := avoid.avoided(o, table)) is not None), None)
             if bad is not None:
-                info(f"skipping {cand.provider} offer {cand.offer.offer_id}: host {bad.key} failed its health "
+                info(f"skipping {cand.provider} {cand.label}: host {bad.key} failed its health "
                      f"check ({bad.why}); avoided until {time.strftime('%Y-%m-%d', time.localtime(bad.until))}")
                 continue
             if deadline is not None and searches > 1 and clock() >= deadline:
                 break
-            one = dataclasses.replace(req, provider=cand.provider)
+            one = cand.request(req)
             started = clock()
-            on_step(f"trying {cand.provider} offer {cand.offer.offer_id}: {cand.offer.gpu_count}x "
-                    f"{cand.offer.gpu_name} at ${cand.hourly_usd:.3f}/h (run ${cand.cost_usd:.2f})")
-            try:
+            on_step(f"trying {cand.provider} {cand.label}: {cand.what} at ${cand.hourly_usd:.3f}/h "
+                    f"(run ${cand.cost_usd:.2f})")
+            try:  # --nodes N: the option's request holds the attempt to it (failnodes.NodesOption.request)
                 prepared = lifecycle.prepare(catalog, one, run_name=name, job=job if first_job else job.again(),
-                                             offer_id=cand.offer.offer_id)
+                                             offer_id=None if cand.nodes else cand.offer.offer_id)
                 first_job = False
                 record = lifecycle.launch(prepared, on_step=on_step, on_notice=on_notice)
             except BaseException as exc:
@@ -262,24 +325,24 @@ def launch_across(catalog: Catalog, req: LaunchRequest, job: Job, names: list[st
                     own_failed += 1
                     go_on = own_failed < OWN_PREFLIGHT_MACHINES
                     if go_on:
-                        info(f"your --preflight failed on {cand.provider} offer {cand.offer.offer_id}; trying it "
+                        info(f"your --preflight failed on {cand.provider} {cand.label}; trying it "
                              f"on one more machine (failing there too, it is the command, not the machine)")
                 seconds = clock() - started
                 reason = str(exc).splitlines()[0][:300] if isinstance(exc, GpucliError) else type(exc).__name__
-                tried.append(Tried(cand.provider, cand.offer.offer_id, avoid.host_key(cand.offer), False, reason,
-                                   round(seconds, 1), _cost(name, seconds)))
+                tried.append(Tried(cand.provider, cand.offer_id, avoid.host_key(cand.offer), False, reason,
+                                   round(seconds, 1), _cost(name, seconds), cand.label if cand.nodes else ""))
                 on_step(tried[-1].line)
                 _keep(name, tried)
                 _confirm_gone(name)  # raises when a pod would not end: nothing more is created
-                if bad_host and (key := avoid.host_key(cand.offer)):
+                if bad_host and cand.nodes is None and (key := avoid.host_key(cand.offer)):  # N nodes: which one?
                     avoid.add(key, reason[:200])
                     info(f"host {key} avoided for 7 days (GPUCLI_HOME/avoid.json)")
                 if not go_on:
                     raise
                 continue
             seconds = clock() - started
-            tried.append(Tried(cand.provider, cand.offer.offer_id, avoid.host_key(cand.offer), True, "running",
-                               round(seconds, 1), _cost(name, seconds)))
+            tried.append(Tried(cand.provider, cand.offer_id, avoid.host_key(cand.offer), True, "running",
+                               round(seconds, 1), _cost(name, seconds), cand.label if cand.nodes else ""))
             on_step(tried[-1].line)
             return _keep(name, tried) or record
         ranking = None

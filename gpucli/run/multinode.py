@@ -85,6 +85,8 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
     started. ``resume``: the run's record, continued on the same nodes and folders (the trainer's
     ``--resume auto`` takes the newest sharded checkpoint there)."""
     resolved, req, job = prepared.resolved, prepared.request, prepared.job
+    latest: list[RunRecord] = []  # the newest record saved: a failure keeps every id the rental recorded
+    save = _tracking(save, latest)
     own = job if job.kind == "own" else None
     target = get_target(resolved.provider)
     specs = layout(req, resolved.workdir) if not target.cloud else \
@@ -188,6 +190,7 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
+        record = latest[-1] if latest else record  # with the cluster's or overlay's and the machines' ids
         ended = end_nodes(record, on_warn=on_warn)
         if end_rented(record, on_warn=on_warn):
             on_info(f"deleted the {rented_of(record)} of the failed launch")
@@ -198,6 +201,13 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
     finally:
         for host in hosts:
             host.close()
+
+
+def _tracking(save: Callable[[RunRecord], Any], latest: list[RunRecord]) -> Callable[[RunRecord], Any]:
+    def keep(record: RunRecord) -> Any:
+        latest[:] = [record]
+        return save(record)
+    return keep
 
 
 def set_node(record: RunRecord, rank: int, **changes: Any) -> RunRecord:

@@ -36,6 +36,10 @@ def v2_base_url() -> str:
     return (os.environ.get("RUNPOD_API_V2_URL") or V2_DEFAULT_URL).rstrip("/")
 
 
+class ClusterRefused(ProviderError):
+    """RunPod answered the create with an error: no cluster was made (capacity, a data centre, a shape)."""
+
+
 @dataclass(frozen=True)
 class ClusterPod:
     pod_id: str
@@ -92,7 +96,7 @@ class RunPodClusters:
         resp = self.http.request("POST", "/v2/clusters", json_body=body, what="create cluster")
         if resp.status not in (200, 201) or not isinstance(resp.body, dict) or not resp.body.get("id"):
             detail = resp.body.get("detail") or resp.body.get("title") if isinstance(resp.body, dict) else resp.text
-            raise ProviderError(f"RunPod refused the cluster ({resp.status}): {str(detail)[:200]}",
+            raise ClusterRefused(f"RunPod refused the cluster ({resp.status}): {str(detail)[:200]}",
                                 hint="another GPU type, fewer nodes or another data centre may have capacity")
         return str(resp.body["id"])
 

@@ -135,7 +135,7 @@ def _ok(resp: Any, what: str) -> None:
 def cluster_offers(provider: VastProvider, query: Query, *, disk_gb: float) -> dict[str, list[Offer]]:
     """Offers of a physical cluster (``cluster_id != None``), by cluster id."""
     body = query.to_vast_body(order="dph_total", type="on-demand", limit=None, allocated_storage=float(disk_gb))
-    body["cluster_id"] = {"neq": None}  # the docs' `cluster_id!=None`
+    body.setdefault("cluster_id", {"neq": None})  # the docs' `cluster_id!=None`; `cluster_id=ID` as they search it too
     if provider.direct_ssh and "direct_port_count" not in body:
         body["direct_port_count"] = {"gte": 1}
     resp = provider.http.request("POST", "/api/v0/bundles/", json_body=body, idempotent=True, what="search offers")

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpucli.errors import ProviderError, UsageError
+from gpucli.errors import NoCapacityError, ProviderError, UsageError
 from gpucli.plan.catalog import load_catalog
 from gpucli.providers.api import LABEL_PREFIX, LaunchSpec, Offer
 from gpucli.providers.clients import get_provider
@@ -62,9 +62,10 @@ def _planned_hours(resolved: NodesResolved) -> float | None:
     return min(known) if known else None
 
 
-def find_cluster(resolved: NodesResolved, req: NodesRequest, nodes: int, client: VastProvider | None = None) -> tuple[str, list[Offer]]:
-    """The cluster and its ``nodes`` offers (one per machine) with the profile's GPUs each; one line
-    when no cluster has that many."""
+def _offers_by_cluster(resolved: NodesResolved, req: NodesRequest, client: VastProvider | None) -> dict[str, list[Offer]]:
+    """Offers of the profile's GPUs on machines of a physical cluster, by cluster id. A ``cluster_id=ID``
+    in ``--query`` holds the search to that cluster (how one option of a ranking across providers is
+    rented: gpucli/run/failnodes.py)."""
     if resolved.gpu_id is None:
         raise UsageError("--nodes on vast.ai rents GPU machines, and this launch names no GPU")
     gpu = load_catalog().gpus[resolved.gpu_id]
@@ -78,7 +79,33 @@ def find_cluster(resolved: NodesResolved, req: NodesRequest, nodes: int, client:
                                          hours=rental_hours(_planned_hours(resolved))))
         for cid, offers in cluster_offers(client, q, disk_gb=disk).items():
             by_cluster.setdefault(cid, []).extend(o for o in offers if o.gpu_count == resolved.n_gpus)
-    return choose_cluster(by_cluster, nodes, f"{resolved.n_gpus}x {gpu.name}")
+    return by_cluster
+
+
+def _what(resolved: NodesResolved) -> str:
+    return f"{resolved.n_gpus}x {load_catalog().gpus[str(resolved.gpu_id)].name}"
+
+
+def find_cluster(resolved: NodesResolved, req: NodesRequest, nodes: int, client: VastProvider | None = None) -> tuple[str, list[Offer]]:
+    """The cluster and its ``nodes`` offers (one per machine) with the profile's GPUs each; one line
+    when no cluster has that many."""
+    return choose_cluster(_offers_by_cluster(resolved, req, client), nodes, _what(resolved))
+
+
+def cluster_choices(resolved: NodesResolved, req: NodesRequest, nodes: int,
+                    client: VastProvider | None = None) -> list[tuple[str, list[Offer]]]:
+    """Every cluster with ``nodes`` machines of the profile's GPUs, each with its cheapest ``nodes``
+    offers, cheapest per hour first; the one line of :func:`choose_cluster` when none has that many."""
+    by_cluster = _offers_by_cluster(resolved, req, client)
+    found = []
+    for cid, offers in by_cluster.items():
+        try:
+            found.append(choose_cluster({cid: offers}, nodes, ""))
+        except NoCapacityError:
+            continue
+    if not found:
+        choose_cluster(by_cluster, nodes, _what(resolved))  # raises the one line: the most in one cluster
+    return sorted(found, key=lambda c: sum(o.price_per_hour_usd for o in c[1]))
 
 
 def rent_vast(prepared: NodesPrepared, record: RunRecord, specs: list[NodeSpec], chosen: tuple[str, list[Offer]], *,
