@@ -22,6 +22,7 @@ from gpucli.providers.registry import Stray, get_target, open_host
 from gpucli.providers.rentend import end_rented  # noqa: F401 - where the launch and down paths name it
 from gpucli.providers.runpod.clusterrent import (
     billed_usd_per_hour,
+    cluster_addresses,
     cluster_strays,
     clusters_client,
     end_cluster,
@@ -130,6 +131,8 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                 save(record)
         if target.caps.overlays:  # no address variables there: each node's, read on its overlay interface
             specs = overlay_addresses(hosts, specs, req.nccl_ifname)
+        elif target.caps.clusters:  # the rendezvous is the PRIMARY_ADDR the nodes' own environment gives
+            specs = cluster_addresses(hosts, specs)
         if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
             check_nodes(hosts, specs, 0, None)
         else:
@@ -140,10 +143,11 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                 save(record)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
         token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
+        provider = resolved.provider  # a cluster's nodes start as "ssh" hosts below; their variables are its
         for spec, host in zip(specs, hosts, strict=True):
             host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
             host.write_file(f"{spec.workdir}/peer.token", token.encode(), mode=0o600)
-            env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
+            env = node_env(specs, spec.rank, gpus, port, provider, req.nccl_ifname)
             watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
                      "--peer-addr", f"{specs[0].address}:{peer_port}",
                      # a node silent for the stall window is lost (a crash is told at once)

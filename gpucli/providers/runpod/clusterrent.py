@@ -10,8 +10,9 @@ clusters no run owns).
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,13 @@ from gpucli.providers.http import RequestMaybeSent
 from gpucli.providers.runpod.clusters import RunPodClusters
 
 if TYPE_CHECKING:
+    from gpucli.providers.registry import Host
     from gpucli.providers.runpod.clusters import ClusterPod, RunPodClusters
+    from gpucli.runs.nodespec import NodeSpec
+
+#: The container's own environment, where RunPod puts a cluster's variables (SSH sessions do not get
+#: them); an emulator names its file in GPUCLI_POD_ENVIRON, as the pod-side watchdog reads it (podend.py).
+ENVIRON_COMMAND = 'tr "\\0" "\\n" < "${GPUCLI_POD_ENVIRON:-/proc/1/environ}"'
 
 
 class ClusterNotReady(ProviderError):
@@ -127,3 +134,33 @@ def billed_usd_per_hour(nodes: list[RentedNode]) -> float | None:
     a member does not say."""
     costs = [n.cost_per_hour for n in nodes]
     return None if not costs or any(c is None or c <= 0 for c in costs) else round(sum(c or 0.0 for c in costs), 6)
+
+
+def cluster_addresses(hosts: Sequence[Host], specs: list[NodeSpec]) -> list[NodeSpec]:
+    """The nodes' addresses as the cluster's own variables give them, read on each node: rank 0's (the
+    rendezvous) is ``PRIMARY_ADDR`` (``MASTER_ADDR`` when absent), every other node's its ``NODE_ADDR``
+    (runpod/docs instant-clusters/configuration.mdx: PRIMARY_ADDR/MASTER_ADDR "the address of the primary
+    node", on ens1, which inter-node traffic must use; NODE_RANK, NUM_NODES). The API's ``cluster.ip`` is
+    an overlay address (openapi PodCluster.ip: "address on the cluster's private overlay network") that
+    the docs never name for rendezvous, so it is used only for a node whose NODE_ADDR is missing. A node
+    whose NODE_RANK is not the rank the API gave it, or nodes that disagree on the primary, are refused
+    in one line before anything starts."""
+    primaries: dict[str, int] = {}
+    out = []
+    for spec, host in zip(specs, hosts, strict=True):
+        res = host.run(ENVIRON_COMMAND, timeout_s=60, check=False)
+        env = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+        primary = (env.get("PRIMARY_ADDR") or env.get("MASTER_ADDR") or "").strip()
+        if not primary:
+            raise ProviderError(f"node {spec.rank} of the cluster has neither PRIMARY_ADDR nor MASTER_ADDR in its "
+                                "environment", hint="RunPod sets them on every cluster node; nothing was started")
+        if env.get("NODE_RANK", str(spec.rank)).strip() != str(spec.rank):
+            raise ProviderError(f"node {spec.rank} of the cluster says NODE_RANK={env.get('NODE_RANK')}; "
+                                f"the API gave it rank {spec.rank}", hint="nothing was started")
+        primaries.setdefault(primary, spec.rank)
+        address = primary if spec.rank == 0 else ((env.get("NODE_ADDR") or "").strip() or spec.address)
+        out.append(dataclasses.replace(spec, address=address))
+    if len(primaries) > 1:
+        raise ProviderError("the cluster's nodes name different primaries (PRIMARY_ADDR: "
+                            f"{', '.join(f'{a} on node {r}' for a, r in primaries.items())})", hint="nothing was started")
+    return out

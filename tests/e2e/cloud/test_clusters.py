@@ -124,6 +124,11 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
     wait_for(lambda: step_of(capsys, "rc2") >= 3, 180, "steps on the cluster")
     env0 = (Path(record.workdir) / "env").read_text()
     assert "NCCL_SOCKET_IFNAME=ens1" in env0 and "GPUCLI_NODES=2" in env0
+    # the rendezvous is the PRIMARY_ADDR the nodes' own environment gives, never the API's overlay ip
+    env1 = (Path(record.nodes[0].workdir) / "env").read_text()
+    for env in (env0, env1):
+        assert "GPUCLI_MASTER_ADDR=127.0.0.1" in env.replace("'", "") and "10.65." not in env
+    assert "NCCL_SOCKET_IFNAME=ens1" in env1 and "GPUCLI_NODE_RANK=1" in env1.replace("'", "")
     code, out, err = cli(capsys, "status", "rc2", "--json")
     assert [n["state"] for n in json.loads(out)["nodes"]] == ["running", "running"]
     code, out, err = cli(capsys, "down", "rc2")

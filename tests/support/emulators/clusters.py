@@ -155,7 +155,10 @@ class ClusterEmulator(EmulatorBase):
                           "command": f"ssh root@127.0.0.1 -p {sshd.port}"}
         return {"id": pid, "name": c.name, "status": status, "image": pod.image if pod else "",
                 "cost": pod.price_per_hour if pod and status == "RUNNING" else 0.0,
-                "cluster": {"id": c.cluster_id, "rank": rank, **({"ip": f"127.0.0.{1 + rank}"}
+                # PodCluster.ip is the "address on the cluster's private overlay network" (openapi), 10.65/16
+                # (audit 2026-11-28 §3.C6): not routable here, so a client that rendezvouses on it fails;
+                # the documented address is PRIMARY_ADDR in the node's environment (pod_environment)
+                "cluster": {"id": c.cluster_id, "rank": rank, **({"ip": f"10.65.0.{1 + rank}"}
                                                                    if status == "RUNNING" else {})},
                 "ssh": {"proxy": None, "direct": direct}}
 
@@ -163,6 +166,9 @@ class ClusterEmulator(EmulatorBase):
         cid, rank = self._ranks[pod.pod_id]
         c = self.clusters[cid]
         n = len(c.members)
+        # runpod/docs instant-clusters/configuration.mdx: every node has PRIMARY_ADDR/MASTER_ADDR (the
+        # primary's address on ens1), PRIMARY_PORT/MASTER_PORT, NODE_ADDR, NODE_RANK, NUM_NODES,
+        # NUM_TRAINERS, WORLD_SIZE, HOST_NODE_ADDR; here ens1 is the loopback (127.0.0.1 + rank)
         return {"RUNPOD_POD_ID": pod.pod_id, "RUNPOD_API_KEY": pod.scoped_key, "PRIMARY_ADDR": "127.0.0.1",
                 "MASTER_ADDR": "127.0.0.1", "PRIMARY_PORT": "29500", "MASTER_PORT": "29500",
                 "NODE_ADDR": f"127.0.0.{1 + rank}", "NODE_RANK": str(rank), "NUM_NODES": str(n),
