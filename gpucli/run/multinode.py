@@ -24,6 +24,7 @@ from gpucli.providers.runpod.clusterrent import (
     billed_usd_per_hour,
     cluster_addresses,
     cluster_strays,
+    cluster_volume,
     clusters_client,
     end_cluster,
     gpu_type_id,
@@ -55,7 +56,7 @@ from gpucli.run.start import record_for
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
 from gpucli.runs.records import NodeRecord, RunRecord
-from gpucli.settings import pod_ssh_user, provider_poll_s
+from gpucli.settings import pod_ssh_user, provider_poll_s, volume_mount
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
@@ -245,13 +246,28 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
 
     if resolved.gpu_id is None:
         raise UsageError("a RunPod Instant Cluster rents GPU machines, and this launch names no GPU")
+    gpu_type = gpu_type_id(load_catalog(), resolved.gpu_id)
+    disk_gb = req.disk_gb or resolved.pod_disk_gb
     try:
+        # The nodes' run folders on a network volume attached at create, not on the container disk that a
+        # restart wipes (network-volumes.mdx L112; openapi BaseContainerConfig.disk): --volume's, else one
+        # named after the run. It stays after the run, holding the checkpoints, until the user deletes it.
+        volume = cluster_volume(target.client(), req.volume or resolved.label,  # type: ignore[attr-defined]
+                                size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
+                                gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
+                                volume_id=((record.launch or {}).get("volume") or {}).get("id"))
+        record = record.with_(launch={**(record.launch or {}), "volume": volume.to_json()})
+        save(record)  # its id recorded before the cluster is asked for
+        monthly = f"${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else "its monthly price"
+        on_step(f"network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in {volume.data_center_id}"
+                f"{', created' if volume.created else ''}): the nodes' run folders at {volume_mount()}; it bills "
+                f"{monthly} and is kept after the run")
         _, rented = rent_cluster(
-            client, name=resolved.label, gpu_type=gpu_type_id(load_catalog(), resolved.gpu_id),
+            client, name=resolved.label, gpu_type=gpu_type,
             gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or target.default_image,
-            disk_gb=req.disk_gb or resolved.pod_disk_gb, public_key=pub,
+            disk_gb=disk_gb, public_key=pub,
             ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
-            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step)
+            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step, volume=volume, mount_path=volume_mount())
     finally:
         client.close()
     specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port,

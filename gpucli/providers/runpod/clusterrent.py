@@ -24,7 +24,9 @@ from gpucli.providers.runpod.clusters import RunPodClusters
 
 if TYPE_CHECKING:
     from gpucli.providers.registry import Host
+    from gpucli.providers.runpod.api import RunPodProvider
     from gpucli.providers.runpod.clusters import ClusterPod, RunPodClusters
+    from gpucli.providers.runpod.v2 import NetworkVolume
     from gpucli.runs.nodespec import NodeSpec
 
 #: The container's own environment, where RunPod puts a cluster's variables (SSH sessions do not get
@@ -61,15 +63,20 @@ def rent_cluster(client: RunPodClusters, *, name: str, gpu_type: str, gpus_per_p
                  disk_gb: int, public_key: str, ready_timeout_s: float, poll_s: float,
                  on_cluster: Callable[[str], None], on_pods: Callable[[list[ClusterPod]], None],
                  on_event: Callable[[str], None], sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> tuple[str, list[RentedNode]]:
+                 clock: Callable[[], float] = time.monotonic, volume: NetworkVolume | None = None,
+                 mount_path: str = "/workspace") -> tuple[str, list[RentedNode]]:
     """Create the cluster and wait until all ``nodes`` pods are up; (cluster id, nodes by rank). Whatever
     this call created is deleted before an error leaves it."""
     cluster_id = None
     try:
         on_event(f"creating a RunPod Instant Cluster {name}: {nodes} x {gpus_per_pod}x {gpu_type}")
         try:
-            cluster_id = client.create(name=name, gpu_type_id=gpu_type, gpus_per_pod=gpus_per_pod, pods=nodes,
-                                       image=image, disk_gb=disk_gb, public_key=public_key)
+            cluster_id = client.create(
+                name=name, gpu_type_id=gpu_type, gpus_per_pod=gpus_per_pod, pods=nodes, image=image,
+                disk_gb=disk_gb, public_key=public_key, mount_path=mount_path,
+                volume_id=volume.volume_id if volume is not None else None,
+                # the volume's data centre: a network volume mounts only on pods there (network-volumes.mdx)
+                data_centers=(volume.data_center_id,) if volume is not None and volume.data_center_id else ())
         except RequestMaybeSent:
             end_named(client, name)  # the answer was lost: the cluster may exist; it must not bill
             raise
@@ -164,3 +171,23 @@ def cluster_addresses(hosts: Sequence[Host], specs: list[NodeSpec]) -> list[Node
         raise ProviderError("the cluster's nodes name different primaries (PRIMARY_ADDR: "
                             f"{', '.join(f'{a} on node {r}' for a, r in primaries.items())})", hint="nothing was started")
     return out
+
+
+def cluster_volume(client: RunPodProvider, name_or_id: str, *, size_gb: int | None, gpu_type: str, gpus_per_pod: int,
+                   volume_id: str | None = None) -> NetworkVolume:
+    """The network volume the cluster's nodes mount at /workspace (their run folders and checkpoints on
+    it, kept when the cluster is deleted): ``volume_id`` (a resume: the one the run used) while it
+    exists, else the account's volume of that name or id, else, with ``size_gb``, one created in the
+    Secure Cloud data centre with the most ``gpus_per_pod`` x ``gpu_type`` free (network volumes are
+    Secure Cloud only, network-volumes.mdx L98) and marked ``created``."""
+    if volume_id is not None:
+        known = next((v for v in client.network_volumes() if v.volume_id == volume_id), None)
+        if known is not None:
+            return known
+    try:
+        return client.find_volume(name_or_id)
+    except UsageError:
+        if size_gb is None:
+            raise
+    dc = client.data_center_for(gpu_type, gpus_per_pod)
+    return dataclasses.replace(client.create_volume(name_or_id, size_gb, dc), created=True)

@@ -110,14 +110,26 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
 
     monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
     monkeypatch.setenv("GPUCLI_PROVIDER_POLL_S", "0.1")
+    # the network volume the launch creates is mounted on every node: here its folder is the mount
+    runpod_emulator.volume_ids.append("vol-rc2")
+    store = runpod_emulator.volume_dir("vol-rc2")
+    monkeypatch.setenv("GPUCLI_VOLUME_MOUNT", str(store))
     code_dir = own_script(tmp_path / "mine")
     code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "h100", "--nodes", "2",
                          "--name", "rc2", "--code", str(code_dir), "--python", sys.executable,
-                         "--workdir", str(tmp_path / "pod" / "rc2"),
                          "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
     assert code == 0, err
     record = runs.load("rc2")
     cid = record.launch["cluster_id"]
+    # created before the cluster, in the data centre the cluster is then placed in, and sent at create
+    volume = record.launch["volume"]
+    assert volume["id"] == "vol-rc2" and volume["created"] and volume["size_gb"]
+    body = next(b for m, p, b in cluster_emulator.requests if m == "POST" and p == "/v2/clusters")
+    assert body["mounts"] == {"network": [{"volumeId": "vol-rc2", "path": str(store)}]}
+    assert body["dataCenterIds"] == [runpod_emulator.volumes["vol-rc2"]["dataCenter"]]
+    assert "network volume gpucli-rc2 (vol-rc2" in " ".join(err.split()) and "/month" in err
+    # every node's run folder is on the volume
+    assert Path(record.workdir).is_relative_to(store) and Path(record.nodes[0].workdir).is_relative_to(store)
     members = cluster_emulator.clusters[cid].members
     assert record.instance_id == members[0] and record.nodes[0].instance_id == members[1]
     assert record.limits.price_per_hour_usd and record.nodes[0].ssh.port != record.ssh.port
@@ -135,6 +147,12 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
     assert code == 0, err
     assert not cluster_emulator.billing_pods()
     wait_for(lambda: nothing_running(record), 60, "the run's processes to end")
+    # the volume outlives the cluster with the nodes' folders, and status says what it still bills
+    assert "vol-rc2" in runpod_emulator.volumes and (Path(record.workdir) / "env").exists()
+    code, out, err = cli(capsys, "status", "rc2")
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert "still billing" in said and "network volume gpucli-rc2 (vol-rc2)" in said, out
     # a cluster no run owns is found and ended by down --strays
     client = RunPodClusters(cluster_emulator.api_key)
     cluster_emulator.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(pending_polls=0)])

@@ -40,6 +40,7 @@ class EmuCluster:
     gpu_type: str
     gpus_per_pod: int
     members: list[str] = field(default_factory=list)  # pod ids by rank
+    volume_id: str | None = None  # the network volume mounted on every member (kept when the cluster goes)
     deleted: bool = False
 
 
@@ -54,6 +55,9 @@ class ClusterEmulator(EmulatorBase):
         # Whether a member's own key may DELETE its cluster: no source says (environment-variables.mdx
         # L89: "Pod-scoped API key"); off, it answers 403 as for any other call with that key.
         self.pod_key_deletes_cluster = False
+        # The account's network volumes (``/v2/network-volumes``, served by the RunPod emulator when a test has
+        # both: tests/support/emulators/fixtures.py links them); a volume's folder is what its mount shows.
+        self.volumes_of: Any = None
 
     def classify(self, method: str, path: str, body: Any) -> str:
         if method == "POST" and path == "/v2/clusters":
@@ -113,10 +117,13 @@ class ClusterEmulator(EmulatorBase):
         env = body.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             return _problem(400, "env must map names to strings")
+        volume_id, refused = self._mount(body)
+        if refused is not None:
+            return refused
         if no_capacity:
             return _problem(422, f"no capacity for {n} x {per}x {compute['gpuTypeId']} in one data center")
         cid = "cluster_" + secrets.token_hex(6)
-        cluster = EmuCluster(cid, body["name"], compute["gpuTypeId"], per)
+        cluster = EmuCluster(cid, body["name"], compute["gpuTypeId"], per, volume_id=volume_id)
         for rank in range(n):
             pid = "pod_" + secrets.token_hex(6)
             pod = EmuPod(pod_id=pid, label=body["name"], gpu_name=compute["gpuTypeId"], gpu_count=per,
@@ -131,6 +138,28 @@ class ClusterEmulator(EmulatorBase):
             self.ledger.record(pid, "created", label=body["name"])
         self.clusters[cid] = cluster
         return Reply(201, self._render(cluster))
+
+    def _mount(self, body: dict[str, Any]) -> tuple[str | None, Reply | None]:
+        """The network volume of ``mounts`` (None: none asked), or the 400/404 problem that refuses it. A
+        volume is "attached during cluster creation; mounts at /workspace on each node"
+        (storage/network-volumes.mdx L112); ``mounts.network[]`` is NetworkMount {volumeId, path}, path
+        "No default - must be specified explicitly" (openapi); a volume mounts only on pods of its data
+        centre, so the cluster must be placed there (dataCenterIds)."""
+        mounts = body.get("mounts")
+        if mounts is None:
+            return None, None
+        network = mounts.get("network") if isinstance(mounts, dict) else None
+        if (not isinstance(network, list) or len(network) != 1 or not isinstance(network[0], dict)
+                or set(network[0]) != {"volumeId", "path"} or not network[0]["path"]):
+            return None, _problem(400, "mounts.network takes one {volumeId, path}; path is required")
+        volume_id = str(network[0]["volumeId"])
+        volume = (self.volumes_of.volumes if self.volumes_of is not None else {}).get(volume_id)
+        if volume is None:
+            return None, _problem(404, f"network volume {volume_id} does not exist")
+        if volume["dataCenter"] not in (body.get("dataCenterIds") or []):
+            return None, _problem(400, f"network volume {volume_id} is in {volume['dataCenter']}: the cluster "
+                                       "must be created there (dataCenterIds)")
+        return volume_id, None
 
     def _render(self, c: EmuCluster) -> dict[str, Any]:
         return {"id": c.cluster_id, "name": c.name, "type": "TRAINING",
