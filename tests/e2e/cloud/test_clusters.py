@@ -225,3 +225,33 @@ def test_a_bare_404_is_never_a_gone_cluster(cluster_emulator):
     assert len(cluster_emulator.billing_pods()) == 2
     end_cluster(client, cid, lambda m: None)
     assert client.pods(cid) is None and client.delete(cid) is False
+
+
+def test_a_cluster_mounts_only_a_volume_of_its_data_centre(runpod_emulator, cluster_emulator):
+    from gpucli.errors import ProviderError
+    from gpucli.providers.runpod.api import RunPodProvider
+
+    vol = RunPodProvider().create_volume("gpucli-vol", 20,
+                                     runpod_emulator.data_centers[0]["id"])
+    client = RunPodClusters(cluster_emulator.api_key)
+    args = dict(name="gpucli-mnt", gpu_type_id="NVIDIA H100 80GB HBM3", gpus_per_pod=8, pods=2, image="img",
+                disk_gb=50, public_key=KEY)
+    for volume_id, dcs, needle in (("vol-none", (vol.data_center_id,), "404"),
+                                   (vol.volume_id, ("XX-NOWHERE-1",), "400")):
+        with pytest.raises(ProviderError, match=needle):
+            client.create(**args, volume_id=volume_id, data_centers=dcs)
+    assert not cluster_emulator.ledger.created()
+    cid = client.create(**args, volume_id=vol.volume_id, data_centers=(vol.data_center_id,))
+    assert cluster_emulator.clusters[cid].volume_id == vol.volume_id
+    end_cluster(client, cid, lambda m: None)
+    assert vol.volume_id in runpod_emulator.volumes  # the volume outlives its cluster
+
+
+def test_volume_with_several_nodes_is_refused_off_runpod():
+    from gpucli.errors import UsageError
+    from gpucli.run.launch import LaunchRequest
+    from gpucli.run.nodes import check_request
+
+    with pytest.raises(UsageError, match="RunPod only"):
+        check_request(LaunchRequest(profile="h100", provider="vast", nodes=2, volume="v"))
+    check_request(LaunchRequest(profile="h100", provider="runpod", nodes=2, volume="v"))
