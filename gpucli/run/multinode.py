@@ -56,7 +56,7 @@ from gpucli.run.start import record_for
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
 from gpucli.runs.records import NodeRecord, RunRecord
-from gpucli.settings import pod_ssh_user, provider_poll_s, volume_mount
+from gpucli.settings import cluster_ssh_port, pod_ssh_user, provider_poll_s, volume_mount
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
@@ -122,6 +122,9 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                     record = record.with_(limits=resolved.limits)
                     save(record)
         for spec in specs:
+            if spec.rank and spec.ssh is not None and spec.ssh.via is not None and record.ssh is not None:
+                spec = dataclasses.replace(spec, ssh=dataclasses.replace(spec.ssh, via=record.ssh))  # primary pinned
+                record = set_node(record, spec.rank, ssh=spec.ssh)
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
             host = target.open(node)
@@ -270,8 +273,12 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
             on_cluster=on_cluster, on_pods=on_pods, on_event=on_step, volume=volume, mount_path=volume_mount())
     finally:
         client.close()
-    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port,
-                                                                user=pod_ssh_user() or "root", identity_file=str(key)),
+    user = pod_ssh_user() or "root"
+    primary = SshTarget(host=rented[0].ssh_host or "", port=rented[0].ssh_port or 22, user=user, identity_file=str(key))
+    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port or 22, user=user,
+                                                                identity_file=str(key))
+                      if n.ssh_host else  # a worker with no endpoint of its own: its sshd, through the primary
+                      SshTarget(host=n.ip, port=cluster_ssh_port(), user=user, identity_file=str(key), via=primary),
                       n.ip) for n in rented]
     record = record.with_(ssh=specs[0].ssh, nodes=tuple(
         n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))

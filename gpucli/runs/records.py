@@ -322,7 +322,8 @@ def _problem(data: Any) -> str | None:
     ssh = data.get("ssh") or {}
     if ssh and not (isinstance(ssh.get("host"), str) and _is_int(ssh.get("port", 22))
                     and isinstance(ssh.get("user", "root"), str)
-                    and all(ssh.get(k) is None or isinstance(ssh[k], str) for k in ("identity_file", "host_key", "proxy_jump"))):
+                    and all(ssh.get(k) is None or isinstance(ssh[k], str) for k in ("identity_file", "host_key", "proxy_jump"))
+                    and (ssh.get("via") is None or isinstance(ssh["via"], dict))):
         return "'ssh' is not an SSH endpoint"
     limits = data.get("limits") or {}
     for key, value in limits.items():

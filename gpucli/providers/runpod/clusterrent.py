@@ -42,9 +42,9 @@ class ClusterNotReady(ProviderError):
 class RentedNode:
     rank: int
     pod_id: str
-    ip: str  # overlay address: where the other nodes reach it
-    ssh_host: str
-    ssh_port: int
+    ip: str  # its address on the cluster's network (openapi PodCluster.ip)
+    ssh_host: str | None  # its own SSH endpoint (ssh.direct); None: reached through the primary
+    ssh_port: int | None
     cost_per_hour: float | None = None  # the member's billed ``cost`` (openapi Pod: "the rate actually billed")
 
 
@@ -92,9 +92,12 @@ def rent_cluster(client: RunPodClusters, *, name: str, gpu_type: str, gpus_per_p
             if bad:
                 raise ProviderError(f"pod {bad[0].pod_id} of cluster {cluster_id} is {bad[0].status}")
             ready = [p for p in pods if p.ready]
-            if len(ready) == nodes and sorted(int(p.rank or 0) for p in ready) == list(range(nodes)):
-                return cluster_id, sorted((RentedNode(p.rank or 0, p.pod_id, p.ip or "", p.ssh_host or "",
-                                                      p.ssh_port or 22, p.cost_per_hour) for p in ready),
+            # whole when every member is RUNNING with its rank and address and the primary (rank 0) has
+            # its SSH endpoint; workers without one are reached through it (RentedNode.ssh_host None)
+            primary_ssh = any(p.rank == 0 and p.ssh_host and p.ssh_port for p in ready)
+            if len(ready) == nodes and primary_ssh and sorted(int(p.rank or 0) for p in ready) == list(range(nodes)):
+                return cluster_id, sorted((RentedNode(p.rank or 0, p.pod_id, p.ip or "", p.ssh_host,
+                                                      p.ssh_port, p.cost_per_hour) for p in ready),
                                           key=lambda n: n.rank)
             if clock() >= deadline:
                 raise ClusterNotReady(f"RunPod cluster {cluster_id}: {len(ready)} of {nodes} pods ready after "

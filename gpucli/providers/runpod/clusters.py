@@ -48,7 +48,11 @@ class ClusterPod:
 
     @property
     def ready(self) -> bool:
-        return self.status == "RUNNING" and self.rank is not None and bool(self.ip) and bool(self.ssh_host)
+        """RUNNING with its rank and cluster address. An SSH endpoint is not asked of every member: the
+        docs give one only for the primary (openapi ClusterPrimary.sshEndpoint; instant-clusters.mdx: "The
+        eth0 interface on the primary node handles external traffic"); a worker without one is reached
+        through the primary (:func:`gpucli.providers.runpod.clusterrent.rent_cluster`)."""
+        return self.status == "RUNNING" and self.rank is not None and bool(self.ip)
 
 
 @dataclass(frozen=True)

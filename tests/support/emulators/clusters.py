@@ -13,19 +13,46 @@ or fail (``bad_state`` ERROR).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+from tests.support.emulators.forward import TcpForwarder
 
 CREATE_FIELDS = {"name", "type", "compute", "dataCenterIds", "mounts", "startJupyter", "startSsh",
                  "args", "disk", "env", "image", "ports"}
 COMPUTE_FIELDS = {"gpuTypeId", "gpuCountPerPod", "podCount"}
 TYPES = ("APPLICATION", "TRAINING", "SLURM", "RAY")
 GPU_TYPES = {"NVIDIA H100 80GB HBM3": 2.99, "NVIDIA H200": 3.99, "NVIDIA A100-SXM4-80GB": 1.89}
+
+
+class _ClusterAddress(TcpForwarder):
+    """A worker's sshd at its cluster address and the cluster's one SSH port (a pod's is 22; here one free
+    port on every 127.0.0.x), where only a connection from inside the cluster reaches it."""
+
+    def __init__(self, target_port: int, host: str, port: int) -> None:
+        self.target_port = target_port
+        self._sock = socket.create_server((host, port))
+        self.port = port
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept: the address is free for the next cluster
+        self._sock.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _problem(status: int, detail: str) -> Reply:
@@ -58,6 +85,13 @@ class ClusterEmulator(EmulatorBase):
         # The account's network volumes (``/v2/network-volumes``, served by the RunPod emulator when a test has
         # both: tests/support/emulators/fixtures.py links them); a volume's folder is what its mount shows.
         self.volumes_of: Any = None
+        # The docs give an SSH endpoint only for the primary (openapi ClusterPrimary.sshEndpoint;
+        # instant-clusters.mdx: "The eth0 interface on the primary node handles external traffic"). On, only
+        # rank 0 gets ``ssh.direct``; a worker's sshd answers only at its cluster ip (127.0.0.1 + rank here)
+        # and ``cluster_ssh_port``, reached through the primary (a direct-tcpip hop).
+        self.primary_ssh_only = False
+        self.cluster_ssh_port = _free_port()
+        self._inside: dict[str, _ClusterAddress] = {}  # worker pod id -> its address inside the cluster
 
     def classify(self, method: str, path: str, body: Any) -> str:
         if method == "POST" and path == "/v2/clusters":
@@ -92,6 +126,9 @@ class ClusterEmulator(EmulatorBase):
             cluster.deleted = True
             for pid in cluster.members:
                 self.end_pod(pid, "terminated", by)
+                inside = self._inside.pop(pid, None)
+                if inside is not None:
+                    inside.close()
             return Reply(204, None)
         return _problem(404, f"no route {method} {path}")
 
@@ -182,14 +219,29 @@ class ClusterEmulator(EmulatorBase):
                 sshd = self.boot(pod)
                 direct = {"host": "127.0.0.1", "port": sshd.port, "username": "root",
                           "command": f"ssh root@127.0.0.1 -p {sshd.port}"}
+                if self.primary_ssh_only and rank > 0:
+                    direct = None
+                    if pid not in self._inside:
+                        self._inside[pid] = _ClusterAddress(sshd.port, f"127.0.0.{1 + rank}", self.cluster_ssh_port)
         return {"id": pid, "name": c.name, "status": status, "image": pod.image if pod else "",
                 "cost": pod.price_per_hour if pod and status == "RUNNING" else 0.0,
                 # PodCluster.ip is the "address on the cluster's private overlay network" (openapi), 10.65/16
                 # (audit 2026-11-28 §3.C6): not routable here, so a client that rendezvouses on it fails;
-                # the documented address is PRIMARY_ADDR in the node's environment (pod_environment)
-                "cluster": {"id": c.cluster_id, "rank": rank, **({"ip": f"10.65.0.{1 + rank}"}
+                # the documented address is PRIMARY_ADDR in the node's environment (pod_environment). With
+                # primary_ssh_only it is where the worker's sshd answers from inside (127.0.0.1 + rank).
+                "cluster": {"id": c.cluster_id, "rank": rank, **({"ip": f"{self._net}.{1 + rank}"}
                                                                    if status == "RUNNING" else {})},
                 "ssh": {"proxy": None, "direct": direct}}
+
+    @property
+    def _net(self) -> str:
+        return "127.0.0" if self.primary_ssh_only else "10.65.0"
+
+    def stop(self) -> None:
+        for inside in self._inside.values():
+            inside.close()
+        self._inside.clear()
+        super().stop()
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
         cid, rank = self._ranks[pod.pod_id]
