@@ -55,6 +55,7 @@ from gpucli.run.nodes import (
 from gpucli.run.start import record_for
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
+from gpucli.runs.launchinputs import KeptVolume
 from gpucli.runs.records import NodeRecord, RunRecord
 from gpucli.settings import cluster_ssh_port, pod_ssh_user, provider_poll_s, volume_mount
 from gpucli.ssh import SshTarget
@@ -258,8 +259,8 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
         volume = cluster_volume(target.client(), req.volume or resolved.label,  # type: ignore[attr-defined]
                                 size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
                                 gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
-                                volume_id=((record.launch or {}).get("volume") or {}).get("id"))
-        record = record.with_(launch={**(record.launch or {}), "volume": volume.to_json()})
+                                volume_id=record.inputs.volume.id if record.inputs.volume is not None else None)
+        record = record.with_(launch=record.inputs.with_(volume=KeptVolume.from_dict(volume.to_json())))
         save(record)  # its id recorded before the cluster is asked for
         monthly = f"${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else "its monthly price"
         on_step(f"network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in {volume.data_center_id}"
