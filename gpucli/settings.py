@@ -264,6 +264,13 @@ def volume_mount() -> str:
     return (os.environ.get("GPUCLI_VOLUME_MOUNT") or "/workspace").rstrip("/") or "/"
 
 
+def cluster_ssh_port() -> int:
+    """The port a RunPod cluster member's sshd listens on inside the cluster (22, the image's; reached through
+    the primary); ``GPUCLI_CLUSTER_SSH_PORT`` names another (an emulator's)."""
+    value = os.environ.get("GPUCLI_CLUSTER_SSH_PORT", "")
+    return int(value) if value.isdigit() and 0 < int(value) < 65536 else 22
+
+
 def link_probe_port() -> int:
     """The port rank 0 listens on while the nodes' link is measured at launch (``GPUCLI_LINK_PROBE_PORT``;
     default 0: a free one), for machines whose firewall opens only some ports between them."""

@@ -20,6 +20,7 @@ from gpucli.cli.render import _table, err, error, hours, info, json_out, money, 
 
 __all__ = ["error", "info", "warn"]  # re-exported: commands use this module as their renderer
 
+from gpucli.runs.endedby import ended_by_words
 from gpucli.runs.machines import counted_in_machine, is_box, machine_root, shared
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ def run_status(record: RunRecord, st: RunStatus, *, json_: bool) -> None:
                                     "resumed from its newest checkpoint on the instance)"))
     if st.kept_note:
         rows.append(("still billing", f"{money(st.kept_usd_per_month)}/month: {st.kept_note}"))
+    ended_by = st.ended_by or record.ended_by
+    if ended_by is not None:  # the path that ended the pod, as its watchdog wrote it (gpucli/runs/endedby.py)
+        rows.append(("ended by", ended_by_words(ended_by) or ended_by))
     if record.status == "terminate pending" and record.message:
         rows.append(("terminate", f"pending: {record.message}"))
     prep = getattr(st, "prepare", None)

@@ -139,6 +139,7 @@ class RunStatus:
     bandwidth_usd: float | None = None  # of which data moved in and out (vast bills it per byte)
     contract_note: str | None = None  # the rental's end and a price increase asked, not accepted (vast)
     slow: str | None = None  # "slow: 41 % of plan (...)" (gpucli/pod/slowrun.py); None: not slow or no plan
+    ended_by: str | None = None  # the path that ended the pod, from its watchdog.json (gpucli/runs/endedby.py)
 
 
 #: The trainer's ``finished`` reasons that are a cap of the run's (``trainer/train.py``, ``stop_reason``);

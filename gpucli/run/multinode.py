@@ -22,7 +22,9 @@ from gpucli.providers.registry import Stray, get_target, open_host
 from gpucli.providers.rentend import end_rented  # noqa: F401 - where the launch and down paths name it
 from gpucli.providers.runpod.clusterrent import (
     billed_usd_per_hour,
+    cluster_addresses,
     cluster_strays,
+    cluster_volume,
     clusters_client,
     end_cluster,
     gpu_type_id,
@@ -53,8 +55,9 @@ from gpucli.run.nodes import (
 from gpucli.run.start import record_for
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
+from gpucli.runs.launchinputs import KeptVolume
 from gpucli.runs.records import NodeRecord, RunRecord
-from gpucli.settings import pod_ssh_user, provider_poll_s
+from gpucli.settings import cluster_ssh_port, pod_ssh_user, provider_poll_s, volume_mount
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
@@ -122,6 +125,9 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                     record = record.with_(limits=resolved.limits)
                     save(record)
         for spec in specs:
+            if spec.rank and spec.ssh is not None and spec.ssh.via is not None and record.ssh is not None:
+                spec = dataclasses.replace(spec, ssh=dataclasses.replace(spec.ssh, via=record.ssh))  # primary pinned
+                record = set_node(record, spec.rank, ssh=spec.ssh)
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
             on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
             host = target.open(node)
@@ -132,6 +138,8 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                 save(record)
         if target.caps.overlays:  # no address variables there: each node's, read on its overlay interface
             specs = overlay_addresses(hosts, specs, req.nccl_ifname)
+        elif target.caps.clusters:  # the rendezvous is the PRIMARY_ADDR the nodes' own environment gives
+            specs = cluster_addresses(hosts, specs)
         if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
             check_nodes(hosts, specs, 0, None)
         else:
@@ -142,10 +150,11 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
                 save(record)
         gpus = resolved.n_gpus if resolved.gpu_id else 0
         token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
+        provider = resolved.provider  # a cluster's nodes start as "ssh" hosts below; their variables are its
         for spec, host in zip(specs, hosts, strict=True):
             host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
             host.write_file(f"{spec.workdir}/peer.token", token.encode(), mode=0o600)
-            env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
+            env = node_env(specs, spec.rank, gpus, port, provider, req.nccl_ifname)
             watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
                      "--peer-addr", f"{specs[0].address}:{peer_port}",
                      # a node silent for the stall window is lost (a crash is told at once)
@@ -251,17 +260,36 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
 
     if resolved.gpu_id is None:
         raise UsageError("a RunPod Instant Cluster rents GPU machines, and this launch names no GPU")
+    gpu_type = gpu_type_id(load_catalog(), resolved.gpu_id)
+    disk_gb = req.disk_gb or resolved.pod_disk_gb
     try:
+        # The nodes' run folders on a network volume attached at create, not on the container disk that a
+        # restart wipes (network-volumes.mdx L112; openapi BaseContainerConfig.disk): --volume's, else one
+        # named after the run. It stays after the run, holding the checkpoints, until the user deletes it.
+        volume = cluster_volume(target.client(), req.volume or resolved.label,  # type: ignore[attr-defined]
+                                size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
+                                gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
+                                volume_id=record.inputs.volume.id if record.inputs.volume is not None else None)
+        record = record.with_(launch=record.inputs.with_(volume=KeptVolume.from_dict(volume.to_json())))
+        save(record)  # its id recorded before the cluster is asked for
+        monthly = f"${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else "its monthly price"
+        on_step(f"network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in {volume.data_center_id}"
+                f"{', created' if volume.created else ''}): the nodes' run folders at {volume_mount()}; it bills "
+                f"{monthly} and is kept after the run")
         _, rented = rent_cluster(
-            client, name=resolved.label, gpu_type=gpu_type_id(load_catalog(), resolved.gpu_id),
+            client, name=resolved.label, gpu_type=gpu_type,
             gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or target.default_image,
-            disk_gb=req.disk_gb or resolved.pod_disk_gb, public_key=pub,
+            disk_gb=disk_gb, public_key=pub,
             ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
-            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step)
+            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step, volume=volume, mount_path=volume_mount())
     finally:
         client.close()
-    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port,
-                                                                user=pod_ssh_user() or "root", identity_file=str(key)),
+    user = pod_ssh_user() or "root"
+    primary = SshTarget(host=rented[0].ssh_host or "", port=rented[0].ssh_port or 22, user=user, identity_file=str(key))
+    specs = [NodeSpec(n.rank, specs[n.rank].workdir, SshTarget(host=n.ssh_host, port=n.ssh_port or 22, user=user,
+                                                                identity_file=str(key))
+                      if n.ssh_host else  # a worker with no endpoint of its own: its sshd, through the primary
+                      SshTarget(host=n.ip, port=cluster_ssh_port(), user=user, identity_file=str(key), via=primary),
                       n.ip) for n in rented]
     record = record.with_(ssh=specs[0].ssh, nodes=tuple(
         n.with_(ssh=specs[n.rank].ssh) for n in record.nodes))

@@ -78,8 +78,9 @@ def check_request(req: NodesRequest) -> None:
         raise UsageError(f"--nodes {n}: --provider {req.provider} runs at most {most} {target.caps.nodes_are}")
     if target.cloud and req.spot:
         raise UsageError("--spot and --nodes > 1 do not go together: a cluster is rented on demand")
-    if req.volume:
-        raise UsageError("--volume and --nodes > 1 do not go together yet")
+    if req.volume and not target.caps.clusters:  # a RunPod Instant Cluster mounts it on every node
+        raise UsageError(f"--volume and --nodes > 1 go together on RunPod only (a cluster's network volume), "
+                         f"not {req.provider}")
     if req.probe_link and (not target.caps.endpoint_given or req.link_gbps is not None):
         raise UsageError("--probe-link measures the link between your own machines (--provider ssh) "
                          "when no --link-gbps is given", hint="leave out --probe-link or --link-gbps")

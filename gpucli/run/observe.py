@@ -17,10 +17,12 @@ from gpucli.providers.api import TERMINATE_PENDING, Billed
 from gpucli.providers.onstart import RESTARTS
 from gpucli.providers.registry import get_target, open_host
 from gpucli.run.gpuwatch import read_report
+from gpucli.run.harvest import mirror_root
 from gpucli.run.monitor import RunStatus, best_val, parse_rows, read_head, replaces_slow, status_of
 from gpucli.run.owner import orphaned
-from gpucli.run.runend import own_end_record, status_of_own_end
+from gpucli.run.runend import mirrored_ended_by, own_end_record, status_of_own_end
 from gpucli.runs import records as runs
+from gpucli.runs.endedby import ended_by_in
 from gpucli.runs.records import RunRecord
 
 if TYPE_CHECKING:
@@ -44,7 +46,8 @@ def recorded_status(record: RunRecord) -> RunStatus:
     return RunStatus(state=record.status, cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
                      step=record.step, loss=record.loss, max_steps=record.limits.max_steps,
                      best_val_loss=record.best_val_loss, best_val_step=record.best_val_step,
-                     kept_usd_per_month=kept[0] if kept else None, kept_note=kept[1] if kept else None)
+                     kept_usd_per_month=kept[0] if kept else None, kept_note=kept[1] if kept else None,
+                     ended_by=record.ended_by)
 
 
 def kept_storage(record: RunRecord, *, ended: bool = False) -> tuple[float, str] | None:
@@ -215,7 +218,11 @@ def _observe(record: RunRecord) -> Observed:
     try:
         host = open_host(record, connect_timeout_s=10)
     except GpucliError as exc:
-        if not record.active:
+        if not record.active:  # the pod gone or stopped: which path ended it, from the mirrored watchdog.json
+            mirrored = mirrored_ended_by(mirror_root(record.name))
+            if mirrored is not None and mirrored != record.ended_by:
+                record = record.with_(ended_by=mirrored)
+                return Observed(recorded_status(record), Due(record, save=record))
             return Observed(recorded_status(record))
         # A cloud pod that SSH cannot reach: the run's own end first, then the provider (preempted, exited, gone).
         if (ended := own_end_record(record)) is not None:
@@ -227,23 +234,35 @@ def _observe(record: RunRecord) -> Observed:
         return Observed(RunStatus(state=ps.describe if ps is not None else f"unreachable ({one_line(str(exc))})"))
     with host:
         st = status_of(host, record)
+        ended_by = ended_by_in(read_or_none(host, f"{record.workdir}/watchdog.json"))
         prep = summarize_prepare(prepare_rows(host, record.workdir), price=record.price_per_hour_usd,
                                  training_started=st.step is not None or st.last_event is not None)
         restarts = _container_restarts(host, record)
         gpus = read_report(host, record)
     if restarts:
         st = dataclasses.replace(st, restarts=restarts)
+    ended_by = ended_by or record.ended_by
+    st = dataclasses.replace(st, ended_by=ended_by)
     due = None
     if record.active and not replaces_slow(record, st) and (st.state in ("finished", "failed")
                                                            or (st.state == "stopped" and st.finished_reason)):
         # its cluster, if it has one, is to be ended too: no pod can end it (gpucli/providers/clusterend.py)
         due = Due(record, save=record.with_(status=st.state, ended_at=runs.now_iso(), end_reason=st.finished_reason,
                                             cost_usd=st.cost_usd, step=st.step, loss=_finite(st.loss),
-                                            **best_val(st)),
+                                            ended_by=ended_by, **best_val(st)),
                   end_rented=True)
-    elif not record.active and record.cost_usd is None and st.cost_usd is not None:
-        due = Due(record, save=record.with_(cost_usd=st.cost_usd))
+    elif not record.active and (record.cost_usd is None and st.cost_usd is not None or ended_by != record.ended_by):
+        due = Due(record, save=record.with_(cost_usd=record.cost_usd if record.cost_usd is not None else st.cost_usd,
+                                            ended_by=ended_by))
     return Observed(dataclasses.replace(with_prepare(st, prep), gpus=gpus), due)
+
+
+def read_or_none(host: Host, path: str) -> bytes | None:
+    """A small file of the run folder, or None when it is not there (or cannot be read now)."""
+    try:
+        return read_head(host, path)
+    except (GpucliError, OSError):
+        return None
 
 
 def _container_restarts(host: Host, record: RunRecord) -> int | None:

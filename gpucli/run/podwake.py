@@ -43,6 +43,7 @@ from gpucli.providers.registry import get_target, open_host
 from gpucli.run.resumescript import OVER_CHECK
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
+from gpucli.runs.endedby import ended_by_in
 from gpucli.runs.records import RunRecord
 from gpucli.settings import provider_poll_s
 
@@ -188,6 +189,13 @@ def reading(record: RunRecord, *, on_event: EventFn = _quiet, on_warn: EventFn |
             host.run(f"touch -- {shlex.quote(f'{record.workdir}/{HOLD}')}", timeout_s=30, check=False)
             holder = _holding(record, max(1.0, min(60.0, window_s(timeout) / 5)), done)
             on_event(f"pod {pod} answers SSH")
+            try:  # which path stopped the pod, as its watchdog wrote it: into the record (gpucli/runs/endedby.py)
+                ended_by = ended_by_in(host.read_from(f"{record.workdir}/watchdog.json", 0, 64 << 10)[0])
+            except (GpucliError, OSError):
+                ended_by = None
+            if ended_by is not None and ended_by != record.ended_by:
+                record = record.with_(ended_by=ended_by)
+                runs.save(record)
             over = host.run(f"{shlex.quote(record.python)} -c {shlex.quote(OVER_CHECK)} "
                             f"{shlex.quote(record.workdir)}", timeout_s=30, check=False)
             if over.stdout.strip() == "0":

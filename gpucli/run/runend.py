@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucli.run.harvest import mirror_root
-from gpucli.run.monitor import RunStatus, end_state
+from gpucli.run.monitor import SMALL_FILE_BYTES, RunStatus, end_state
 from gpucli.runs import records as runs
+from gpucli.runs.endedby import ended_by_in
 from gpucli.runs.records import RunRecord
 from trainer.spec.metricsrow import parse_line
 
@@ -59,7 +60,8 @@ def own_end_record(record: RunRecord) -> RunRecord | None:
     by_cap = record.status == "stopped" and end_state(record.end_reason or "") == "stopped"
     if (record.status == "finished" or by_cap) and record.end_reason not in NOT_OWN:
         return record
-    end = _mirrored_end(mirror_root(record.name))
+    root = mirror_root(record.name)
+    end = _mirrored_end(root)
     if end is None or end.get("reason") in NOT_OWN or not isinstance(end.get("reason"), str):
         return None
     step = end.get("step") if isinstance(end.get("step"), int) else record.step
@@ -67,14 +69,23 @@ def own_end_record(record: RunRecord) -> RunRecord | None:
     cost = _number(end.get("cost_usd"))
     return record.with_(status=end_state(end["reason"]), ended_at=record.ended_at or runs.now_iso(),
                         end_reason=end["reason"], step=step, loss=loss if loss is not None else record.loss,
-                        cost_usd=cost if cost is not None else record.cost_usd)
+                        cost_usd=cost if cost is not None else record.cost_usd,
+                        ended_by=mirrored_ended_by(root) or record.ended_by)
+
+
+def mirrored_ended_by(root: Path) -> str | None:
+    """The path that ended the pod, from the mirrored ``watchdog.json`` (gpucli/runs/endedby.py)."""
+    try:
+        return ended_by_in((root / "watchdog.json").read_bytes()[:SMALL_FILE_BYTES])
+    except OSError:
+        return None
 
 
 def status_of_own_end(record: RunRecord) -> RunStatus:
     """``finished (<reason>)`` (or stopped, by a cap) from a record :func:`own_end_record` gave."""
     return RunStatus(state=record.status, finished_reason=record.end_reason, step=record.step, loss=record.loss,
                      cost_usd=record.cost_usd, usd_per_hour=record.price_per_hour_usd,
-                     max_steps=record.limits.max_steps)
+                     max_steps=record.limits.max_steps, ended_by=record.ended_by)
 
 
 def own_end(record: RunRecord) -> RunStatus | None:

@@ -198,6 +198,7 @@ class RunRecord:
     env_build_s: float | None = None  # seconds setup_pod.sh took for the trainer's environment (built or reused)
     preflight: Preflight | None = None  # the machine checked before the run was detached (gpucli/run/preflight.py)
     attempts: tuple[dict[str, Any], ...] = ()  # a launch across providers: each offer tried (gpucli/run/failover.py)
+    ended_by: str | None = None  # the path that ended the pod, as its watchdog.json says (gpucli/runs/endedby.py)
 
     def __post_init__(self) -> None:
         if self.launch is not None and not isinstance(self.launch, LaunchInputs):  # a dict: typed here, once
@@ -321,7 +322,8 @@ def _problem(data: Any) -> str | None:
     ssh = data.get("ssh") or {}
     if ssh and not (isinstance(ssh.get("host"), str) and _is_int(ssh.get("port", 22))
                     and isinstance(ssh.get("user", "root"), str)
-                    and all(ssh.get(k) is None or isinstance(ssh[k], str) for k in ("identity_file", "host_key", "proxy_jump"))):
+                    and all(ssh.get(k) is None or isinstance(ssh[k], str) for k in ("identity_file", "host_key", "proxy_jump"))
+                    and (ssh.get("via") is None or isinstance(ssh["via"], dict))):
         return "'ssh' is not an SSH endpoint"
     limits = data.get("limits") or {}
     for key, value in limits.items():
@@ -363,6 +365,7 @@ def _from_json(data: Any, path: Path) -> RunRecord:
         rest["preflight"] = Preflight.from_json(data["preflight"]) if data.get("preflight") else None
         rest["nodes"] = tuple(NodeRecord.from_json(n) for n in rest.get("nodes") or ())
         rest["attempts"] = tuple(a for a in rest.get("attempts") or () if isinstance(a, dict))
+        rest["ended_by"] = rest.get("ended_by") if isinstance(rest.get("ended_by"), str) else None
         if "previous_instances" in rest:
             rest["previous_instances"] = tuple(rest["previous_instances"] or ())
         rest["status"] = RunState(rest.get("status", RunState.PROVISIONING))

@@ -13,7 +13,6 @@ import posixpath
 import re
 import select
 import shlex
-import shutil
 import socket
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gpucli.errors import ConnectionFailed, HostKeyError, RemoteCommandError, TransferError
 from gpucli.settings import home
 from gpucli.ssh import _paramiko
+from gpucli.ssh.jump import hop_channel, jump_socket
 from gpucli.ssh.target import (
     CommandResult,
     SshTarget,
@@ -71,22 +71,6 @@ def norm(path: str) -> str:
     return path[2:] if path.startswith("~/") else path
 
 
-def _jump_socket(pm: Any, t: SshTarget) -> Any:
-    """A ProxyJump as OpenSSH makes it: ``ssh -W host:port JUMP`` with the user's ~/.ssh/config (the
-    jump host's name, key and known_hosts are the user's own), its stdio the socket paramiko talks over.
-    Only names and a port are on that command line."""
-    exe = shutil.which("ssh")
-    if exe is None:
-        raise ConnectionFailed(f"ProxyJump {t.proxy_jump} needs the ssh client, and it is not installed")
-    config = Path.home() / ".ssh" / "config"
-    argv = [exe, *(["-F", str(config)] if config.is_file() else []), "-o", "BatchMode=yes",
-            "-W", f"{t.host}:{t.port}", "--", str(t.proxy_jump)]
-    try:
-        return pm.ProxyCommand(" ".join(shlex.quote(a) for a in argv))
-    except (pm.SSHException, OSError) as exc:
-        raise ConnectionFailed(f"ProxyJump {t.proxy_jump}: {exc}") from exc
-
-
 class Connection:
     """One SSH connection (a paramiko Transport) plus one lazily opened SFTP channel, and what runs
     on it: commands with deadlines and detached processes. :class:`gpucli.ssh.Remote` adds files
@@ -106,6 +90,7 @@ class Connection:
         self.connect_timeout_s = connect_timeout_s
         self.host_key: str | None = None
         self._t: paramiko.Transport | None = None
+        self._via: Connection | None = None  # the connection a target with ``via`` is reached through
         self._sftp: paramiko.SFTPClient | None = None
         self._max_read = _paramiko.DEFAULT_REQUEST
         self._max_write = _paramiko.DEFAULT_REQUEST
@@ -129,8 +114,10 @@ class Connection:
         """Open the transport, check the host key against the pin, authenticate."""
         pm = _paramiko.load()
         t = self.target
-        if t.proxy_jump:
-            sock = _jump_socket(pm, t)
+        if t.via is not None:
+            sock = self._hop(pm, t, t.via)
+        elif t.proxy_jump:
+            sock = jump_socket(pm, t)
         else:
             try:
                 sock = socket.create_connection((t.host, t.port), timeout=self.connect_timeout_s)
@@ -156,14 +143,11 @@ class Connection:
             key = transport.get_remote_server_key()
             self._check_host_key(key.get_name(), key.get_base64(), pinned)
             self._authenticate(transport)
-        except HostKeyError:
-            transport.close()
-            raise
-        except ConnectionFailed:
-            transport.close()
+        except (HostKeyError, ConnectionFailed):
+            self._drop(transport)
             raise
         except (pm.SSHException, OSError, EOFError) as exc:
-            transport.close()
+            self._drop(transport)
             if not getattr(transport, "remote_version", ""):  # TCP connected, but no SSH server spoke
                 raise ConnectionFailed(f"SSH to {t} failed: {t.host}:{t.port} accepted the connection but sent "
                                        f"no SSH banner within {self.connect_timeout_s:g} s",
@@ -171,6 +155,26 @@ class Connection:
             raise ConnectionFailed(f"SSH to {t} failed: {exc}") from exc
         transport.set_keepalive(15)
         self._t = transport
+
+    def _drop(self, transport: Any) -> None:
+        """A connect that failed: its transport, and the hop it ran over."""
+        transport.close()
+        if self._via is not None:
+            self._via.close()
+            self._via = None
+
+    def _hop(self, pm: Any, t: SshTarget, jump: SshTarget) -> Any:
+        """The socket to ``t`` through ``jump``'s connection (its host key checked as any)."""
+        via = Connection(jump, known_hosts=self.known_hosts, connect_timeout_s=self.connect_timeout_s)
+        via.connect()
+        try:
+            assert via._t is not None
+            chan = hop_channel(pm, via._t, t, self.connect_timeout_s)
+        except ConnectionFailed:
+            via.close()
+            raise
+        self._via = via
+        return chan
 
     def _pinned(self) -> list[tuple[str, str, str]]:
         """(key type, base64, where) of every key pinned for this target, explicit pin first."""
@@ -260,6 +264,9 @@ class Connection:
         for extra in pool:
             with contextlib.suppress(Exception):
                 extra.close()
+        if self._via is not None:
+            self._via.close()
+            self._via = None
 
     def _transport(self) -> paramiko.Transport:
         if self._t is None or not self._t.is_active():

@@ -28,6 +28,13 @@ class SshTarget:
     identity_file: str | None = None
     host_key: str | None = None
     proxy_jump: str | None = None  # ~/.ssh/config ProxyJump: reached through `ssh -W` to that jump host
+    #: Reached through this host's SSH connection (a ``direct-tcpip`` channel from it to host:port): a
+    #: RunPod cluster's worker, which has no SSH endpoint of its own, through the cluster's primary.
+    via: SshTarget | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.via, dict):  # as a run record stores it
+            object.__setattr__(self, "via", SshTarget(**self.via))
 
     def __str__(self) -> str:
         return f"{self.user}@{self.host}" + (f":{self.port}" if self.port != 22 else "")

@@ -52,7 +52,11 @@ class ClusterPod:
 
     @property
     def ready(self) -> bool:
-        return self.status == "RUNNING" and self.rank is not None and bool(self.ip) and bool(self.ssh_host)
+        """RUNNING with its rank and cluster address. An SSH endpoint is not asked of every member: the
+        docs give one only for the primary (openapi ClusterPrimary.sshEndpoint; instant-clusters.mdx: "The
+        eth0 interface on the primary node handles external traffic"); a worker without one is reached
+        through the primary (:func:`gpucli.providers.runpod.clusterrent.rent_cluster`)."""
+        return self.status == "RUNNING" and self.rank is not None and bool(self.ip)
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ class RunPodClusters:
         self.http = HttpClient(base_url or v2_base_url(), api_key=api_key, service="RunPod")
 
     def create(self, *, name: str, gpu_type_id: str, gpus_per_pod: int, pods: int, image: str, disk_gb: int,
-               public_key: str, env: dict[str, str] | None = None, data_centers: tuple[str, ...] = ()) -> str:
+               public_key: str, env: dict[str, str] | None = None, data_centers: tuple[str, ...] = (),
+               volume_id: str | None = None, mount_path: str = "/workspace") -> str:
         body: dict[str, Any] = {
             "name": name, "type": "TRAINING",
             "compute": {"gpuTypeId": gpu_type_id, "gpuCountPerPod": gpus_per_pod, "podCount": pods},
@@ -93,6 +98,12 @@ class RunPodClusters:
         }
         if data_centers:
             body["dataCenterIds"] = list(data_centers)
+        if volume_id:
+            # A network volume is attached at cluster creation and "mounts at /workspace on each node"
+            # (runpod/docs storage/network-volumes.mdx L112); the container disk (``disk``) is "ephemeral,
+            # wiped on restart" (openapi BaseContainerConfig.disk). ``mounts`` is the container config's,
+            # as CreatePodRequest's: ``{"network": [{volumeId, path}]}``, path required (NetworkMount).
+            body["mounts"] = {"network": [{"volumeId": volume_id, "path": mount_path}]}
         resp = self.http.request("POST", "/v2/clusters", json_body=body, what="create cluster")
         if resp.status not in (200, 201) or not isinstance(resp.body, dict) or not resp.body.get("id"):
             detail = resp.body.get("detail") or resp.body.get("title") if isinstance(resp.body, dict) else resp.text

@@ -74,6 +74,11 @@ def test_with_the_watcher_gone_ls_deletes_the_cluster_of_a_run_that_ended(capsys
     assert code == 0, err
     assert not cluster_emulator.billing_pods()
     assert runs.load("orphaned").status == "finished"
+    # rank 0's watchdog could not end the cluster (v2 refuses its key here): the record says so
+    assert runs.load("orphaned").ended_by == "none"
+    code, out, err = cli(capsys, "status", "orphaned")
+    assert code == 0, err
+    assert "ended by" in out and "nothing on the pod" in " ".join(out.split()), out
 
 
 def test_with_the_watcher_gone_rank_0s_watchdog_deletes_the_cluster_where_its_key_may(

@@ -98,8 +98,9 @@ def test_seeded_faulty_multi_node_launches_leave_nothing_billing(cluster_emulato
     assert outcomes["up"] and outcomes["failed"], outcomes
 
 
+@pytest.mark.parametrize("primary_only", [False, True], ids=["every-node-ssh", "ssh-via-primary"])
 def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulator, cluster_emulator, tmp_path,
-                                                          monkeypatch):
+                                                          monkeypatch, primary_only):
     import json
     import sys
     from pathlib import Path
@@ -108,28 +109,61 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
     from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
     from tests.support.cli import cli, wait_for
 
+    name = "rc2p" if primary_only else "rc2"  # the rendezvous port comes from the name (nodes.ports_for)
     monkeypatch.setenv("GPUCLI_WATCHDOG_POLL_S", "1")
     monkeypatch.setenv("GPUCLI_PROVIDER_POLL_S", "0.1")
+    if primary_only:  # as the docs give it: an SSH endpoint for the primary only, workers reached through it
+        cluster_emulator.primary_ssh_only = True
+        monkeypatch.setenv("GPUCLI_CLUSTER_SSH_PORT", str(cluster_emulator.cluster_ssh_port))
+    # the network volume the launch creates is mounted on every node: here its folder is the mount
+    runpod_emulator.volume_ids.append(f"vol-{name}")
+    store = runpod_emulator.volume_dir(f"vol-{name}")
+    monkeypatch.setenv("GPUCLI_VOLUME_MOUNT", str(store))
     code_dir = own_script(tmp_path / "mine")
     code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "h100", "--nodes", "2",
-                         "--name", "rc2", "--code", str(code_dir), "--python", sys.executable,
-                         "--workdir", str(tmp_path / "pod" / "rc2"),
+                         "--name", name, "--code", str(code_dir), "--python", sys.executable,
                          "--run", f"PATH={Path(sys.executable).parent}:$PATH {OWN_RUN}")
     assert code == 0, err
-    record = runs.load("rc2")
+    record = runs.load(name)
     cid = record.launch["cluster_id"]
+    # created before the cluster, in the data centre the cluster is then placed in, and sent at create
+    volume = record.launch["volume"]
+    assert volume["id"] == f"vol-{name}" and volume["created"] and volume["size_gb"]
+    body = next(b for m, p, b in cluster_emulator.requests if m == "POST" and p == "/v2/clusters")
+    assert body["mounts"] == {"network": [{"volumeId": f"vol-{name}", "path": str(store)}]}
+    assert body["dataCenterIds"] == [runpod_emulator.volumes[f"vol-{name}"]["dataCenter"]]
+    assert f"network volume gpucli-{name} (vol-{name}" in " ".join(err.split()) and "/month" in err
+    # every node's run folder is on the volume
+    assert Path(record.workdir).is_relative_to(store) and Path(record.nodes[0].workdir).is_relative_to(store)
     members = cluster_emulator.clusters[cid].members
     assert record.instance_id == members[0] and record.nodes[0].instance_id == members[1]
     assert record.limits.price_per_hour_usd and record.nodes[0].ssh.port != record.ssh.port
-    wait_for(lambda: step_of(capsys, "rc2") >= 3, 180, "steps on the cluster")
+    if primary_only:  # the worker through a direct-tcpip hop from the primary, whose key is pinned
+        worker = record.nodes[0].ssh
+        assert worker.host == "127.0.0.2" and worker.port == cluster_emulator.cluster_ssh_port
+        assert worker.via == record.ssh and record.ssh.host_key
+    else:
+        assert record.nodes[0].ssh.via is None
+    wait_for(lambda: step_of(capsys, name) >= 3, 180, "steps on the cluster")
     env0 = (Path(record.workdir) / "env").read_text()
     assert "NCCL_SOCKET_IFNAME=ens1" in env0 and "GPUCLI_NODES=2" in env0
-    code, out, err = cli(capsys, "status", "rc2", "--json")
+    # the rendezvous is the PRIMARY_ADDR the nodes' own environment gives, never the API's overlay ip
+    env1 = (Path(record.nodes[0].workdir) / "env").read_text()
+    for env in (env0, env1):
+        assert "GPUCLI_MASTER_ADDR=127.0.0.1" in env.replace("'", "") and "10.65." not in env
+    assert "NCCL_SOCKET_IFNAME=ens1" in env1 and "GPUCLI_NODE_RANK=1" in env1.replace("'", "")
+    code, out, err = cli(capsys, "status", name, "--json")
     assert [n["state"] for n in json.loads(out)["nodes"]] == ["running", "running"]
-    code, out, err = cli(capsys, "down", "rc2")
+    code, out, err = cli(capsys, "down", name)
     assert code == 0, err
     assert not cluster_emulator.billing_pods()
     wait_for(lambda: nothing_running(record), 60, "the run's processes to end")
+    # the volume outlives the cluster with the nodes' folders, and status says what it still bills
+    assert f"vol-{name}" in runpod_emulator.volumes and (Path(record.workdir) / "env").exists()
+    code, out, err = cli(capsys, "status", name)
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert "still billing" in said and f"network volume gpucli-{name} (vol-{name})" in said, out
     # a cluster no run owns is found and ended by down --strays
     client = RunPodClusters(cluster_emulator.api_key)
     cluster_emulator.behaviours.extend([PodBehaviour(pending_polls=0), PodBehaviour(pending_polls=0)])
@@ -202,3 +236,33 @@ def test_a_bare_404_is_never_a_gone_cluster(cluster_emulator):
     assert len(cluster_emulator.billing_pods()) == 2
     end_cluster(client, cid, lambda m: None)
     assert client.pods(cid) is None and client.delete(cid) is False
+
+
+def test_a_cluster_mounts_only_a_volume_of_its_data_centre(runpod_emulator, cluster_emulator):
+    from gpucli.errors import ProviderError
+    from gpucli.providers.runpod.api import RunPodProvider
+
+    vol = RunPodProvider().create_volume("gpucli-vol", 20,
+                                     runpod_emulator.data_centers[0]["id"])
+    client = RunPodClusters(cluster_emulator.api_key)
+    args = dict(name="gpucli-mnt", gpu_type_id="NVIDIA H100 80GB HBM3", gpus_per_pod=8, pods=2, image="img",
+                disk_gb=50, public_key=KEY)
+    for volume_id, dcs, needle in (("vol-none", (vol.data_center_id,), "404"),
+                                   (vol.volume_id, ("XX-NOWHERE-1",), "400")):
+        with pytest.raises(ProviderError, match=needle):
+            client.create(**args, volume_id=volume_id, data_centers=dcs)
+    assert not cluster_emulator.ledger.created()
+    cid = client.create(**args, volume_id=vol.volume_id, data_centers=(vol.data_center_id,))
+    assert cluster_emulator.clusters[cid].volume_id == vol.volume_id
+    end_cluster(client, cid, lambda m: None)
+    assert vol.volume_id in runpod_emulator.volumes  # the volume outlives its cluster
+
+
+def test_volume_with_several_nodes_is_refused_off_runpod():
+    from gpucli.errors import UsageError
+    from gpucli.run.launch import LaunchRequest
+    from gpucli.run.nodes import check_request
+
+    with pytest.raises(UsageError, match="RunPod only"):
+        check_request(LaunchRequest(profile="h100", provider="vast", nodes=2, volume="v"))
+    check_request(LaunchRequest(profile="h100", provider="runpod", nodes=2, volume="v"))

@@ -58,6 +58,13 @@ def test_fetch_best_starts_a_stopped_pod_reads_it_and_stops_it_again(provider, r
     assert _ends(emu, pod_id) == [("stopped", "pod-key"), ("stopped", "account-key")]
     assert not any(r.get("event") == "resumed" for r in rows(workdir))  # the finished run did not start again
     assert "left up for copying" in (workdir / "watchdog.log").read_text()  # resume.sh saw the run over
+    # the path that stopped the pod, from its watchdog.json, is in the run record and in `status`
+    path = {"runpod": "REST v2", "vast": "API"}[provider]
+    assert runs.load(name).ended_by == path
+    code, out, err = cli(capsys, "status", name)
+    assert code == 0, err
+    words = {"runpod": "pod key via REST v2", "vast": "instance key via the vast.ai API"}[provider]
+    assert "ended by" in out and words in " ".join(out.split()), out
 
     # twice works the same (the endpoint the start gave is recorded)
     code, out, err = cli(capsys, "mirror", name)

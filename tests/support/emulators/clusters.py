@@ -13,19 +13,46 @@ or fail (``bad_state`` ERROR).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.emulators.common import EmulatorBase, EmuPod, Reply
+from tests.support.emulators.forward import TcpForwarder
 
 CREATE_FIELDS = {"name", "type", "compute", "dataCenterIds", "mounts", "startJupyter", "startSsh",
                  "args", "disk", "env", "image", "ports"}
 COMPUTE_FIELDS = {"gpuTypeId", "gpuCountPerPod", "podCount"}
 TYPES = ("APPLICATION", "TRAINING", "SLURM", "RAY")
 GPU_TYPES = {"NVIDIA H100 80GB HBM3": 2.99, "NVIDIA H200": 3.99, "NVIDIA A100-SXM4-80GB": 1.89}
+
+
+class _ClusterAddress(TcpForwarder):
+    """A worker's sshd at its cluster address and the cluster's one SSH port (a pod's is 22; here one free
+    port on every 127.0.0.x), where only a connection from inside the cluster reaches it."""
+
+    def __init__(self, target_port: int, host: str, port: int) -> None:
+        self.target_port = target_port
+        self._sock = socket.create_server((host, port))
+        self.port = port
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept: the address is free for the next cluster
+        self._sock.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _problem(status: int, detail: str) -> Reply:
@@ -40,6 +67,7 @@ class EmuCluster:
     gpu_type: str
     gpus_per_pod: int
     members: list[str] = field(default_factory=list)  # pod ids by rank
+    volume_id: str | None = None  # the network volume mounted on every member (kept when the cluster goes)
     deleted: bool = False
 
 
@@ -54,6 +82,16 @@ class ClusterEmulator(EmulatorBase):
         # Whether a member's own key may DELETE its cluster: no source says (environment-variables.mdx
         # L89: "Pod-scoped API key"); off, it answers 403 as for any other call with that key.
         self.pod_key_deletes_cluster = False
+        # The account's network volumes (``/v2/network-volumes``, served by the RunPod emulator when a test has
+        # both: tests/support/emulators/fixtures.py links them); a volume's folder is what its mount shows.
+        self.volumes_of: Any = None
+        # The docs give an SSH endpoint only for the primary (openapi ClusterPrimary.sshEndpoint;
+        # instant-clusters.mdx: "The eth0 interface on the primary node handles external traffic"). On, only
+        # rank 0 gets ``ssh.direct``; a worker's sshd answers only at its cluster ip (127.0.0.1 + rank here)
+        # and ``cluster_ssh_port``, reached through the primary (a direct-tcpip hop).
+        self.primary_ssh_only = False
+        self.cluster_ssh_port = _free_port()
+        self._inside: dict[str, _ClusterAddress] = {}  # worker pod id -> its address inside the cluster
 
     def classify(self, method: str, path: str, body: Any) -> str:
         if method == "POST" and path == "/v2/clusters":
@@ -88,6 +126,9 @@ class ClusterEmulator(EmulatorBase):
             cluster.deleted = True
             for pid in cluster.members:
                 self.end_pod(pid, "terminated", by)
+                inside = self._inside.pop(pid, None)
+                if inside is not None:
+                    inside.close()
             return Reply(204, None)
         return _problem(404, f"no route {method} {path}")
 
@@ -113,10 +154,13 @@ class ClusterEmulator(EmulatorBase):
         env = body.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             return _problem(400, "env must map names to strings")
+        volume_id, refused = self._mount(body)
+        if refused is not None:
+            return refused
         if no_capacity:
             return _problem(422, f"no capacity for {n} x {per}x {compute['gpuTypeId']} in one data center")
         cid = "cluster_" + secrets.token_hex(6)
-        cluster = EmuCluster(cid, body["name"], compute["gpuTypeId"], per)
+        cluster = EmuCluster(cid, body["name"], compute["gpuTypeId"], per, volume_id=volume_id)
         for rank in range(n):
             pid = "pod_" + secrets.token_hex(6)
             pod = EmuPod(pod_id=pid, label=body["name"], gpu_name=compute["gpuTypeId"], gpu_count=per,
@@ -131,6 +175,28 @@ class ClusterEmulator(EmulatorBase):
             self.ledger.record(pid, "created", label=body["name"])
         self.clusters[cid] = cluster
         return Reply(201, self._render(cluster))
+
+    def _mount(self, body: dict[str, Any]) -> tuple[str | None, Reply | None]:
+        """The network volume of ``mounts`` (None: none asked), or the 400/404 problem that refuses it. A
+        volume is "attached during cluster creation; mounts at /workspace on each node"
+        (storage/network-volumes.mdx L112); ``mounts.network[]`` is NetworkMount {volumeId, path}, path
+        "No default - must be specified explicitly" (openapi); a volume mounts only on pods of its data
+        centre, so the cluster must be placed there (dataCenterIds)."""
+        mounts = body.get("mounts")
+        if mounts is None:
+            return None, None
+        network = mounts.get("network") if isinstance(mounts, dict) else None
+        if (not isinstance(network, list) or len(network) != 1 or not isinstance(network[0], dict)
+                or set(network[0]) != {"volumeId", "path"} or not network[0]["path"]):
+            return None, _problem(400, "mounts.network takes one {volumeId, path}; path is required")
+        volume_id = str(network[0]["volumeId"])
+        volume = (self.volumes_of.volumes if self.volumes_of is not None else {}).get(volume_id)
+        if volume is None:
+            return None, _problem(404, f"network volume {volume_id} does not exist")
+        if volume["dataCenter"] not in (body.get("dataCenterIds") or []):
+            return None, _problem(400, f"network volume {volume_id} is in {volume['dataCenter']}: the cluster "
+                                       "must be created there (dataCenterIds)")
+        return volume_id, None
 
     def _render(self, c: EmuCluster) -> dict[str, Any]:
         return {"id": c.cluster_id, "name": c.name, "type": "TRAINING",
@@ -153,16 +219,37 @@ class ClusterEmulator(EmulatorBase):
                 sshd = self.boot(pod)
                 direct = {"host": "127.0.0.1", "port": sshd.port, "username": "root",
                           "command": f"ssh root@127.0.0.1 -p {sshd.port}"}
+                if self.primary_ssh_only and rank > 0:
+                    direct = None
+                    if pid not in self._inside:
+                        self._inside[pid] = _ClusterAddress(sshd.port, f"127.0.0.{1 + rank}", self.cluster_ssh_port)
         return {"id": pid, "name": c.name, "status": status, "image": pod.image if pod else "",
                 "cost": pod.price_per_hour if pod and status == "RUNNING" else 0.0,
-                "cluster": {"id": c.cluster_id, "rank": rank, **({"ip": f"127.0.0.{1 + rank}"}
+                # PodCluster.ip is the "address on the cluster's private overlay network" (openapi), 10.65/16
+                # (audit 2026-11-28 §3.C6): not routable here, so a client that rendezvouses on it fails;
+                # the documented address is PRIMARY_ADDR in the node's environment (pod_environment). With
+                # primary_ssh_only it is where the worker's sshd answers from inside (127.0.0.1 + rank).
+                "cluster": {"id": c.cluster_id, "rank": rank, **({"ip": f"{self._net}.{1 + rank}"}
                                                                    if status == "RUNNING" else {})},
                 "ssh": {"proxy": None, "direct": direct}}
+
+    @property
+    def _net(self) -> str:
+        return "127.0.0" if self.primary_ssh_only else "10.65.0"
+
+    def stop(self) -> None:
+        for inside in self._inside.values():
+            inside.close()
+        self._inside.clear()
+        super().stop()
 
     def pod_environment(self, pod: EmuPod) -> dict[str, str]:
         cid, rank = self._ranks[pod.pod_id]
         c = self.clusters[cid]
         n = len(c.members)
+        # runpod/docs instant-clusters/configuration.mdx: every node has PRIMARY_ADDR/MASTER_ADDR (the
+        # primary's address on ens1), PRIMARY_PORT/MASTER_PORT, NODE_ADDR, NODE_RANK, NUM_NODES,
+        # NUM_TRAINERS, WORLD_SIZE, HOST_NODE_ADDR; here ens1 is the loopback (127.0.0.1 + rank)
         return {"RUNPOD_POD_ID": pod.pod_id, "RUNPOD_API_KEY": pod.scoped_key, "PRIMARY_ADDR": "127.0.0.1",
                 "MASTER_ADDR": "127.0.0.1", "PRIMARY_PORT": "29500", "MASTER_PORT": "29500",
                 "NODE_ADDR": f"127.0.0.{1 + rank}", "NODE_RANK": str(rank), "NUM_NODES": str(n),

@@ -49,11 +49,14 @@ def vast_emulator(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
-def cluster_emulator(tmp_path_factory, monkeypatch):
-    """RunPod Instant Clusters (API v2), tests/support/emulators/clusters.py."""
+def cluster_emulator(request, tmp_path_factory, monkeypatch):
+    """RunPod Instant Clusters (API v2), tests/support/emulators/clusters.py; with ``runpod_emulator`` in
+    the same test, its network volumes are the ones a cluster mounts."""
     from tests.support.emulators.clusters import ClusterEmulator
 
     emu = ClusterEmulator(tmp_path_factory.mktemp("clusters_emu"))
+    if "runpod_emulator" in request.fixturenames:
+        emu.volumes_of = request.getfixturevalue("runpod_emulator")
     emu.start()
     monkeypatch.setenv("RUNPOD_API_V2_URL", emu.url)
     monkeypatch.setenv("RUNPOD_API_KEY", emu.api_key)
