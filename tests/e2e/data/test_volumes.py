@@ -192,8 +192,11 @@ def test_status_shows_a_download_under_way(capsys, tmp_path, runpod_emulator):
     body = "".join(f"line {j}: a corpus that arrives slowly.\n" for j in range(30000)).encode()  # ~1.2 MB, ~10 s
     server = SlowServer(body)
     try:
+        # --no-preflight: the preflight's download check would refuse this source, slow on purpose
+        # (tests/e2e/data/test_download_check.py holds it to the bar)
         code, _, err = cli(capsys, *volume_launch(tmp_path, "--data", server.url, "--name", "slowdata",
-                                                  "--workdir", str(tmp_path / "pod" / "slowdata")))
+                                                  "--workdir", str(tmp_path / "pod" / "slowdata"),
+                                                  "--no-preflight"))
         assert code == 0, err
 
         def under_way():
