@@ -69,7 +69,8 @@ def test_random_cluster_faults_leave_nothing_billing(cluster_emulator):
     rng = random.Random(seed)
     emu = cluster_emulator
     client = client_of(emu)
-    counts = {"ok": 0, "failed": 0, "lost_answers": 0, "bare_404": 0, "delete_retries": 0, "strays_ended": 0}
+    counts = {"ok": 0, "failed": 0, "lost_answers": 0, "bare_404": 0, "deletes_faulted": 0, "delete_retries": 0,
+              "strays_ended": 0}
     reasons: list[str] = []
     started = time.monotonic()
     for i in range(LAUNCHES):
@@ -96,6 +97,7 @@ def test_random_cluster_faults_leave_nothing_billing(cluster_emulator):
             emu.faults.clear()
             if rng.random() < 0.4:  # the run's end meets a failing delete
                 emu.faults.add(rng.choice(["server_error", "drop"]), "delete_cluster", times=rng.randint(1, 6))
+                counts["deletes_faulted"] += 1
             counts["delete_retries"] += delete_for_sure(client, cid, emu) - 1
         except GpucliError as exc:
             assert str(exc).strip(), f"seed {seed}: every failed launch says why"
