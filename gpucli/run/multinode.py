@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.plan.catalog import load_catalog
-from gpucli.providers.cloudtarget import ssh_keypair
+from gpucli.providers.cloudtarget import created_volume_note, ssh_keypair
 from gpucli.providers.clusterend import cluster_of, start_watcher, watcher_log
 from gpucli.providers.credentials import MissingKeyError
 from gpucli.providers.registry import Stray, get_target, open_host
@@ -276,12 +276,17 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
         on_step(f"network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in {volume.data_center_id}"
                 f"{', created' if volume.created else ''}): the nodes' run folders at {volume_mount()}; it bills "
                 f"{monthly} and is kept after the run")
-        _, rented = rent_cluster(
-            client, name=resolved.label, gpu_type=gpu_type,
-            gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or target.default_image,
-            disk_gb=disk_gb, public_key=pub,
-            ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
-            on_cluster=on_cluster, on_pods=on_pods, on_event=on_step, volume=volume, mount_path=volume_mount())
+        try:
+            _, rented = rent_cluster(
+                client, name=resolved.label, gpu_type=gpu_type,
+                gpus_per_pod=resolved.n_gpus, nodes=len(specs), image=req.image or target.default_image,
+                disk_gb=disk_gb, public_key=pub,
+                ready_timeout_s=req.ready_timeout_s or DEFAULTS.ready_timeout_s, poll_s=provider_poll_s(),
+                on_cluster=on_cluster, on_pods=on_pods, on_event=on_step, volume=volume, mount_path=volume_mount())
+        except GpucliError as exc:
+            if volume.created:  # kept (it may hold data already): what it bills and how to delete it, in the error
+                exc.message = f"{exc.message}; {created_volume_note(volume)}"
+            raise
     finally:
         client.close()
     user = pod_ssh_user() or "root"

@@ -266,3 +266,30 @@ def test_volume_with_several_nodes_is_refused_off_runpod():
     with pytest.raises(UsageError, match="RunPod only"):
         check_request(LaunchRequest(profile="h100", provider="vast", nodes=2, volume="v"))
     check_request(LaunchRequest(profile="h100", provider="runpod", nodes=2, volume="v"))
+
+
+def test_a_failed_cluster_launch_keeps_the_volume_it_created_and_says_so(capsys, runpod_emulator, cluster_emulator,
+                                                                         tmp_path, monkeypatch):
+    """No capacity for the cluster after its network volume was made: nothing bills by the hour, the volume
+    is kept (a volume is never deleted by gpucli: it may hold a user's data), and the error line says
+    what it bills per month and the command that deletes it."""
+    import sys
+
+    from gpucli.runs import records as runs
+    from tests.e2e.lifecycle.test_nodes import OWN_RUN, own_script
+    from tests.support.cli import cli
+
+    name = "rcfail"
+    runpod_emulator.volume_ids.append(f"vol-{name}")
+    monkeypatch.setenv("GPUCLI_VOLUME_MOUNT", str(runpod_emulator.volume_dir(f"vol-{name}")))
+    cluster_emulator.faults.add("no_capacity", "create_cluster")
+    code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "h100", "--nodes", "2",
+                         "--name", name, "--code", str(own_script(tmp_path / "mine")), "--python", sys.executable,
+                         "--run", OWN_RUN)
+    said = " ".join(err.split())
+    assert code != 0 and "Traceback" not in err
+    assert "no capacity" in said and f"network volume gpucli-{name} (vol-{name}" in said, err
+    assert "is kept and bills $" in said and f"network-volumes/vol-{name}" in said, err
+    assert "$RUNPOD_API_KEY" in said and cluster_emulator.api_key not in err  # the command, never the key
+    assert f"vol-{name}" in runpod_emulator.volumes and not cluster_emulator.billing_pods()
+    assert runs.load(name).launch["volume"]["id"] == f"vol-{name}"  # the record still knows it

@@ -1,6 +1,8 @@
 """The fault loop across providers: whole launches with ``--provider any`` on both emulators, each offer's
 machine drawn at random (refused for capacity, never reachable, unhealthy: uncorrected ECC errors or a
-memory row remapping pending (nvidia-smi -q), clocks: held down by the hardware, or healthy). Each launch ends on a working machine or fails in one
+memory row remapping pending (nvidia-smi -q), slow: its clocks held down by the hardware (the slowdown
+nvidia-smi reports; a slow bf16 matmul needs a GPU, and the emulators' pods run on this machine's CPU), or
+healthy). Each launch ends on a working machine or fails in one
 line; either way no pod is left billing but the winner's, and none once it is ended.
 
 ``GPUCLI_FAILOVER_LAUNCHES`` sets the launches (default 3: each is a real launch with its preflight, tens
@@ -20,7 +22,7 @@ from tests.support.cli import cli
 from tests.support.emulators import PodBehaviour
 
 LAUNCHES = int(os.environ.get("GPUCLI_FAILOVER_LAUNCHES") or 3)
-KINDS = ["ok", "ok", "ok", "no_capacity", "stuck", "unhealthy", "memory", "clocks"]  # 5 in 8 machines bad
+KINDS = ["ok", "ok", "ok", "no_capacity", "stuck", "unhealthy", "memory", "slow"]  # 5 in 8 machines bad
 
 
 def draw(emu, rng: random.Random, gpu: str) -> list[str]:
@@ -32,7 +34,7 @@ def draw(emu, rng: random.Random, gpu: str) -> list[str]:
         if kind == "no_capacity":
             emu.faults.add("no_capacity", "create")
             continue
-        smi = {"unhealthy": f"{gpu}, 2, Not Active\n", "clocks": f"{gpu}, 0, Active\n"}.get(kind, f"{gpu}, 0, Not Active\n")
+        smi = {"unhealthy": f"{gpu}, 2, Not Active\n", "slow": f"{gpu}, 0, Active\n"}.get(kind, f"{gpu}, 0, Not Active\n")
         smi_q = SMI_Q.format(pending="Yes" if kind == "memory" else "No", failed="No")
         emu.behaviours.append(PodBehaviour(stuck=kind == "stuck", nvidia_smi=smi, nvidia_smi_q=smi_q))
     return drawn
@@ -44,7 +46,7 @@ def test_failover_fault_loop_leaves_nothing_billing(request, capsys, tmp_path):
     rp, vast = emulator_for(request, "runpod"), emulator_for(request, "vast")
     counts = {"launches": 0, "working": 0, "failed": 0, "attempts": 0, "cost_usd": 0.0, "won_by_vast": 0,
               "attempts_of_working": [], "health_refused": 0, "never_reachable": 0, "no_capacity": 0,
-              "drawn": {}}
+              "drawn": {}, "preflight_s": []}
     for i in range(LAUNCHES):
         for emu in (rp, vast):
             emu.faults.clear()
@@ -66,6 +68,8 @@ def test_failover_fault_loop_leaves_nothing_billing(request, capsys, tmp_path):
             counts["no_capacity"] += "no capacity" in reason
         if code == 0:
             counts["working"] += 1
+            if record.preflight is not None and record.preflight.seconds is not None:
+                counts["preflight_s"].append(round(record.preflight.seconds, 1))
             counts["attempts_of_working"].append(len(record.attempts))
             counts["won_by_vast"] += record.provider == "vast"
             assert record.status == "running" and record.attempts[-1]["ok"], f"seed {seed}: {drawn}"
