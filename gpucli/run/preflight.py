@@ -110,7 +110,8 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
         # run's configuration needs every node's GPUs at once, which the run's own start checks.
         smi = check_smi(host, resolved)
         if smi is None:
-            on_event("preflight: no nvidia-smi answer on this node (each node's trainer checks its own start)")
+            on_event("preflight: this node's GPUs not checked (no GPU in the profile, or no nvidia-smi answer); "
+                     "each node's trainer checks its own start")
             return record
         where = f"node {record.ssh.host}:{record.ssh.port}" if record.ssh is not None else "a node"
         return _verdict(smi, record, save=save, on_event=on_event, what=f"{where}'s", keep=resolved.keep_unhealthy)
