@@ -105,8 +105,16 @@ def check_trainer(host: Host, resolved: ResolvedLaunch, record: RunRecord, *, on
         on_event("preflight skipped (--no-preflight): the machine is not checked before the run")
         return record
     if resolved.nodes > 1:
-        on_event("preflight: not run for a run over several machines (each node's trainer checks its own start)")
-        return record
+        # Each node's machine as nvidia-smi sees it (its GPUs, ECC, memory repairs, XIDs, clocks): a bad node
+        # ends the launch before the run, and a failover tries the next option. The steps are not run: this
+        # run's configuration needs every node's GPUs at once, which the run's own start checks.
+        smi = check_smi(host, resolved)
+        if smi is None:
+            on_event("preflight: this node's GPUs not checked (no GPU in the profile, or no nvidia-smi answer); "
+                     "each node's trainer checks its own start")
+            return record
+        where = f"node {record.ssh.host}:{record.ssh.port}" if record.ssh is not None else "a node"
+        return _verdict(smi, record, save=save, on_event=on_event, what=f"{where}'s", keep=resolved.keep_unhealthy)
     smi = check_smi(host, resolved)
     if smi is not None and not smi.ok:  # a bad host: said before the longer checks (kept only by --force here)
         record = _verdict(smi, record, save=save, on_event=on_event, what="the machine's", keep=resolved.keep_unhealthy)

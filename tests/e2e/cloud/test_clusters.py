@@ -293,3 +293,29 @@ def test_a_failed_cluster_launch_keeps_the_volume_it_created_and_says_so(capsys,
     assert "$RUNPOD_API_KEY" in said and cluster_emulator.api_key not in err  # the command, never the key
     assert f"vol-{name}" in runpod_emulator.volumes and not cluster_emulator.billing_pods()
     assert runs.load(name).launch["volume"]["id"] == f"vol-{name}"  # the record still knows it
+
+
+def test_a_cluster_node_below_the_health_bars_ends_the_launch_and_the_cluster(capsys, runpod_emulator,
+                                                                             cluster_emulator, tmp_path,
+                                                                             monkeypatch):
+    """Each node of a run over several machines is held to nvidia-smi's bars before the run starts: a
+    member with uncorrected ECC errors ends the launch in one line naming that node, the cluster is
+    deleted whole, and the kept volume is said (issue 42: bad hosts found before the run)."""
+    import sys
+
+    from tests.e2e.cloud.test_cloud_launch import TINY
+    from tests.support.cli import cli
+
+    name = "rcsick"
+    gpu = "NVIDIA H100 80GB HBM3"
+    runpod_emulator.volume_ids.append(f"vol-{name}")
+    monkeypatch.setenv("GPUCLI_VOLUME_MOUNT", str(runpod_emulator.volume_dir(f"vol-{name}")))
+    cluster_emulator.behaviours.extend([PodBehaviour(pending_polls=0, nvidia_smi=f"{gpu}, 0, Not Active\n"),
+                                        PodBehaviour(pending_polls=0, nvidia_smi=f"{gpu}, 3, Not Active\n")])
+    code, out, err = cli(capsys, "launch", "--provider", "runpod", "--profile", "h100", "--nodes", "2",
+                         "--name", name, "--python", sys.executable, "--ready-timeout", "20", *TINY)
+    said = " ".join(err.split())
+    assert code != 0 and "Traceback" not in err, err
+    assert "preflight failed (smi)" in said and "node 127.0.0.1:" in said and "ECC" in said, err
+    assert not cluster_emulator.billing_pods() and all(c.deleted for c in cluster_emulator.clusters.values())
+    assert f"vol-{name}" in runpod_emulator.volumes  # the checkpoints' volume is never deleted by a failure
