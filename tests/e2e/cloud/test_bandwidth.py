@@ -6,8 +6,7 @@ reserves them from --budget before the caps are written; RunPod bills no bandwid
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -19,14 +18,15 @@ from gpucli.runs.limits import Limits
 from tests.e2e.cloud.test_cloud_launch import emulator_for, launch
 from tests.e2e.cloud.test_launch_offers import _prepare
 from tests.support.cli import cli
+from tests.support.httpserve import LoopbackHttp
 
 BODY = b"the quick brown fox. " * 50_000  # 1.05 MB
 
 
-class _Files:
+class _Files(LoopbackHttp):
     """A real HTTP server on loopback: /sized answers with Content-Length, /chunked without one."""
 
-    def __enter__(self) -> _Files:
+    def __init__(self) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -41,15 +41,7 @@ class _Files:
                     self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        data_leg.cache_clear()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def _vast_offers(emu, up: float, down: float) -> None:

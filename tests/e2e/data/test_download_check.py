@@ -7,25 +7,24 @@ the provider's word); above it the rate and the data's time at it are in the rec
 from __future__ import annotations
 
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from gpucli.run.transfer import data_leg
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, error_lines
 from tests.e2e.data.test_launch_data import SMALL_PREP, TINY_GPU
 from tests.support.cli import FAST_TRAINER, cli
+from tests.support.httpserve import LoopbackHttp
 
 BODY = "".join(f"line {j}: a corpus served over HTTP, read by the host before the run.\n"
                for j in range(16_000)).encode()  # ~1.1 MB
 SLOW_BYTES_PER_S = 256 << 10  # 0.26 MB/s, far under the 5 MB/s bar
 
 
-class DataServer:
+class DataServer(LoopbackHttp):
     """``/fast/corpus.txt`` at loopback speed, ``/slow/corpus.txt`` at SLOW_BYTES_PER_S; Range honoured."""
 
-    def __enter__(self) -> DataServer:
+    def __init__(self) -> None:
         self.ranges: list[str] = []
         outer = self
 
@@ -64,17 +63,7 @@ class DataServer:
                 except OSError:  # the reader had enough: a bounded read closes early
                     pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        data_leg.cache_clear()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        data_leg.cache_clear()
+        super().__init__(Handler, clear_on_exit=True)
 
 
 def test_download_rate_on_an_ssh_host(capsys, tmp_path, sshd, client_key):
