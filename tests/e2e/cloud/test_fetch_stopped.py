@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from gpucli.runs import records as runs
-from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
+from tests.e2e.cloud.test_cloud_launch import assert_nothing_running
 from tests.e2e.cloud.test_outbid_resume import checkpoint_steps, rows
-from tests.support.cli import cli, wait_for
+from tests.e2e.cloud.test_restarted_pod import ended_by_stop
+from tests.support.cli import cli
 
 
 def _ends(emu, pod_id: str) -> list[tuple[str, str]]:
@@ -32,15 +33,10 @@ def _hashes(folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize("provider", ["runpod", "vast"])
 def test_fetch_best_starts_a_stopped_pod_reads_it_and_stops_it_again(provider, request, capsys, tmp_path,
                                                                       monkeypatch):
-    emu = emulator_for(request, provider)
-    emu.run_start_commands = True
-    monkeypatch.setenv("GPUCLI_BOOT_GUARD_S", "25")  # the guard's window: longer than a read here
     name = f"fetch-stopped-{provider}"
-    code, _, err = launch(capsys, tmp_path, provider, name, "--steps", "12", "--on-end", "stop")
-    assert code == 0, err
-    record = runs.load(name)
+    # the guard's window, 25 s: longer than a read here
+    emu, record = ended_by_stop(request, capsys, tmp_path, monkeypatch, provider, name, "25")
     pod_id, workdir = record.instance_id, Path(record.workdir)
-    wait_for(lambda: _ends(emu, pod_id) or None, 240, "the run's end stopping the pod", interval=0.3)
     assert _ends(emu, pod_id) == [("stopped", "pod-key")]
     kept = checkpoint_steps(workdir)
 

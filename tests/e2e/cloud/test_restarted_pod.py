@@ -27,18 +27,25 @@ def _stops(emu, pod_id: str) -> list:
     return [e for e in emu.ledger.ended(pod_id) if e.event in ("stopped", "terminated")]
 
 
-@pytest.mark.parametrize("provider", ["runpod", "vast"])
-def test_a_kept_pod_started_to_be_read_is_stopped_again_never_destroyed(provider, request, capsys, tmp_path,
-                                                                        monkeypatch):
+def ended_by_stop(request, capsys, tmp_path, monkeypatch, provider: str, name: str, guard_s: str):
+    """A short run launched with ``--on-end stop`` on an emulator that runs the start command at every
+    container start (as the services do), waited for until its end stopped the pod: (emulator, record)."""
     emu = emulator_for(request, provider)
     emu.run_start_commands = True
-    monkeypatch.setenv("GPUCLI_BOOT_GUARD_S", WINDOW_S)
-    name = f"kept-{provider}"
+    monkeypatch.setenv("GPUCLI_BOOT_GUARD_S", guard_s)
     code, _, err = launch(capsys, tmp_path, provider, name, "--steps", "12", "--on-end", "stop")
     assert code == 0, err
     record = runs.load(name)
+    wait_for(lambda: _stops(emu, record.instance_id) or None, 240, "the run's end stopping the pod", interval=0.3)
+    return emu, record
+
+
+@pytest.mark.parametrize("provider", ["runpod", "vast"])
+def test_a_kept_pod_started_to_be_read_is_stopped_again_never_destroyed(provider, request, capsys, tmp_path,
+                                                                        monkeypatch):
+    name = f"kept-{provider}"
+    emu, record = ended_by_stop(request, capsys, tmp_path, monkeypatch, provider, name, WINDOW_S)
     pod_id, workdir = record.instance_id, Path(record.workdir)
-    wait_for(lambda: _stops(emu, pod_id) or None, 240, "the run's end stopping the pod", interval=0.3)
     (first,) = _stops(emu, pod_id)
     assert (first.event, first.by) == ("stopped", "pod-key")
     kept = checkpoint_steps(workdir)
