@@ -70,7 +70,7 @@ if torch.cuda.is_available() and not (row["kernels_for_gpu"] and row["matmul_ok"
 EOF
 fi
 
-# ---- the preflight (trainer/preflight.py, gpucli/run/preflight.py) -------------------------------------------
+# ---- the preflight (trainer/preflight.py, gpucli/run/starting/preflight.py) -------------------------------------------
 # What `gpucli launch` runs on a rented machine before it detaches the run, here on this machine's GPUs, held
 # to the catalogue's peak and its family's bar (gpucli/profiles/health.yaml): bf16 on one GPU, FP8 where the
 # GPU and torchao have it, then every GPU of the machine under torchrun (the NCCL all-reduce). Each verdict is

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         # Plain `gpucli` is a newcomer asking what there is: the help, on stdout, not an error.
         args = ["--help"]
     debug = "--debug" in args or debug_from_env()
-    from gpucli.run.owner import signals_interrupt
+    from gpucli.run.host.owner import signals_interrupt
 
     ended_by: list[int] = []
     try:

@@ -10,14 +10,14 @@ from gpucli.plan.internode import describe, link_for
 from gpucli.providers.registry import get_target
 
 if TYPE_CHECKING:
-    from gpucli.run.launch import ResolvedLaunch
+    from gpucli.run.inputs.launch import ResolvedLaunch
 
 
 def launch_plan(r: ResolvedLaunch, *, json_: bool, task: list[str] | None = None,
                 across: dict[str, Any] | None = None) -> None:
     """``launch --dry-run``: the machine, price and limits; then the trainer's plan and run.yaml, or, for
     your own code (``task``: its resolved lines), the command and the task. ``across``: a launch over
-    several providers, the offers it would try in order (gpucli/run/failover.py ``Ranking.to_json``)."""
+    several providers, the offers it would try in order (gpucli/run/life/failover.py ``Ranking.to_json``)."""
     if task is not None:
         _own_plan(r, task, json_=json_, across=across)
         return
@@ -196,10 +196,10 @@ def _disk_lines(r: ResolvedLaunch) -> list[str]:
 
 
 def _transfer_lines(r: ResolvedLaunch) -> list[str]:
-    """The planned bandwidth (gpucli.run.transfer): each leg's GB, and its $ where the provider bills bytes
+    """The planned bandwidth (gpucli.run.files.transfer): each leg's GB, and its $ where the provider bills bytes
     (vast: at the offer's $/GB, chosen at launch; RunPod: none)."""
     from gpucli.providers.registry import get_target
-    from gpucli.run.transfer import plan_transfer
+    from gpucli.run.files.transfer import plan_transfer
 
     target = get_target(r.provider)
     if not target.cloud:
@@ -210,7 +210,7 @@ def _transfer_lines(r: ResolvedLaunch) -> list[str]:
 
 def _store_lines(r: ResolvedLaunch) -> list[str]:
     """The checkpoint store's line: what it uploads, keeps and costs (gpucli.plan.storecost)."""
-    from gpucli.run.store import quote
+    from gpucli.run.files.store import quote
 
     q = quote(r)
     return [f"{q.line()} ({r.store})"] if q is not None else ([f"store: {r.store}"] if r.store else [])

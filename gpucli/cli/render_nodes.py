@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from gpucli.cli.render import _table, json_out, out
 
 if TYPE_CHECKING:
-    from gpucli.run.multinode import NodeStatus
+    from gpucli.run.starting.multinode import NodeStatus
     from gpucli.runs.records import LinkProbe
 
 

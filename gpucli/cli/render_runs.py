@@ -27,10 +27,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gpucli.providers.registry import Stray
-    from gpucli.run.control import DownResult
-    from gpucli.run.follow import TailUpdate
-    from gpucli.run.harvest import FetchResult, MirrorResult
-    from gpucli.run.monitor import RunStatus
+    from gpucli.run.files.harvest import FetchResult, MirrorResult
+    from gpucli.run.oversee.control import DownResult
+    from gpucli.run.watch.follow import TailUpdate
+    from gpucli.run.watch.monitor import RunStatus
     from gpucli.runs.notice import Notice
     from gpucli.runs.records import RunRecord
     from gpucli.ssh import SyncStats
@@ -206,7 +206,7 @@ def _row_line(row: dict[str, Any]) -> str | None:
     """A metrics row in one markup line; the pod's values checked (a step that is a string, an infinite
     loss, markup or escapes in an event) and shown as plain text."""
     from gpucli.cli.sanitize import plain
-    from gpucli.run.untrusted import finite_number as num
+    from gpucli.run.host.untrusted import finite_number as num
 
     if not isinstance(row, dict):
         return None
@@ -315,7 +315,7 @@ def tail_once(record: RunRecord, update: TailUpdate, *, json_: bool) -> None:
         if update.activity and update.end is None:
             o.print(f"{record.name}: {update.activity}", markup=False, highlight=False)
         elif update.end is None:
-            from gpucli.run.monitor import summarize
+            from gpucli.run.watch.monitor import summarize
 
             o.print(_loss_line(record, rows, summarize(record, rows, alive=True)), highlight=False)
         from gpucli.cli.render_gpu import print_gpus
@@ -342,7 +342,7 @@ def tail_live(record: RunRecord, stream: Iterator[TailUpdate], *, json_: bool) -
     from rich.live import Live
     from rich.text import Text
 
-    from gpucli.run.monitor import summarize
+    from gpucli.run.watch.monitor import summarize
 
     o = out()
     activity: str | None = "connecting"
@@ -423,7 +423,7 @@ def downed(result: DownResult) -> None:
 
 
 def mirrored(record: RunRecord, result: MirrorResult) -> None:
-    from gpucli.run.harvest import mirror_root
+    from gpucli.run.files.harvest import mirror_root
 
     info(f"{record.name}: mirror in {mirror_root(record.name)}: "
          + (f"new {result.checkpoint}" if result.checkpoint else
@@ -435,7 +435,7 @@ def synced(path: Path, stats: SyncStats) -> None:
     info(f"{path}: {stats.files_sent} sent, {stats.files_skipped} unchanged "
          f"({stats.bytes_sent / 1e6:.1f} MB in {stats.seconds:.1f} s)")
     if stats.links_left_out:
-        from gpucli.run.datasources import links_line
+        from gpucli.run.inputs.datasources import links_line
 
         warn(links_line(stats.links_left_out, "sync"))
 
@@ -461,7 +461,7 @@ def confirm(question: str) -> bool:
 
 
 def remote_watch(st: Any, *, json_: bool) -> None:
-    """``watch RUN --status`` / ``--stop``: the watcher on the other machine (gpucli.run.remotewatch)."""
+    """``watch RUN --status`` / ``--stop``: the watcher on the other machine (gpucli.run.oversee.remotewatch)."""
     w = st.state
     if json_:
         json_out({"run": w.run, "on": w.on, "pid": w.pid, "folder": w.folder, "started_at": w.started_at,

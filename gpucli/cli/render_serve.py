@@ -9,7 +9,7 @@ from gpucli.cli.render import info, line, out
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from gpucli.run.export import ExportResult
+    from gpucli.run.files.export import ExportResult
 
 __all__ = ["exported", "info", "serving", "serving_remote", "tensorboard_ready"]
 

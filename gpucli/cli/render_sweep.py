@@ -8,12 +8,12 @@ from gpucli.cli.render import info, json_out, money, out, table
 from gpucli.cli.render_runs import duration
 
 if TYPE_CHECKING:
-    from gpucli.run.launch import ResolvedLaunch
-    from gpucli.run.sweep import RunView, Sweep, SweepRun
+    from gpucli.run.inputs.launch import ResolvedLaunch
+    from gpucli.run.life.sweep import RunView, Sweep, SweepRun
 
 
 def _row(v: RunView, best: str | None) -> dict[str, Any]:
-    from gpucli.run.sweep import settings_line
+    from gpucli.run.life.sweep import settings_line
 
     st = v.status
     return {"run": v.run.name, "settings": dict(v.run.settings), "settings_line": settings_line(v.run.settings),
@@ -27,7 +27,7 @@ def _row(v: RunView, best: str | None) -> dict[str, Any]:
 
 def summary(sweep: Sweep, views: list[RunView]) -> dict[str, Any]:
     """The sweep as ``sweep status --json`` gives it."""
-    from gpucli.run.sweep import best as best_of
+    from gpucli.run.life.sweep import best as best_of
 
     best = best_of(views)
     return {"sweep": sweep.name, "axes": {a.key: list(a.values) for a in sweep.axes}, "fixed": list(sweep.fixed),
@@ -64,7 +64,7 @@ def status(sweep: Sweep, views: list[RunView], *, json_: bool) -> None:
 
 def planned(sweep: Sweep, plans: list[tuple[SweepRun, ResolvedLaunch]], *, json_: bool) -> None:
     """``sweep --dry-run``: each combination's run, machine and limits; nothing was started."""
-    from gpucli.run.sweep import settings_line
+    from gpucli.run.life.sweep import settings_line
 
     rows = [{"run": run.name, "settings": dict(run.settings), "provider": r.provider, "profile": r.profile,
              "gpu": r.gpu_name, "n_gpus": r.n_gpus, "steps": None if r.own_code else r.steps,

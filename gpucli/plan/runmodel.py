@@ -1,6 +1,6 @@
 """The model a run trains, resolved before anything is rented (pure): the preset with every
 ``--set model.*`` over it, by the trainer's own resolution (``trainer.spec.resolve``) and checks, and the
-memory fit of the micro-batch the run will use. ``gpucli launch`` (gpucli/run/launch.py), its dry run
+memory fit of the micro-batch the run will use. ``gpucli launch`` (gpucli/run/inputs/launch.py), its dry run
 and ``gpucli plan --set`` plan on it, so a shape the trainer would refuse is refused first."""
 
 from __future__ import annotations

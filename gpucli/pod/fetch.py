@@ -5,7 +5,7 @@ the watchdog that limits the run's hours and dollars also limits this; standard 
 
     python3 fetch.py --spec ../datasource.json        (from <run>/code, as the trainer)
 
-The spec (written by gpucli/run/datasources.py) says where the data is:
+The spec (written by gpucli/run/inputs/datasources.py) says where the data is:
 - ``local``: already synced to ``<run>/data/src``;
 - ``pod``: a path on this machine or a mounted volume; it must exist;
 - ``url``: files downloaded into ``<run>/data/src`` in parallel, each resumed from its ``.part`` with

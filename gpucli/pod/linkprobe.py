@@ -1,5 +1,5 @@
 """Measure the link between two machines of one run (standard library only: uploaded next to the run
-folder and started with the host's python by gpucli/run/linkprobe.py; no iperf needed).
+folder and started with the host's python by gpucli/run/host/linkprobe.py; no iperf needed).
 
 On rank 0::
 

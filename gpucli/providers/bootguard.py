@@ -5,7 +5,7 @@ new pod; a SIGKILLed launch would leave it billing until ``down --strays``. So t
 a start command (vast ``onstart``; RunPod v2 ``args``) that starts this guard in the container before
 anything else. It waits for gpucli's hand-over, the pod-side watchdog's ``watchdog.json`` written after
 the guard started (gpucli/pod/watchdog.py writes it the moment it runs), and exits. Until then the run
-folder's ``.launching`` marker is the launch's heartbeat (gpucli.run.start touches it at each step):
+folder's ``.launching`` marker is the launch's heartbeat (gpucli.run.starting.start touches it at each step):
 each touch moves the deadline to the touch plus the window. With no hand-over by the deadline the
 guard ends its own pod through the provider's API with the pod-scoped credential, as the watchdog
 does, retrying for up to 15 minutes.
@@ -21,7 +21,7 @@ that launch, and with nothing of the run on the pod by the deadline (no checkpoi
 *terminated* (a stopped pod would still bill its disk): RunPod ``POST /v2/pods/{id}/action``
 ``{"action": "terminate"}``, then ``DELETE /v2/pods/{id}``, then GraphQL ``podTerminate``; vast
 ``DELETE /api/v0/instances/{id}/``. A folder that already holds anything of the run means a restart:
-the run's resume hook (vast onstart, RunPod args; gpucli/run/resumescript.py) starts the watchdog of a
+the run's resume hook (vast onstart, RunPod args; gpucli/run/inputs/resumescript.py) starts the watchdog of a
 live run, which hands over as at launch, and otherwise the guard only ever *stops* the pod, never
 terminates it (its disk holds the checkpoints): RunPod ``{"action": "stop"}`` (a 409 "not valid now",
 the pod already EXITED, is done), then GraphQL ``podStop``; vast ``PUT {"state": "stopped"}``. Whoever

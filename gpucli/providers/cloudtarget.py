@@ -153,7 +153,7 @@ class CloudProvisioner:
     force: bool = False  # --force: keep a pod billed more than 5 % above its quote
     billed: list[float] = field(default_factory=list)  # the billed $/h read back after create (filled by __call__)
     workdir: str | None = None  # the run folder: vast's onstart runs its resume.sh at every container start
-    notes: tuple[str, ...] = ()  # said before the pod is created: the planned bandwidth (gpucli.run.transfer)
+    notes: tuple[str, ...] = ()  # said before the pod is created: the planned bandwidth (gpucli.run.files.transfer)
 
     def with_workdir(self, workdir: str) -> CloudProvisioner:
         return dataclasses.replace(self, workdir=workdir)
@@ -280,7 +280,7 @@ class CloudTarget:
         ask = ask or OfferAsk()
         offers = self.choose_offers(catalog, gpu_id, n_gpus, spot=spot, client=client, disk_gb=disk_gb,
                                     hours=ask.hours, transfer_gb=ask.transfer_gb, query=ask.query)
-        if ask.offer_id is not None:  # one offer of a ranking across providers (gpucli/run/failover.py)
+        if ask.offer_id is not None:  # one offer of a ranking across providers (gpucli/run/life/failover.py)
             offers = [o for o in offers if o.offer_id == ask.offer_id]
             if not offers:
                 raise NoCapacityError(f"{self.name} offer {ask.offer_id} is no longer listed")

@@ -4,7 +4,7 @@
 ``--preflight`` command) reported before the run was detached; :class:`Thresholds` are the bars a
 machine must pass, per GPU family (``gpucli/profiles/health.yaml``): nvidia-smi's GPUs, ECC errors, clocks
 and memory repairs (:func:`smi_check`, :func:`memory_check`), the kernel log's XID errors where it is readable,
-the download rate of the run's data (``gpucli/run/dataprobe.py``), the trainer's matmul against the GPU's peak.
+the download rate of the run's data (``gpucli/run/starting/dataprobe.py``), the trainer's matmul against the GPU's peak.
 """
 
 from __future__ import annotations

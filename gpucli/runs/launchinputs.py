@@ -4,7 +4,7 @@ to it (the network volume it mounts, the cluster or overlay it rented, the machi
 
 It sits below everything that acts on a run (``gpucli/runs``): the providers read their cluster and
 volume ids from it, the run floor reads the request. The request itself is
-:class:`gpucli.run.launch.LaunchRequest` in its JSON form, read back only by
+:class:`gpucli.run.inputs.launch.LaunchRequest` in its JSON form, read back only by
 ``LaunchRequest.from_json``; it is kept as written so that a record reads the same in every version.
 
 Older records hold a dict with any subset of these keys, and some keys beside the request that are no

@@ -26,7 +26,7 @@ def node_workdir(workdir: str, rank: int) -> str:
 
 
 class NodesRequest(Protocol):
-    """What a run over several machines reads of the launch as asked (:class:`gpucli.run.launch.LaunchRequest`,
+    """What a run over several machines reads of the launch as asked (:class:`gpucli.run.inputs.launch.LaunchRequest`,
     which sits above this module: typed by what is read, checked against it wherever one is passed)."""
 
     @property
@@ -58,7 +58,7 @@ class NodesRequest(Protocol):
 
 
 class NodesResolved(Protocol):
-    """What it reads of the launch as resolved (:class:`gpucli.run.launch.ResolvedLaunch`)."""
+    """What it reads of the launch as resolved (:class:`gpucli.run.inputs.launch.ResolvedLaunch`)."""
 
     @property
     def name(self) -> str: ...
@@ -93,7 +93,7 @@ class NodesResolved(Protocol):
 
 
 class NodesPrepared(Protocol):
-    """A launch ready to go, as renting and measuring the nodes read it (:class:`gpucli.run.lifecycle.PreparedLaunch`)."""
+    """A launch ready to go, as renting and measuring the nodes read it (:class:`gpucli.run.life.lifecycle.PreparedLaunch`)."""
 
     @property
     def request(self) -> NodesRequest: ...

@@ -104,7 +104,7 @@ _WATCHDOG_PARTS = (PodFile("endwords.py", "pod/endwords.py"), PodFile("gpuidle.p
                    PodFile("slowrun.py", "pod/slowrun.py"), PodFile("podend.py", "pod/podend.py"))
 
 WATCHDOG = Bundle("watchdog", "the run's watchdog (caps, stall, the machine's end) and the process identity it "
-                  "loads (gpucli.run.start.start_watchdog, the resume script)", (_WATCHDOG, _PROCID, *_WATCHDOG_PARTS))
+                  "loads (gpucli.run.starting.start.start_watchdog, the resume script)", (_WATCHDOG, _PROCID, *_WATCHDOG_PARTS))
 PEERS = Bundle("peers", "a run over several machines: the watchdog's watch of the other nodes",
                (PodFile("peers.py", "pod/peers.py"),), beside=("watchdog.py",))
 BOX = Bundle("box", "a dev box: its idle watch, which ends the machine through the watchdog's code",

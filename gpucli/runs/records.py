@@ -105,7 +105,7 @@ class PlannedSpeed:
 
 @dataclass(frozen=True)
 class LinkPair:
-    """One node's link to rank 0 as measured at launch (gpucli/run/linkprobe.py)."""
+    """One node's link to rank 0 as measured at launch (gpucli/run/host/linkprobe.py)."""
 
     rank: int
     gbps: float
@@ -130,7 +130,7 @@ class LinkProbe:
 @dataclass(frozen=True)
 class NodeRecord:
     """One more node of a run over several machines (rank 0 is the run record itself): where its run
-    folder is and what runs there, recorded as soon as it is known (gpucli.run.nodes)."""
+    folder is and what runs there, recorded as soon as it is known (gpucli.run.host.nodes)."""
 
     rank: int
     workdir: str
@@ -188,16 +188,16 @@ class RunRecord:
     loss: float | None = None  # the training loss at that step
     best_val_loss: float | None = None  # the lowest validation loss (nanochat: val_bpb) seen, kept for `ls`
     best_val_step: int | None = None  # the step it was measured at
-    # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/owner.py).
+    # ``<pid>:<identity>`` of the process launching it, while the launch owns the pod (gpucli/run/host/owner.py).
     launcher: str | None = None
     #: This run's identity, written into its folder on the host (``run.id``) by the launch and checked by
     #: every command that opens the folder: a folder of an earlier run of the same name never answers.
     run_id: str | None = None
-    nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.nodes)
+    nodes: tuple[NodeRecord, ...] = ()  # ranks 1..N-1 of a run over N machines (gpucli.run.host.nodes)
     link: LinkProbe | None = None  # the nodes' link as measured at launch (ssh hosts without --link-gbps)
     env_build_s: float | None = None  # seconds setup_pod.sh took for the trainer's environment (built or reused)
-    preflight: Preflight | None = None  # the machine checked before the run was detached (gpucli/run/preflight.py)
-    attempts: tuple[dict[str, Any], ...] = ()  # a launch across providers: each offer tried (gpucli/run/failover.py)
+    preflight: Preflight | None = None  # the machine checked before the run was detached (gpucli/run/starting/preflight.py)
+    attempts: tuple[dict[str, Any], ...] = ()  # a launch across providers: each offer tried (gpucli/run/life/failover.py)
     ended_by: str | None = None  # the path that ended the pod, as its watchdog.json says (gpucli/runs/endedby.py)
 
     def __post_init__(self) -> None:

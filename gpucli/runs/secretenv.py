@@ -13,7 +13,7 @@ comes from, first found wins:
 
 The run record keeps the names (a resume reads the values again). A task's plain ``env:`` values are
 the user's non-secret settings, yet they too stay out of the record: a resume reads them again from
-the task file (:func:`task_env_names`; :func:`gpucli.run.jobs.own.task_env_from_names` reads them back).
+the task file (:func:`task_env_names`; :func:`gpucli.run.starting.jobs.own.task_env_from_names` reads them back).
 """
 
 from __future__ import annotations

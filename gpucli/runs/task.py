@@ -69,7 +69,7 @@ class Task:
     budget_usd: float | None = None
     max_hours: float | None = None
     stall_minutes: float | None = None
-    grace_s: float | None = None  # SIGTERM to SIGKILL for the job (default: gpucli.run.jobs.own)
+    grace_s: float | None = None  # SIGTERM to SIGKILL for the job (default: gpucli.run.starting.jobs.own)
     env: tuple[tuple[str, str], ...] = ()
     env_from_local: tuple[str, ...] = ()  # secrets by name (gpucli.runs.secretenv); values never kept
     # `gpucli sweep TASK`: each variable's values (a run per combination; `gpucli launch` ignores it)

@@ -34,7 +34,7 @@ PROVIDERS = ("local", "ssh", "runpod", "vast")
 
 def provider_problem(value: str) -> str | None:
     """Why ``value`` is no ``--provider`` (None when it is one): a provider, ``any`` (every cloud whose key
-    is set), or a list of them (``runpod,vast``; gpucli/run/failover.py tries them in order of cost)."""
+    is set), or a list of them (``runpod,vast``; gpucli/run/life/failover.py tries them in order of cost)."""
     names = [n.strip() for n in value.split(",")] if "," in value else [value]
     if value == "any" or (names and all(n in PROVIDERS for n in names)):
         return None

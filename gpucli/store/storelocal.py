@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The checkpoint-naming rules of gpucli/run/checkpoints.py (fetch-best), for the user's own code; a test
+# The checkpoint-naming rules of gpucli/run/files/checkpoints.py (fetch-best), for the user's own code; a test
 # holds the two to the same answers.
 # How a step is read from a checkpoint's file or folder name, here and on this machine alike
-# (gpucli/run/checkpoints.py imports these; this file also runs on the pod by itself).
+# (gpucli/run/files/checkpoints.py imports these; this file also runs on the pod by itself).
 # A step after a keyword ("step_500", "global_step500", "checkpoint-1200", "iter_000400", "ckpt=7").
 _KEYWORD_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[-_=]?([0-9]{1,18})(?![0-9])",
                            re.IGNORECASE)
@@ -91,7 +91,7 @@ def step_in_name(name: str) -> int | None:
 
 
 def group_own(rels: list[str]) -> dict[tuple[str, int], list[str]]:
-    """The per-step checkpoints among relative paths, keyed as gpucli.run.checkpoints.group_checkpoints
+    """The per-step checkpoints among relative paths, keyed as gpucli.run.files.checkpoints.group_checkpoints
     keys them: (a folder with a step, or a folder + "/" for the files of one step in it, step)."""
     groups: dict[tuple[str, int], list[str]] = {}
     for rel in sorted(rels):

@@ -1,5 +1,5 @@
 """A test's own HTTP server on loopback: a handler class served from a thread, with its base URL, as a
-context manager. The transfer sizing's cache (``gpucli.run.transfer.data_leg``) is cleared on the way in
+context manager. The transfer sizing's cache (``gpucli.run.files.transfer.data_leg``) is cleared on the way in
 (a source of one test never answers for another's) and, with ``clear_on_exit``, on the way out (a test
 that reads the sizes after the server closed keeps them)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from gpucli.run.transfer import data_leg
+from gpucli.run.files.transfer import data_leg
 
 
 class LoopbackHttp:

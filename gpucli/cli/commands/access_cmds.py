@@ -55,8 +55,8 @@ def forward(
     from gpucli.cli import render
     from gpucli.errors import UsageError
     from gpucli.providers.registry import get_target, open_host
-    from gpucli.run.forward import open_local_port, parse_spec
-    from gpucli.run.tensorboard import PortForward, transport_of
+    from gpucli.run.files.tensorboard import PortForward, transport_of
+    from gpucli.run.host.forward import open_local_port, parse_spec
     from gpucli.runs import records as runs
 
     spec = parse_spec(ports)
@@ -100,13 +100,13 @@ def logs(
     from gpucli.cli import render
     from gpucli.cli import render_logs as show
     from gpucli.providers.registry import open_host
-    from gpucli.run import logs as core
+    from gpucli.run.watch import logs as core
     from gpucli.runs import records as runs
 
     record = core.for_node(runs.resolve(run, on_bad=render.warn), node)
     path = f"{record.workdir}/{core.FILE}"
     if exec_id is not None:
-        from gpucli.run import execjob
+        from gpucli.run.host import execjob
 
         path = execjob.exec_log(record, exec_id)
     where = f"{record.ssh.host}" if record.ssh else "this machine"
@@ -142,7 +142,7 @@ def sync(run: str = typer.Argument(..., help="Run name.", autocompletion=run_nam
          json_: bool = typer.Option(False, "--json", help="One JSON line per path sent.")) -> None:
     """Push more data to a running pod (incremental; resumable)."""
     from gpucli.cli import render_runs as render
-    from gpucli.run.control import sync_paths
+    from gpucli.run.oversee.control import sync_paths
 
     if json_:
         from gpucli.cli import render_json

@@ -22,7 +22,7 @@ def exec_(
     from gpucli.cli import render
     from gpucli.cli import render_exec as show
     from gpucli.providers.registry import open_host
-    from gpucli.run import execjob
+    from gpucli.run.host import execjob
     from gpucli.runs import records as runs
 
     argv = list(command or [])
@@ -65,8 +65,8 @@ def up(
     from gpucli.cli import render_runs as show
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import box
-    from gpucli.run.launch import LaunchRequest
+    from gpucli.run.inputs.launch import LaunchRequest
+    from gpucli.run.life import box
     from gpucli.runs import sshconfig, userconfig
     from gpucli.runs.limits import Limits
 

@@ -18,9 +18,9 @@ def calibrate(run: str = typer.Argument(None, metavar="[RUN]", help="Run name (d
     from gpucli.cli import render
     from gpucli.errors import TransferError
     from gpucli.providers.registry import open_host
-    from gpucli.run.calibrate import append_entry, entry_from_run
-    from gpucli.run.checkpoints import list_checkpoints
-    from gpucli.run.monitor import read_all_rows
+    from gpucli.run.files.checkpoints import list_checkpoints
+    from gpucli.run.host.calibrate import append_entry, entry_from_run
+    from gpucli.run.watch.monitor import read_all_rows
     from gpucli.runs import records as runs
     from gpucli.settings import home
 

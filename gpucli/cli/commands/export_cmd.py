@@ -22,13 +22,13 @@ def export(
     from gpucli.cli import render_json, render_runs
     from gpucli.cli import render_serve as render
     from gpucli.providers.registry import open_host
-    from gpucli.run import export as core
+    from gpucli.run.files import export as core
     from gpucli.runs import records as runs
 
     if push:
         core.check_repo(push)
     from gpucli.errors import GpucliError
-    from gpucli.run import store
+    from gpucli.run.files import store
 
     record = runs.resolve(run)
     if not from_store:

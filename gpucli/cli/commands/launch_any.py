@@ -14,8 +14,8 @@ def dry_run_across(catalog: Any, req: Any, task: Any, *, given: bool, json_: boo
     offer in the order the launch would try them; nothing is created. False for one provider."""
     from gpucli.cli.render_launch import launch_plan
     from gpucli.errors import UsageError
-    from gpucli.run import failover, lifecycle
-    from gpucli.run.jobs import job_for
+    from gpucli.run.life import failover, lifecycle
+    from gpucli.run.starting.jobs import job_for
 
     names, chose_itself = _providers(catalog, req, given=given, retry=None)
     if names is None:
@@ -45,7 +45,7 @@ def dry_run_across(catalog: Any, req: Any, task: Any, *, given: bool, json_: boo
 def _providers(catalog: Any, req: Any, *, given: bool, retry: str | None) -> tuple[list[str] | None, bool]:
     """The providers a launch goes across (None: one provider) and whether it chose them itself."""
     from gpucli.errors import UsageError
-    from gpucli.run import failover
+    from gpucli.run.life import failover
 
     names = failover.asked(req.provider) if given else None
     if names is None:
@@ -61,8 +61,8 @@ def launch_across(catalog: Any, req: Any, task: Any, *, given: bool, retry: str 
     """The launched run's record, or None when this launch is for one provider (the usual path)."""
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
-    from gpucli.run import failover, lifecycle
-    from gpucli.run.jobs import job_for
+    from gpucli.run.life import failover, lifecycle
+    from gpucli.run.starting.jobs import job_for
     from gpucli.runs import records as runs
     from gpucli.runs.notice import Notice
 

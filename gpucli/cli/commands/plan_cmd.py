@@ -155,7 +155,7 @@ def plan(
         if store:
             from gpucli.plan.disk import checkpoint_disk
             from gpucli.plan.storecost import store_quote
-            from gpucli.run.store import storage_rate
+            from gpucli.run.files.store import storage_rate
 
             url = str(store)
             q = store_quote(checkpoint_gb=checkpoint_disk(shape).checkpoint_gb, written=1, keep_last=3, hours=None,

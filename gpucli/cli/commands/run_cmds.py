@@ -140,16 +140,17 @@ def launch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle, precedence
-    from gpucli.run.launch import LaunchRequest
+    from gpucli.run.inputs import precedence
+    from gpucli.run.inputs.launch import LaunchRequest
+    from gpucli.run.life import lifecycle
     from gpucli.runs.limits import Limits, parse_idle_stop
 
     machine = None
     if on is not None:  # the machine of a run: its provider, endpoint and profile unless given
-        from gpucli.run import warm
+        from gpucli.run.life import warm
 
         machine = warm.machine(on)
-    # the command line, then task.yaml, then your config, then the defaults (gpucli/run/precedence.py)
+    # the command line, then task.yaml, then your config, then the defaults (gpucli/run/inputs/precedence.py)
     chosen = precedence.launch_choices(dict(
         profile=profile, provider=provider, name=name, data=data, spot=spot, budget=budget, hours=hours,
         stall_minutes=stall_minutes, phase=phase, model=model, disk=disk, image=image, ready_timeout=ready_timeout,
@@ -201,7 +202,7 @@ def launch(
         given.update(parse_checkpoint_every(checkpoint_every))
     hosts = tuple(host)
     if hosts_file is not None:
-        from gpucli.run.nodes import read_hosts_file
+        from gpucli.run.host.nodes import read_hosts_file
 
         hosts += read_hosts_file(str(hosts_file))
     if len(hosts) > 1 and nodes == 1:
@@ -222,8 +223,8 @@ def launch(
         hand_over(req, task)
         return
     catalog = load_catalog()
-    if pick is not None:  # the plan's choice (gpucli/run/pick.py)
-        from gpucli.run.pick import picked
+    if pick is not None:  # the plan's choice (gpucli/run/inputs/pick.py)
+        from gpucli.run.inputs.pick import picked
         from gpucli.runs.notice import Notice
 
         req, line = picked(catalog, req, pick)
@@ -268,7 +269,7 @@ def resume(
     """Continue a stopped or preempted run: a new pod of the same profile, the newest checkpoint, same run."""
     from gpucli.cli import render_runs as render
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run.life import lifecycle
 
     with render.status_line() as step:
         record = lifecycle.resume(run, load_catalog(), from_scratch=from_scratch, on_step=step,
@@ -280,8 +281,8 @@ def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """Copy the run's newest checkpoint and its metrics to this machine (for `gpucli resume`); a stopped
     pod is started for it and stopped again."""
     from gpucli.cli import render_runs as render
-    from gpucli.run.jobs import mirror_once
-    from gpucli.run.podwake import reading
+    from gpucli.run.files.podwake import reading
+    from gpucli.run.starting.jobs import mirror_once
     from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)  # a stopped pod is started, read and stopped again
@@ -290,7 +291,7 @@ def mirror(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
         result = mirror_once(host, record, progress=progress, on_event=render.info)
     if json_:
         from gpucli.cli import render_json
-        from gpucli.run.harvest import mirror_root
+        from gpucli.run.files.harvest import mirror_root
 
         render_json.mirrored(record, result, mirror_root(record.name))
         return
@@ -315,12 +316,12 @@ def watch(
     from gpucli.cli import render_runs as render
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run.life import lifecycle
 
     if not poll > 0:
         raise UsageError(f"--poll must be a positive number of seconds, got {poll}")
     if detach or on or watcher_status or stop:
-        from gpucli.run import remotewatch
+        from gpucli.run.oversee import remotewatch
 
         if watcher_status or stop:
             st = remotewatch.stop(run) if stop else remotewatch.status(run)
@@ -344,14 +345,14 @@ def watch(
 def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     """State, step, latest loss, tok/s, elapsed, $ so far, $ per hour, projected total, ETA."""
     from gpucli.cli import render_runs as render
-    from gpucli.run import reconcile
+    from gpucli.run.oversee import reconcile
     from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
     seen = reconcile.status(record)  # read, then do what the read found due (one explicit step)
     if record.nodes and json_:  # one JSON object: the run's status with its nodes
         from gpucli.cli.render import json_out
-        from gpucli.run.multinode import node_statuses
+        from gpucli.run.starting.multinode import node_statuses
 
         json_out({**render._status_dict(record, seen),
                   "nodes": [dataclasses.asdict(n) for n in node_statuses(record)],
@@ -360,7 +361,7 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
     render.run_status(record, seen, json_=json_)
     if record.nodes:
         from gpucli.cli.render_nodes import node_table
-        from gpucli.run.multinode import node_statuses
+        from gpucli.run.starting.multinode import node_statuses
 
         node_table(node_statuses(record), json_=False, link=record.link)
 
@@ -368,7 +369,7 @@ def status(run: str = RUN_ARG, json_: bool = JSON_OPT) -> None:
 def ls(json_: bool = JSON_OPT, all_: bool = typer.Option(False, "--all", help="Check every run's host.")) -> None:
     """Every run with its state and cost; the day's total."""
     from gpucli.cli import render_runs as render
-    from gpucli.run import reconcile
+    from gpucli.run.oversee import reconcile
 
     render.runs_table(reconcile.statuses(check_all=all_, on_bad=render.warn), json_=json_)
 
@@ -384,7 +385,7 @@ def tail(
     from gpucli.cli import render_runs as render
     from gpucli.errors import GpucliError
     from gpucli.providers.registry import open_host
-    from gpucli.run.follow import follow_run, snapshot
+    from gpucli.run.watch.follow import follow_run, snapshot
     from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
@@ -411,9 +412,9 @@ def fetch_best(
     started for it and stopped again)."""
     from gpucli.cli import render_runs as render
     from gpucli.errors import GpucliError
-    from gpucli.run import store
-    from gpucli.run.jobs import fetch_best as do_fetch
-    from gpucli.run.podwake import reading
+    from gpucli.run.files import store
+    from gpucli.run.files.podwake import reading
+    from gpucli.run.starting.jobs import fetch_best as do_fetch
     from gpucli.runs import records as runs
 
     record = runs.resolve(run, on_bad=render.warn)
@@ -442,7 +443,7 @@ def down(
     """Stop the trainer (it writes an emergency checkpoint), then release the machine. A sweep's name ends
     every run of the sweep."""
     from gpucli.cli import render_runs as render
-    from gpucli.run import control
+    from gpucli.run.oversee import control
     from gpucli.runs import records as runs
 
     if strays and json_:
@@ -459,7 +460,7 @@ def down(
         if found and (yes or render.confirm(f"terminate {len(found)} pod(s)?")):
             control.end_strays(found, on_notice=render.notice)
         return
-    from gpucli.run import sweep as sweeps
+    from gpucli.run.life import sweep as sweeps
 
     if run is not None and sweeps.exists(run) and not (runs.runs_dir() / f"{run}.json").exists():
         from gpucli.cli import render_sweep  # a sweep's name: every run of it (as `gpucli sweep down`)

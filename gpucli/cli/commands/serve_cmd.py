@@ -22,7 +22,7 @@ def serve(
 ) -> None:
     """Serve a checkpoint (or a run's best) as an OpenAI-compatible API on localhost."""
     from gpucli.cli import render_serve as render
-    from gpucli.run import tensorboard as core
+    from gpucli.run.files import tensorboard as core
     from gpucli.settings import home
 
     if on_pod:
@@ -38,7 +38,7 @@ def serve(
     else:
         from gpucli.cli import render_runs
         from gpucli.providers.registry import open_host
-        from gpucli.run.jobs import fetch_best
+        from gpucli.run.starting.jobs import fetch_best
         from gpucli.runs import records as runs
 
         record = runs.resolve(source)
@@ -67,8 +67,8 @@ def serve(
 def _serve_on_pod(run: str | None, port: int, engine: str, json_: bool = False) -> None:
     from gpucli.cli import render_serve as render
     from gpucli.providers.registry import get_target, open_host
-    from gpucli.run import podserve
-    from gpucli.run import tensorboard as core
+    from gpucli.run.files import podserve
+    from gpucli.run.files import tensorboard as core
     from gpucli.runs import records as runs
 
     record = runs.resolve(run)
@@ -88,8 +88,8 @@ def _ready_then_wait(host: Any, server: Any, url: str, run: str, fwd: Any, json_
     import time
 
     from gpucli.cli import render_serve as render
-    from gpucli.run import podserve
-    from gpucli.run import tensorboard as core
+    from gpucli.run.files import podserve
+    from gpucli.run.files import tensorboard as core
 
     try:
         core.url_ready(f"{url}/models", podserve.READY_TIMEOUT_S, what=f"the {server.engine} server on the host",

@@ -37,8 +37,8 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
     from gpucli.providers.registry import get_target
-    from gpucli.run import lifecycle
-    from gpucli.run import sweep as sweeps
+    from gpucli.run.life import lifecycle
+    from gpucli.run.life import sweep as sweeps
 
     task_file: Path | None = options.pop("task")
     budget, run_budget, parallel = options.pop("budget"), options.pop("run_budget"), options.pop("parallel")
@@ -94,7 +94,7 @@ def _sweep(ctx: typer.Context, **options: Any) -> None:
     def launch_one(run: Any, cap_usd: float | None) -> None:
         req, task = sweeps.run_request(sweep, run, cap_usd)
         if sweep.launch.get("on_machine"):
-            from gpucli.run import warm
+            from gpucli.run.life import warm
 
             machine = warm.machine(str(sweep.launch["on_machine"]))
             prepared = warm.prepare_on(catalog, req, machine, task=task)
@@ -151,7 +151,7 @@ def status(name: str = typer.Argument(..., help="The sweep's name."),
            json_: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """One table of the sweep's runs: settings, state, step, loss, val loss, $, ETA; the best marked."""
     from gpucli.cli import render_sweep
-    from gpucli.run import sweep as sweeps
+    from gpucli.run.life import sweep as sweeps
 
     sweep = sweeps.load(name)
     render_sweep.status(sweep, sweeps.views(sweep, ended_too=True), json_=json_)
@@ -163,8 +163,8 @@ def down(name: str = typer.Argument(..., help="The sweep's name."),
     """End the sweep: no more runs start, and every running one is stopped (as `gpucli down`)."""
     from gpucli.cli import render_runs as render
     from gpucli.cli import render_sweep
-    from gpucli.run import control
-    from gpucli.run import sweep as sweeps
+    from gpucli.run.life import sweep as sweeps
+    from gpucli.run.oversee import control
 
     ended = sweeps.end(name, lambda run: control.down(run, on_step=render.info, on_notice=render.notice))
     render_sweep.ended(name, ended, json_=json_)

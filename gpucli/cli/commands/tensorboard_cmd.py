@@ -24,8 +24,8 @@ def tensorboard(
     from gpucli.cli import render_serve as render
     from gpucli.errors import NotFoundError
     from gpucli.providers.registry import get_target, open_host
-    from gpucli.run import tensorboard as core
-    from gpucli.run.harvest import mirror_root
+    from gpucli.run.files import tensorboard as core
+    from gpucli.run.files.harvest import mirror_root
     from gpucli.runs import records as runs
 
     record = runs.resolve(run)

@@ -55,7 +55,7 @@ class SshServerTarget(NoPod):
     name = "ssh"
     describe = "an SSH host"
     bootstrap = True
-    #: The user's own machines: named by --host, their link measured at launch (gpucli/run/linkprobe.py)
+    #: The user's own machines: named by --host, their link measured at launch (gpucli/run/host/linkprobe.py)
     #: unless --link-gbps gives it; nothing is rented, so nothing bills per byte or per month here.
     caps = Capabilities(endpoint_given=True,
                         link_source="your machines' link: measured at launch, 64 MB from each node to rank 0 over "

@@ -65,7 +65,7 @@ def _planned_hours(resolved: NodesResolved) -> float | None:
 def _offers_by_cluster(resolved: NodesResolved, req: NodesRequest, client: VastProvider | None) -> dict[str, list[Offer]]:
     """Offers of the profile's GPUs on machines of a physical cluster, by cluster id. A ``cluster_id=ID``
     in ``--query`` holds the search to that cluster (how one option of a ranking across providers is
-    rented: gpucli/run/failnodes.py)."""
+    rented: gpucli/run/life/failnodes.py)."""
     if resolved.gpu_id is None:
         raise UsageError("--nodes on vast.ai rents GPU machines, and this launch names no GPU")
     gpu = load_catalog().gpus[resolved.gpu_id]

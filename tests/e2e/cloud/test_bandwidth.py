@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from gpucli.errors import UsageError
-from gpucli.run import lifecycle
-from gpucli.run.launch import LaunchRequest
-from gpucli.run.transfer import data_leg, plan_transfer
+from gpucli.run.files.transfer import data_leg, plan_transfer
+from gpucli.run.inputs.launch import LaunchRequest
+from gpucli.run.life import lifecycle
 from gpucli.runs.limits import Limits
 from tests.e2e.cloud.test_cloud_launch import emulator_for, launch
 from tests.e2e.cloud.test_launch_offers import _prepare
@@ -93,7 +93,7 @@ def test_hf_data_is_sized_from_the_hub_listing_with_its_pattern(monkeypatch):
         hub.repos["org/corpus"] = Repo(private=False, files={"train/a.txt": b"x" * 300_000,
                                                              "train/b.txt": b"y" * 200_000,
                                                              "README.md": b"z" * 9_000})
-        from gpucli.run.datasources import parse_data
+        from gpucli.run.inputs.datasources import parse_data
 
         data_leg.cache_clear()
         everything = data_leg(parse_data("hf://datasets/org/corpus"))

@@ -92,7 +92,7 @@ def test_cloud_lifecycle(provider, request, capsys, tmp_path):
 
     # fetch-best brings the best checkpoint home, verified.
     from gpucli.providers.registry import open_host
-    from gpucli.run.checkpoints import list_checkpoints
+    from gpucli.run.files.checkpoints import list_checkpoints
 
     def checkpoint_with_val():
         with open_host(runs.load(name)) as host:

@@ -38,8 +38,8 @@ def test_low_balance_refuses_with_the_numbers_and_rents_nothing(provider, reques
 def test_balance_guard_numbers_force_and_unknown_balance(request, monkeypatch):
     from gpucli.plan.catalog import load_catalog
     from gpucli.providers.registry import get_target
-    from gpucli.run.launch import LaunchRequest, resolve
-    from gpucli.run.money import BalanceTooLowError, balance_guard
+    from gpucli.run.inputs.launch import LaunchRequest, resolve
+    from gpucli.run.inputs.money import BalanceTooLowError, balance_guard
     from gpucli.runs.limits import Limits
 
     emu = emulator_for(request, "runpod")

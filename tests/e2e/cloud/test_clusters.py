@@ -175,7 +175,7 @@ def test_own_code_on_a_runpod_cluster_and_down_deletes_it(capsys, runpod_emulato
 
 def test_watch_deletes_the_cluster_of_a_run_that_is_over(cluster_emulator):
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run.life import lifecycle
     from gpucli.runs import records as runs
 
     client = RunPodClusters(cluster_emulator.api_key)
@@ -260,8 +260,8 @@ def test_a_cluster_mounts_only_a_volume_of_its_data_centre(runpod_emulator, clus
 
 def test_volume_with_several_nodes_is_refused_off_runpod():
     from gpucli.errors import UsageError
-    from gpucli.run.launch import LaunchRequest
-    from gpucli.run.nodes import check_request
+    from gpucli.run.host.nodes import check_request
+    from gpucli.run.inputs.launch import LaunchRequest
 
     with pytest.raises(UsageError, match="RunPod only"):
         check_request(LaunchRequest(profile="h100", provider="vast", nodes=2, volume="v"))

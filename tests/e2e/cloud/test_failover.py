@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from gpucli.run import avoid
+from gpucli.run.host import avoid
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, error_lines, launch
 from tests.support.cli import cli

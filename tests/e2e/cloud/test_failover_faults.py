@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import random
 
-from gpucli.run import avoid
+from gpucli.run.host import avoid
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, launch
 from tests.gpucli.run.test_health import SMI_Q

@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 
 from gpucli.providers.cloudtarget import run_cost
-from gpucli.run import lifecycle
-from gpucli.run.launch import LaunchRequest
+from gpucli.run.inputs.launch import LaunchRequest
+from gpucli.run.life import lifecycle
 from gpucli.runs import records as runs
 from gpucli.runs.limits import Limits
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, emulator_for, error_lines, launch

@@ -47,7 +47,7 @@ def test_a_watcher_on_another_machine_ends_the_cluster(capsys, runpod_emulator, 
     assert code == 0, err
     shown = json.loads(out)
     # the run is over as the watcher there saw it (its own watcher reads "failed" at times when a node's
-    # job ends before its watchdog writes why: the same as this machine's watcher, gpucli/run/lifecycle.py)
+    # job ends before its watchdog writes why: the same as this machine's watcher, gpucli/run/life/lifecycle.py)
     assert shown["running"] is False and shown["run_status"] in ("finished", "failed"), (shown, log)
     assert runs.load("faraway").status == shown["run_status"]  # the record it kept came back
     code, out, err = cli(capsys, "watch", "faraway", "--stop")

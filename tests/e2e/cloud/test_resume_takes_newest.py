@@ -12,7 +12,7 @@ import json
 import os
 import signal
 
-from gpucli.run.harvest import newest_good
+from gpucli.run.files.harvest import newest_good
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import assert_nothing_running, cli, emulator_for, launch, wait_for
 

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from gpucli.plan.catalog import load_catalog
-from gpucli.run import lifecycle
+from gpucli.run.life import lifecycle
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import (
     assert_nothing_running,

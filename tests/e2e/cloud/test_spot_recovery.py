@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gpucli.run.harvest import mirror_root, newest_good
+from gpucli.run.files.harvest import mirror_root, newest_good
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import (
     assert_nothing_running,
@@ -151,7 +151,7 @@ def test_recover_never_rents_after_the_run_finished(runpod_emulator, capsys, tmp
 def test_a_finish_by_signal_is_not_the_runs_own_end(runpod_emulator, capsys, tmp_path):
     """A provider stopping the container sends SIGTERM too: a mirrored ``finished (signal)`` leaves the
     decision to the provider's state (here: preempted)."""
-    from gpucli.run.runend import own_end
+    from gpucli.run.oversee.runend import own_end
 
     emu = runpod_emulator
     name = "signalled"

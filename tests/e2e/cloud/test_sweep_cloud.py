@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run import sweep as sweeps
+from gpucli.run.life import sweep as sweeps
 from gpucli.runs import records as runs
 from tests.e2e.cloud.test_cloud_launch import TINY, assert_nothing_running, emulator_for
 from tests.support.cli import cli, wait_for

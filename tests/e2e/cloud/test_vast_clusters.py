@@ -220,7 +220,7 @@ def test_more_nodes_than_any_cluster_has_is_one_line_and_rents_nothing(capsys, v
 def test_watch_ends_every_instance_and_the_overlay_of_a_run_that_is_over(vast_cluster_emulator):
     """The node-lost path: the watchdogs end the run on every node; `watch` then ends its billing."""
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run.life import lifecycle
     from gpucli.runs import records as runs
 
     emu = vast_cluster_emulator
@@ -243,7 +243,7 @@ def test_a_lost_node_0_ends_every_instance_and_the_overlay(capsys, vast_cluster_
     from pathlib import Path
 
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run.life import lifecycle
     from gpucli.runs import records as runs
     from tests.e2e.lifecycle.test_nodes import OWN_RUN, nothing_running, own_script, step_of
     from tests.support.cli import cli, wait_for

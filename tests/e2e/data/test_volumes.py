@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import ProviderError
-from gpucli.run.harvest import mirror_root, newest_good
-from gpucli.run.observe import summarize_prepare
+from gpucli.run.files.harvest import mirror_root, newest_good
+from gpucli.run.oversee.observe import summarize_prepare
 from gpucli.runs import records as runs
 from tests.e2e.data.test_launch_data import SMALL_PREP, TINY_GPU, corpus, down, trained
 from tests.support.cli import cli, rows_of, wait_for
@@ -289,7 +289,7 @@ def _checkpoint(folder: Path, step: int) -> Path:
 
 def test_the_mirror_is_uploaded_when_the_volume_is_behind_or_empty(tmp_path):
     from gpucli.providers.local.target import LocalHost
-    from gpucli.run.lifecycle import choose_restore
+    from gpucli.run.life.lifecycle import choose_restore
 
     run = tmp_path / "volume" / "gpucli-runs" / "r"
     mirror = _checkpoint(tmp_path / "mirror" / "step_000020", 20)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.pod import gpustats
-from gpucli.run.gpuwatch import IDLE_WINDOW_S, parse_rows, report
+from gpucli.run.watch.gpuwatch import IDLE_WINDOW_S, parse_rows, report
 from tests.support.cli import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"

@@ -124,7 +124,7 @@ def test_env_secrets_reach_the_job_and_nothing_else(capsys, tmp_path, sshd, clie
 
 
 def test_resume_reads_task_env_values_again(tmp_path):
-    from gpucli.run.jobs.own import task_from_json, task_to_json
+    from gpucli.run.starting.jobs.own import task_from_json, task_to_json
     from gpucli.runs.task import load_task
 
     task_file = tmp_path / "task.yaml"

@@ -143,7 +143,7 @@ def test_the_trainer_posts_its_events(receiver, data_dir, tmp_path):
 
 
 def test_the_env_file_carries_the_webhook(monkeypatch):
-    from gpucli.run.start import secrets_env
+    from gpucli.run.starting.start import secrets_env
     from gpucli.settings import save_key
 
     save_key("webhook", "https://ntfy.sh/my-topic")

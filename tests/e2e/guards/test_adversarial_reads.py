@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import TransferError
-from gpucli.run import monitor
+from gpucli.run.watch import monitor
 from gpucli.runs import records as runs
 from gpucli.ssh.remote import Remote, SshTarget
 from gpucli.ssh.transfer import parse_manifest

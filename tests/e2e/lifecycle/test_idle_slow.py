@@ -41,7 +41,7 @@ def idle_stop_ends_the_run(capsys, name: str, launch_args: list[str]) -> None:
     finished = [r for r in rows_of(capsys, name) if r.get("event") == "finished"]
     assert finished and finished[-1]["reason"] == "signal"  # the trainer was signalled: its checkpoint is written
     from gpucli.providers.registry import open_host
-    from gpucli.run.checkpoints import list_checkpoints
+    from gpucli.run.files.checkpoints import list_checkpoints
 
     with open_host(runs.load(name)) as host:
         cks = list_checkpoints(host, record.workdir)

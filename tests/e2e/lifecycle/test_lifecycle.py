@@ -45,7 +45,7 @@ def run_lifecycle(capsys, tmp_path: Path, name: str, launch_args: list[str]) -> 
 
     wait_for(two_checkpoints, 150, "step 12")
     from gpucli.providers.registry import open_host
-    from gpucli.run.checkpoints import list_checkpoints
+    from gpucli.run.files.checkpoints import list_checkpoints
 
     with open_host(runs.load(name)) as host:
         before = list_checkpoints(host, record.workdir)

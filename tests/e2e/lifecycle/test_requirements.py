@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucli.run.requirements import CPU_TORCH_INDEX, install_command, parse_check_output
+from gpucli.run.inputs.requirements import CPU_TORCH_INDEX, install_command, parse_check_output
 from gpucli.runs import records as runs
 from tests.support.cli import cli
 
@@ -95,7 +95,7 @@ def test_check_output_parsing():
 def test_a_package_imported_already_is_only_located(tmp_path):
     """On a pod, setup_pod.sh has just imported torch: the check only locates it (no second import of
     seconds); everything else is imported, so a broken package is still caught."""
-    from gpucli.run.requirements import CHECK_SCRIPT
+    from gpucli.run.inputs.requirements import CHECK_SCRIPT
 
     python = _hiding(tmp_path, "torch")  # a torch that raises when imported
 

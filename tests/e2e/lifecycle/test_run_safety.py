@@ -98,8 +98,8 @@ def test_names_outside_the_rule_are_refused(capsys, tmp_path, args, needle):
 def test_concurrent_launches_never_share_a_name(named):
     from gpucli.errors import UsageError
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
-    from gpucli.run.launch import LaunchRequest
+    from gpucli.run.inputs.launch import LaunchRequest
+    from gpucli.run.life import lifecycle
 
     catalog = load_catalog()
     req = LaunchRequest(profile="cpu", name="race" if named else None)
@@ -142,7 +142,7 @@ def fake_checkpoint(workdir: Path, step: int = 10, val_loss: float = 2.0) -> Non
 @pytest.mark.parametrize("what", ["fetch-best", "mirror"])
 def test_downloads_tune_the_heap_first(tmp_path, monkeypatch, what):
     from gpucli.providers.registry import LocalHost
-    from gpucli.run.jobs import fetch_best, mirror_once
+    from gpucli.run.starting.jobs import fetch_best, mirror_once
     from gpucli.ssh import heap
 
     monkeypatch.setattr(heap, "_tuned", False)
@@ -158,7 +158,7 @@ def test_downloads_tune_the_heap_first(tmp_path, monkeypatch, what):
 
 def test_down_without_a_pod_id_never_says_pod_none(capsys):
     from gpucli.cli import render_runs
-    from gpucli.run.control import DownResult
+    from gpucli.run.oversee.control import DownResult
 
     render_runs.downed(DownResult(record("np", provider="runpod", label="gpucli-np"), False, True))
     out = capsys.readouterr().out
@@ -262,7 +262,7 @@ def test_watchdog_never_signals_a_stale_pid(tmp_path):
 
 
 def test_ls_shows_step_and_loss_of_a_finished_run(capsys, tmp_path):
-    from gpucli.run.control import live_status
+    from gpucli.run.oversee.control import live_status
 
     (tmp_path / "metrics.jsonl").write_text(
         json.dumps({"kind": "train", "step": 7, "loss": 3.25}) + "\n"
@@ -280,8 +280,8 @@ def test_ls_shows_step_and_loss_of_a_finished_run(capsys, tmp_path):
 def test_reading_a_run_only_reads_and_reconcile_does_what_it_found_due(capsys, tmp_path):
     """observe() changes nothing (a run seen finished stays 'running' in its record, no file written);
     what it found due is done by reconcile.apply, the one step `status` and `ls` take after reading."""
-    from gpucli.run import reconcile
-    from gpucli.run.observe import observe
+    from gpucli.run.oversee import reconcile
+    from gpucli.run.oversee.observe import observe
     from gpucli.settings import home
 
     (tmp_path / "metrics.jsonl").write_text(

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from gpucli.providers.registry import open_host
-from gpucli.run import sweep as sweeps
+from gpucli.run.life import sweep as sweeps
 from gpucli.runs import records as runs
 from tests.support.cli import FAST_TRAINER, cli, wait_for
 

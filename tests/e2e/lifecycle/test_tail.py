@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gpucli.providers.local.target import LocalHost
-from gpucli.run import procs
-from gpucli.run.follow import FIRST_STEP, STARTING, follow_run, snapshot
+from gpucli.run.host import procs
+from gpucli.run.watch.follow import FIRST_STEP, STARTING, follow_run, snapshot
 from gpucli.runs import records as runs
 from gpucli.runs.limits import Limits
 from gpucli.runs.records import RunRecord

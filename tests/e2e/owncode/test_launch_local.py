@@ -189,7 +189,7 @@ def test_telegram_from_the_pod(capsys, tmp_path, telegram_emulator):
 
 def test_watch_ends_on_a_failed_job_instead_of_resuming_it(capsys, tmp_path):
     from gpucli.plan.catalog import load_catalog
-    from gpucli.run import lifecycle
+    from gpucli.run.life import lifecycle
 
     code, out, err = launch_own(capsys, tmp_path, "failing", "own-watch", "--provider", "local")
     assert code == 0, err

@@ -118,7 +118,7 @@ for step in range(start + 1, start + 400):
 
 
 def test_cloud_mirror_and_resume_put_the_checkpoints_back_and_rerun_setup(capsys, tmp_path, request):
-    from gpucli.run.harvest import mirror_root
+    from gpucli.run.files.harvest import mirror_root
     from tests.support.cli import cli
 
     emu = emulator_for(request, "runpod")

@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from gpucli.run.harvest import mirror_root
+from gpucli.run.files.harvest import mirror_root
 from gpucli.runs import records as runs
 from gpucli.store import objstore
 from tests.support.cli import FAST_TRAINER, cli, fetched_whole, rows_of, wait_for

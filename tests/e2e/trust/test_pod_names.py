@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucli.errors import TransferError
-from gpucli.run.untrusted import UnsafeRemoteName, checkpoint_manifest, local_path
+from gpucli.run.host.untrusted import UnsafeRemoteName, checkpoint_manifest, local_path
 from gpucli.runs import records as runs
 from gpucli.ssh import SshTarget
 from tests.support.cli import cli
@@ -151,8 +151,8 @@ def test_a_folder_name_with_escape_sequences_is_ignored(pod, capsys, tmp_path):
 
 def test_an_empty_manifest_never_replaces_a_good_mirror(pod, tmp_path):
     from gpucli.providers.registry import open_host
-    from gpucli.run.harvest import mirror_root, newest_good
-    from gpucli.run.jobs import mirror_once
+    from gpucli.run.files.harvest import mirror_root, newest_good
+    from gpucli.run.starting.jobs import mirror_once
 
     good_checkpoint(pod, 5, 0.5)
     record = runs.load("victim")
@@ -169,7 +169,7 @@ def test_an_empty_manifest_never_replaces_a_good_mirror(pod, tmp_path):
 
 def test_own_code_names_from_the_pod_stay_inside(tmp_path):
     from gpucli.providers.local.target import LocalHost
-    from gpucli.run.harvest import download_files
+    from gpucli.run.files.harvest import download_files
 
     root = tmp_path / "pod"
     root.mkdir()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpucli.errors import GpucliError, TransferError, UsageError
-from gpucli.run.jobs.own import code_excludes
+from gpucli.run.starting.jobs.own import code_excludes
 from gpucli.ssh.remote import Remote, SshTarget
 from gpucli.ssh.transfer import IgnoreRules
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from gpucli.plan.catalog import load_catalog
-from gpucli.run.launch import LaunchRequest
-from gpucli.run.pick import picked
+from gpucli.run.inputs.launch import LaunchRequest
+from gpucli.run.inputs.pick import picked
 from gpucli.runs.limits import Limits
 from tests.support.cli import cli
 

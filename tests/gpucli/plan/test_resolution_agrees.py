@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpucli.errors import GpucliError
 from gpucli.plan.catalog import load_catalog
-from gpucli.run.launch import LaunchRequest, resolve
+from gpucli.run.inputs.launch import LaunchRequest, resolve
 
 torch = pytest.importorskip("torch")
 

@@ -8,7 +8,7 @@ import datetime as dt
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.explain import explain_setup
 from gpucli.plan.planner import PlanRequest, choose_price, make_plan
-from gpucli.run.launch import LaunchRequest, resolve
+from gpucli.run.inputs.launch import LaunchRequest, resolve
 
 TODAY = dt.date(2026, 11, 22)
 

@@ -7,7 +7,7 @@ import datetime as dt
 
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.planner import PlanRequest, make_plan
-from gpucli.run.launch import LaunchRequest, resolve
+from gpucli.run.inputs.launch import LaunchRequest, resolve
 
 
 def _resolve(**kw):

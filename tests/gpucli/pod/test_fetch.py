@@ -16,7 +16,7 @@ import pytest
 
 from gpucli.errors import UsageError
 from gpucli.pod import fetch
-from gpucli.run.datasources import parse_data, pod_plan
+from gpucli.run.inputs.datasources import parse_data, pod_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 

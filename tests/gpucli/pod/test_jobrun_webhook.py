@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucli.run.jobs.own import ALERT_SENDERS, JOB_FILES
+from gpucli.run.starting.jobs.own import ALERT_SENDERS, JOB_FILES
 from tests.support.receiver import Receiver
 
 REPO = Path(__file__).resolve().parents[3]

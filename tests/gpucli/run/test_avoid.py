@@ -1,11 +1,11 @@
-"""The avoid list (gpucli/run/avoid.py): hosts that failed their health check, skipped for a week."""
+"""The avoid list (gpucli/run/host/avoid.py): hosts that failed their health check, skipped for a week."""
 
 from __future__ import annotations
 
 import json
 
 from gpucli.providers.api import Offer
-from gpucli.run import avoid
+from gpucli.run.host import avoid
 
 
 def offer(provider: str, offer_id: str, machine_id: str | None = None) -> Offer:

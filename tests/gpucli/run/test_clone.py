@@ -10,7 +10,7 @@ import pytest
 
 from gpucli.errors import GpucliError
 from gpucli.providers.registry import LocalHost
-from gpucli.run.jobs.own import clone
+from gpucli.run.starting.jobs.own import clone
 from gpucli.runs.task import GitCode
 
 

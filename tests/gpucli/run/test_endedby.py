@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from gpucli.run.harvest import mirror_root
-from gpucli.run.observe import observe
+from gpucli.run.files.harvest import mirror_root
+from gpucli.run.oversee.observe import observe
 from gpucli.runs import records as runs
 from gpucli.runs.endedby import ended_by_in, ended_by_of, ended_by_words
 from tests.gpucli.run.test_records import OLD_RECORD

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpucli.providers.local.target import LocalHost
-from gpucli.run.checkpoints import list_checkpoints
-from gpucli.run.harvest import download_checkpoint
+from gpucli.run.files.checkpoints import list_checkpoints
+from gpucli.run.files.harvest import download_checkpoint
 from gpucli.ssh.remote import Remote, SshTarget
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from gpucli.errors import TransferError
 from gpucli.providers.local.target import LocalHost
-from gpucli.run.jobs import fetch_best
+from gpucli.run.starting.jobs import fetch_best
 from gpucli.runs.records import RunRecord
 
 
@@ -70,7 +70,7 @@ def test_fetch_best_gives_up_after_a_few_tries(tmp_path):
 def test_mirror_chooses_the_newer_checkpoint_when_the_trainer_rotates_its_choice(tmp_path):
     """The newest checkpoint is rotated away (keep_last) while the mirror copies it: the mirror takes
     the newer one from a fresh listing instead of failing with "no such file"."""
-    from gpucli.run.harvest import mirror_root, mirror_trainer
+    from gpucli.run.files.harvest import mirror_root, mirror_trainer
 
     root = tmp_path / "run" / "checkpoints"
     _checkpoint(root, 10, 2.95)
@@ -103,7 +103,7 @@ class _RotatingHost(LocalHost):
 
 
 def test_own_code_mirror_lists_again_when_the_job_rotates_a_file(tmp_path):
-    from gpucli.run.harvest import mirror_folder, mirror_root
+    from gpucli.run.files.harvest import mirror_folder, mirror_root
 
     root = tmp_path / "run" / "ckpts"
     root.mkdir(parents=True)

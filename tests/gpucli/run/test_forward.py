@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpucli.run.tensorboard import PortForward, transport_of
+from gpucli.run.files.tensorboard import PortForward, transport_of
 from gpucli.ssh.remote import Remote, SshTarget
 from tests.support.sshd import free_port
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpucli.errors import CatalogError
 from gpucli.plan.catalog import load_catalog
-from gpucli.run.preflight import calibration_entry
+from gpucli.run.starting.preflight import calibration_entry
 from gpucli.runs import records as runs
 from gpucli.runs.health import Preflight, thresholds
 
@@ -151,7 +151,7 @@ def test_hardware_xids_in_the_kernel_log_refuse_and_an_unreadable_log_is_said():
 
 
 def test_the_download_rate_is_held_to_the_bar_and_to_the_runs_hours():
-    from gpucli.run.dataprobe import judge
+    from gpucli.run.starting.dataprobe import judge
 
     bars = thresholds(None)
     assert bars.min_download_mb_s == 5 and bars.max_download_share == 0.25

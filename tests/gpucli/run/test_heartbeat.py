@@ -1,4 +1,4 @@
-"""An upload is a sign of a live launch: the host a starting job sees (run/start.py ``Beating``) touches the
+"""An upload is a sign of a live launch: the host a starting job sees (run/starting/start.py ``Beating``) touches the
 launch's marker from each upload's progress, so the pod's early watchdog never takes a long upload (one big
 file adds no new entry to the folders it watches) for a dead launch. Against a real sshd."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from gpucli.run import start
+from gpucli.run.starting import start
 from gpucli.ssh.remote import Remote, SshTarget
 
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from gpucli.run.jobs import job_of
-from gpucli.run.launch import LaunchRequest
+from gpucli.run.inputs.launch import LaunchRequest
+from gpucli.run.starting.jobs import job_of
 from gpucli.runs import records as runs
 from gpucli.runs.launchinputs import BoxInputs, KeptVolume, LaunchInputs, OnMachine
 from gpucli.runs.machines import is_box, machine_root

@@ -1,4 +1,4 @@
-"""A link measured at launch (gpucli/run/linkprobe.py) feeds the plan of a run over several machines
+"""A link measured at launch (gpucli/run/host/linkprobe.py) feeds the plan of a run over several machines
 and is kept, typed, in the run record."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from gpucli.plan.catalog import load_catalog
 from gpucli.plan.internode import Link, node_efficiency
-from gpucli.run.nodes import planned_across
+from gpucli.run.host.nodes import planned_across
 from gpucli.runs import records as runs
 from gpucli.runs.records import LinkPair, LinkProbe, PlannedSpeed
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from gpucli.run.checkpoints import choose_checkpoint, group_checkpoints, model_files, step_in_name
+from gpucli.run.files.checkpoints import choose_checkpoint, group_checkpoints, model_files, step_in_name
 from gpucli.ssh import RemoteFile
 
 
@@ -75,7 +75,7 @@ def test_a_checkpoint_still_being_written_is_left_out():
 
 
 def test_the_frameworks_own_record_of_the_best():
-    from gpucli.run.checkpoints import hf_best, nanochat_best, nanochat_metas, newest_trainer_state
+    from gpucli.run.files.checkpoints import hf_best, nanochat_best, nanochat_metas, newest_trainer_state
 
     hf = {f"checkpoint-{s}/{f}": (10, 1.0) for s in (10, 20, 30) for f in ("model.safetensors", "trainer_state.json")}
     hf["runs/Nov25_01-08-10_vm/events.out.tfevents.1.vm.1.0"] = (10, 1.0)  # TensorBoard's: never a checkpoint

@@ -1,4 +1,4 @@
-"""The one precedence rule for a launch's inputs (gpucli/run/precedence.py): the command line beats
+"""The one precedence rule for a launch's inputs (gpucli/run/inputs/precedence.py): the command line beats
 task.yaml, task.yaml beats your config (its provider's section before its top level), your config beats
 the built-in defaults; a resume keeps the run's launch inputs unless its own command line overrides them.
 Real files throughout: a task.yaml on disk, your config written by `gpucli config set`'s own code."""
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from gpucli.run import precedence
-from gpucli.run.precedence import CLI, CONFIG, DEFAULT, RECORDED, TASK, launch_choices, resume_choices
+from gpucli.run.inputs import precedence
+from gpucli.run.inputs.precedence import CLI, CONFIG, DEFAULT, RECORDED, TASK, launch_choices, resume_choices
 from gpucli.runs import userconfig
 from tests.support.cli import cli
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpucli.run.launch import LaunchRequest
+from gpucli.run.inputs.launch import LaunchRequest
 from gpucli.runs import records as runs
 from gpucli.runs.limits import Limits
 from gpucli.ssh import SshTarget

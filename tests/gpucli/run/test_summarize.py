@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from gpucli.run.monitor import summarize
+from gpucli.run.watch.monitor import summarize
 from gpucli.runs.limits import Limits
 from gpucli.runs.records import RunRecord
 

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from gpucli.errors import UsageError
-from gpucli.run import sweep as sweeps
-from gpucli.run.launch import LaunchRequest
+from gpucli.run.inputs.launch import LaunchRequest
+from gpucli.run.life import sweep as sweeps
 from gpucli.runs import records as runs
 from gpucli.runs.limits import Limits
 from gpucli.runs.records import RunRecord

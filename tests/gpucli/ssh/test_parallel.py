@@ -178,7 +178,7 @@ def test_checkpoint_with_optimizer_shards_comes_down_in_parallel_and_verified(wa
     on several channels at once, one bar over all of them, each file checked against meta.json."""
     import json
 
-    from gpucli.run import checkpoints, harvest
+    from gpucli.run.files import checkpoints, harvest
 
     ck_dir = tmp_path / "pod" / "checkpoints" / "step_000100"
     names = ["model.pt"] + [f"optim_rank{i}.pt" for i in range(8)]

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpucli.errors import UsageError
-from gpucli.run.checkpoints import group_checkpoints
+from gpucli.run.files.checkpoints import group_checkpoints
 from gpucli.runs.storeurl import store_url
 from gpucli.store import objstore, storesync
 

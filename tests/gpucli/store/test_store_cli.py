@@ -41,7 +41,7 @@ def test_a_bad_store_is_one_line(capsys, args):
 
 def test_fetch_best_of_a_run_without_a_store_says_so(capsys, tmp_path):
     from gpucli.errors import NotFoundError
-    from gpucli.run import store
+    from gpucli.run.files import store
     from gpucli.runs.records import RunRecord
 
     record = RunRecord(name="r", provider="local", created_at="2026-11-28T00:00:00Z", profile="cpu", phase="fast",
@@ -60,7 +60,7 @@ def test_plan_quotes_the_store(capsys):
 
 
 def test_a_resume_whose_store_refuses_falls_back_to_the_mirror(tmp_path, monkeypatch):
-    from gpucli.run import store
+    from gpucli.run.files import store
     from gpucli.runs.records import RunRecord
     from tests.support.s3server import RefusingBucket
 

@@ -151,7 +151,7 @@ def test_a_bucket_that_refuses_writes_is_one_clear_line_and_the_local_copies_sta
 
 
 def test_your_own_codes_checkpoints_go_to_a_hub_repository_and_come_back_whole(tmp_path, monkeypatch):
-    from gpucli.run.store import download
+    from gpucli.run.files.store import download
     from tests.support.emulators.hfhub import HubEmulator
 
     token = "hf_gpuclitesttokenneverlogged"

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpucli.run.store import download
+from gpucli.run.files.store import download
 from gpucli.store import objstore
 from tests.gpucli.store.test_storesync import STORESYNC, store_names, wait_for
 from tests.support.s3server import s3_server  # noqa: F401

@@ -71,7 +71,7 @@ def test_status_and_ls_show_the_best_step_and_loss():
 
     from gpucli.cli import render
     from gpucli.cli.render_runs import runs_table
-    from gpucli.run.monitor import summarize
+    from gpucli.run.watch.monitor import summarize
     from gpucli.runs.limits import Limits
     from gpucli.runs.records import RunRecord
 
@@ -94,8 +94,8 @@ def test_status_and_ls_show_the_best_step_and_loss():
 
 def test_fetch_best_brings_the_best_folder_and_mirror_resume_never_see_it(run, tmp_path):
     from gpucli.providers.local.target import LocalHost
-    from gpucli.run.checkpoints import list_checkpoints
-    from gpucli.run.jobs import fetch_best
+    from gpucli.run.files.checkpoints import list_checkpoints
+    from gpucli.run.starting.jobs import fetch_best
     from gpucli.runs.limits import Limits
     from gpucli.runs.records import RunRecord
 
