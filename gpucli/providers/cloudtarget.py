@@ -163,6 +163,10 @@ class CloudProvisioner:
         return self.plan.max_price_per_hour_usd
 
     @property
+    def offers(self) -> tuple[Offer, ...]:
+        return self.plan.offers
+
+    @property
     def billed_usd_per_hour(self) -> float | None:
         """What the created pod bills per hour, as the provider said right after create (None before)."""
         return self.billed[-1] if self.billed else None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
     from gpucli.plan.internode import Link
-    from gpucli.providers.api import Billed
+    from gpucli.providers.api import Billed, Offer
     from gpucli.providers.runpod.api import NetworkVolume
     from gpucli.runs.records import RunRecord
     from gpucli.ssh import CommandResult, DownloadStats, RemoteFile, SshTarget, SyncStats
@@ -170,6 +170,11 @@ class Provisioner(Protocol):
 
     @property
     def max_price_per_hour_usd(self) -> float: ...
+
+    @property
+    def offers(self) -> Sequence[Offer]:
+        """The offers this launch may rent, best first (their $/GB prices the planned bandwidth)."""
+        ...
 
     @property
     def billed_usd_per_hour(self) -> float | None:

@@ -21,7 +21,7 @@ import functools
 import os
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucli.errors import UsageError
 from gpucli.plan.transfercost import Leg, TransferPlan, worst_rates
@@ -30,6 +30,10 @@ from gpucli.run.inputs.launch import folder_bytes
 from gpucli.settings import lookup_key
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gpucli.providers.api import Offer
+    from gpucli.providers.target import Provisioner, Target
     from gpucli.run.inputs.datasources import DataSource
     from gpucli.run.inputs.launch import LaunchRequest, ResolvedLaunch
 
@@ -113,12 +117,12 @@ def plan_transfer(resolved: ResolvedLaunch) -> TransferPlan:
     return TransferPlan(tuple(legs))
 
 
-def offer_rates(offers: Any) -> list[tuple[float | None, float | None]]:
+def offer_rates(offers: Iterable[Offer]) -> list[tuple[float | None, float | None]]:
     return [(o.inet_down_usd_per_gb, o.inet_up_usd_per_gb) for o in offers]
 
 
-def reserve(req: LaunchRequest, resolved: ResolvedLaunch, target: Any, provision: Any
-            ) -> tuple[LaunchRequest, list[str]]:
+def reserve(req: LaunchRequest, resolved: ResolvedLaunch, target: Target,
+            provision: Provisioner | None) -> tuple[LaunchRequest, list[str]]:
     """``req`` with the planned bandwidth reserved from ``--budget`` (at the highest $/GB among the offers
     the launch may rent), and the quote's lines; a budget the bandwidth alone uses up is refused. Only
     cloud targets: an ssh host or this machine bills no bytes gpucli can know."""
@@ -128,7 +132,7 @@ def reserve(req: LaunchRequest, resolved: ResolvedLaunch, target: Any, provision
     if not plan.legs:
         return req, []
     billed = target.caps.bills_transfer is not False
-    offers = provision.plan.offers if provision is not None else ()
+    offers = provision.offers if provision is not None else ()
     # no offers yet (the machines of a run over several nodes are chosen later): the sizes, priced then
     rates = (worst_rates(offer_rates(offers)) if offers else None) if billed else (0.0, 0.0)
     lines = plan.lines(rates, billed=billed)

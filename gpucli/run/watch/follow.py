@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucli.errors import ConnectionFailed, GpucliError, TransferError, UsageError
-from gpucli.run.watch.gpuwatch import read_report
+from gpucli.run.watch.gpuwatch import GpuReport, read_report
 from gpucli.run.watch.logs import reconnect
 from gpucli.run.watch.monitor import (
     LOG_TAIL_BYTES,
@@ -48,7 +48,7 @@ class TailUpdate:
     rows: tuple[dict[str, Any], ...] = ()
     activity: str | None = None
     end: RunStatus | None = None
-    gpus: Any = None  # gpucli.run.watch.gpuwatch.GpuReport, read now and then (None: not read this time)
+    gpus: GpuReport | None = None  # read now and then (None: not read this time)
 
 
 GPU_EVERY_S = 15.0  # how often following reads the host's GPU samples
