@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gpucli
 from gpucli.errors import GpucliError, NotFoundError, RemoteCommandError, UsageError
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ def start_server(checkpoint: Path, *, port: int, python: str = sys.executable, l
                  timeout_s: float = READY_TIMEOUT_S) -> ServedModel:
     """``python -m trainer.serve`` for ``checkpoint`` on 127.0.0.1:``port``, waited for until it answers
     ``/v1/models``; its output goes to ``log_path``. The caller stops it (:func:`stop_server`)."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(gpucli.__file__).resolve().parents[1]  # holds gpucli/ and trainer/
     port_free(port)  # else another server's answer would read as this one's
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:

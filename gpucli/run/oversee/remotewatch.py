@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gpucli
 from gpucli.errors import GpucliError, NotFoundError, UsageError
 from gpucli.providers.registry import get_target
 from gpucli.run.files.store import run_store, store_env
@@ -42,7 +43,7 @@ from gpucli.runs.records import RunRecord
 from gpucli.runs.secretenv import lookup
 from gpucli.settings import home
 
-PKG_ROOT = Path(__file__).resolve().parents[2]  # holds gpucli/ and trainer/
+PKG_ROOT = Path(gpucli.__file__).resolve().parents[1]  # holds gpucli/ and trainer/
 NEEDS = "typer, rich, yaml, requests, paramiko"  # gpucli's dependencies (pyproject.toml), what the watcher imports
 #: This machine's settings the watcher keeps; not the ones naming this machine's paths.
 LEFT_HERE = {"GPUCLI_HOME", "GPUCLI_CATALOG"}
