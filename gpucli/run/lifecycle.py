@@ -156,8 +156,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
         if job.checks_disk and req.volume_size_gb:  # what would be created must hold the run, before it is
             check_disk(resolved, volume_gb=req.volume_size_gb)
-        provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb,  # type: ignore[attr-defined]
-                                       volume_id=volume_id)
+        provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb, volume_id=volume_id)
         volume = provision.volume
         if job.checks_disk and volume is not None:  # an existing volume's size is known now
             check_disk(resolved, volume_gb=volume.size_gb)

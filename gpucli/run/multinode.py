@@ -24,7 +24,6 @@ from gpucli.providers.runpod.clusterrent import (
     billed_usd_per_hour,
     cluster_addresses,
     cluster_strays,
-    cluster_volume,
     clusters_client,
     end_cluster,
     gpu_type_id,
@@ -266,10 +265,10 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
         # The nodes' run folders on a network volume attached at create, not on the container disk that a
         # restart wipes (network-volumes.mdx L112; openapi BaseContainerConfig.disk): --volume's, else one
         # named after the run. It stays after the run, holding the checkpoints, until the user deletes it.
-        volume = cluster_volume(target.client(), req.volume or resolved.label,  # type: ignore[attr-defined]
-                                size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
-                                gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
-                                volume_id=record.inputs.volume.id if record.inputs.volume is not None else None)
+        volume = target.cluster_volume(req.volume or resolved.label,
+                                       size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
+                                       gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
+                                       volume_id=record.inputs.volume.id if record.inputs.volume is not None else None)
         record = record.with_(launch=record.inputs.with_(volume=KeptVolume.from_dict(volume.to_json())))
         save(record)  # its id recorded before the cluster is asked for
         monthly = f"${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else "its monthly price"
