@@ -276,7 +276,7 @@ RUN_FLOORS = {
     "dataprobe": 7.2,  # the preflight's download check: the host's rate from the run's data source
     "preflight": 7.3,  # the machine checked on the host before the run is detached
     "jobs": 8,  # the kinds of job behind one contract: the bundled trainer and your own command
-    "multinode": 8.5,  # starting, watching and ending a run over several machines
+    "multinode": 8.5,  # starting a run on its machines (one or several), watching and ending them
     "observe": 7.5,  # reading a run: what its record and host show, and what that makes due (no writes)
     "podrescue": 8.6,  # a resume copies the old pod's newest checkpoint home before it ends the pod
     "lifecycle": 9,

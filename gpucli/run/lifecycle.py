@@ -138,7 +138,8 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         if local_gpus() == 0:  # refused before anything starts: nothing is recorded, nothing costs
             raise UsageError(f"profile {req.profile} needs a GPU ({resolved.gpu_name}) and this machine has none",
                              hint="--profile cpu runs here on the CPU; --force launches anyway")
-    if resolved.gpu_id is not None and req.nodes == 1:  # several nodes are rented as one (run/multinode.py)
+    # a rule: a provisioner rents one pod; several nodes are rented as one cluster or overlay (run/multinode.py)
+    if resolved.gpu_id is not None and req.nodes == 1:
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,
@@ -431,10 +432,8 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
 
 
 def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
-    """A run over a rented cluster is over: the cluster goes (a pod's own key cannot delete it)."""
-    if not record.nodes:
-        return
-
+    """A run over a rented cluster is over: the cluster goes (a pod's own key cannot delete it). A run
+    rented as one pod, or on machines not rented, has none (nothing is asked of any provider)."""
     if end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t))):
         on_notice(Notice("info", f"{record.name}: deleted its {rented_of(record)}"))
 
