@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog, Gpu
     from gpucli.providers.api import Billed, Offer, Provider
     from gpucli.providers.runpod.api import NetworkVolume
+    from gpucli.providers.target import Provisioner
     from gpucli.runs.records import RunRecord
     from gpucli.ssh import Remote
 
@@ -243,6 +244,14 @@ class CloudTarget:
 
     def client(self) -> Provider:
         return get_provider(self.name)
+
+    def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,
+                    volume_id: str | None = None) -> Provisioner:
+        raise UsageError(f"--volume: {self.name} has no network volumes here")  # caps.network_volumes
+
+    def cluster_volume(self, name_or_id: str, *, size_gb: int | None, gpu_type: str, gpus_per_pod: int,
+                       volume_id: str | None = None) -> NetworkVolume:
+        raise UsageError(f"{self.name} rents no cluster with a network volume")  # caps.clusters
 
     def open(self, record: RunRecord, *, connect_timeout_s: float = 20.0) -> Remote:
         """SSH to the run's pod with its host key pinned for this pod only (see hostkeys.py)."""

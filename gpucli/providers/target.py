@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpucli.errors import UsageError
+
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog
     from gpucli.plan.internode import Link
@@ -223,6 +225,20 @@ class Target(Protocol):
         """None where there is nothing to rent (local, ssh)."""
         ...
 
+    def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,
+                    volume_id: str | None = None) -> Provisioner:
+        """``--volume`` (``caps.network_volumes``): the provisioner creating its pod with that network
+        volume, looked up (or, with ``size_gb``, created) now; ``volume_id``: the one an earlier launch of
+        the run used (a resume). A UsageError where there are no network volumes."""
+        ...
+
+    def cluster_volume(self, name_or_id: str, *, size_gb: int | None, gpu_type: str, gpus_per_pod: int,
+                       volume_id: str | None = None) -> NetworkVolume:
+        """The network volume every node of a rented cluster mounts (``caps.clusters``): ``volume_id``'s
+        while it exists, else the account's of that name or id, else one created with ``size_gb``. A
+        UsageError where nodes are not rented as one cluster."""
+        ...
+
     def terminate(self, record: RunRecord) -> bool:
         """End the run's pod and any other pod carrying its label; False where there is no pod."""
         ...
@@ -286,6 +302,14 @@ class NoPod:
                     bid_per_gpu_usd: float | None, image: str | None, disk_gb: int,
                     ready_timeout_s: float, ask: OfferAsk | None = None) -> Provisioner | None:
         return None
+
+    def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,
+                    volume_id: str | None = None) -> Provisioner:
+        raise UsageError("--volume is a cloud provider's network volume: nothing is rented here")
+
+    def cluster_volume(self, name_or_id: str, *, size_gb: int | None, gpu_type: str, gpus_per_pod: int,
+                       volume_id: str | None = None) -> NetworkVolume:
+        raise UsageError("nothing is rented here: the nodes are this machine or your own hosts")
 
     def terminate(self, record: RunRecord) -> bool:
         return False

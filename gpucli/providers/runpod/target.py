@@ -10,13 +10,15 @@ from gpucli.providers.cloudtarget import MAX_OFFERS, CloudPlan, CloudProvisioner
 from gpucli.providers.credentials import runpod_base_url
 from gpucli.providers.query import parse_query
 from gpucli.providers.runpod.api import SPOT_REFUSED, RunPodProvider
+from gpucli.providers.runpod.clusterrent import cluster_volume
 from gpucli.providers.target import Capabilities
 from gpucli.settings import volume_mount
 
 if TYPE_CHECKING:
     from gpucli.plan.catalog import Catalog, Gpu
     from gpucli.providers.api import Offer, Provider
-    from gpucli.providers.target import OfferAsk
+    from gpucli.providers.runpod.api import NetworkVolume
+    from gpucli.providers.target import OfferAsk, Provisioner
 
 
 class RunPodTarget(CloudTarget):
@@ -81,8 +83,8 @@ class RunPodTarget(CloudTarget):
         return super().plan_offers(catalog, gpu_id, n_gpus, spot=spot, bid_per_gpu_usd=bid_per_gpu_usd,
                                    client=client, disk_gb=disk_gb, ask=ask)
 
-    def with_volume(self, provision: CloudProvisioner, name_or_id: str, *, size_gb: int | None = None,
-                    volume_id: str | None = None) -> CloudProvisioner:
+    def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,
+                    volume_id: str | None = None) -> Provisioner:
         """The provisioner creating its pod with the named network volume (looked up before the pod is
         created; the pod goes to the volume's data centre, Secure Cloud). With ``size_gb``, a volume of
         that name is created when the account has none: in the Secure Cloud data centre with the most
@@ -90,7 +92,7 @@ class RunPodTarget(CloudTarget):
         marked ``created``: a failed launch names it, its monthly cost and how to delete it.
         ``volume_id``: the volume an earlier launch of the run used (a resume), taken while it exists."""
         client = self.client()
-        assert isinstance(client, RunPodProvider)
+        assert isinstance(client, RunPodProvider) and isinstance(provision, CloudProvisioner)  # this target's own
         if volume_id is not None:
             known = next((v for v in client.network_volumes() if v.volume_id == volume_id), None)
             if known is not None:
@@ -104,6 +106,13 @@ class RunPodTarget(CloudTarget):
             dc = client.data_center_for(first.gpu_name, provision.plan.n_gpus)
             volume = dataclasses.replace(client.create_volume(name_or_id, size_gb, dc), created=True)
         return dataclasses.replace(provision, volume=volume, plan=secure_plan(client, provision))
+
+    def cluster_volume(self, name_or_id: str, *, size_gb: int | None, gpu_type: str, gpus_per_pod: int,
+                       volume_id: str | None = None) -> NetworkVolume:
+        client = self.client()
+        assert isinstance(client, RunPodProvider)
+        return cluster_volume(client, name_or_id, size_gb=size_gb, gpu_type=gpu_type, gpus_per_pod=gpus_per_pod,
+                              volume_id=volume_id)
 
     def search(self, client: Provider, gpu: Gpu, n_gpus: int, *, spot: bool, limit: int,
                disk_gb: int | None = None, query: str | None = None, hours: float | None = None) -> list[Offer]:

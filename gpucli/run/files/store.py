@@ -287,7 +287,7 @@ def moved_record(record: RunRecord, req: LaunchRequest, workdir: str) -> RunReco
     """The run's record on its new provider: the same run (name, metrics, store), its old pod remembered."""
     old = (record.instance_id,) if record.instance_id else ()
     return record.with_(provider=req.provider, workdir=workdir, ssh=None, instance_id=None, pid=None,
-                        watchdog_pid=None, nodes=record.nodes if req.nodes > 1 else (), previous_instances=tuple(dict.fromkeys(record.previous_instances + old)),
+                        watchdog_pid=None, nodes=record.nodes[:req.nodes - 1], previous_instances=tuple(dict.fromkeys(record.previous_instances + old)),
                         launch=record.inputs.with_(request=req.to_json()["request"]))
 
 

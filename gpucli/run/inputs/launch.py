@@ -366,7 +366,7 @@ def resolve(catalog: Catalog, req: LaunchRequest, *, run_name: str) -> ResolvedL
     limits = limits.with_(max_steps=steps, **set_limits).checked()
     price = limits.price_per_hour_usd
     trainer_args = "--config ../run.yaml --resume auto"
-    if req.nodes > 1:
+    if req.nodes > 1:  # a rule: several machines meet at a rendezvous on rank 0; one needs none (--standalone)
         cmd = trainer_command(py, req.nodes, max(1, n_gpus), run_name, fetch=None)
     elif n_gpus > 1:
         cmd = (f"{shlex.quote(py)} -m torch.distributed.run --standalone --nproc_per_node={n_gpus} "

@@ -147,7 +147,7 @@ class Ranking:
 
 def rank(catalog: Catalog, req: LaunchRequest, job: Job, names: list[str], *, run_name: str) -> Ranking:
     """Every named provider's offers for the run, cheapest run first (nothing is created)."""
-    if req.nodes > 1:
+    if req.nodes > 1:  # a rule: several machines are offered as clusters or overlays, not as pods
         return _rank_nodes(catalog, req, job, names, run_name=run_name)
     found: list[Candidate] = []
     notes: list[str] = []

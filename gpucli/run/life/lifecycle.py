@@ -12,7 +12,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.providers.clusterend import cluster_gone, cluster_of
@@ -24,20 +24,19 @@ from gpucli.run.files.checkpoints import checkpoint_step, list_checkpoints
 from gpucli.run.files.harvest import mirror_root
 from gpucli.run.files.transfer import plan_transfer, reserve
 from gpucli.run.host.nodes import gather_shards
-from gpucli.run.host.owner import ended_elsewhere, this_launcher
 from gpucli.run.inputs.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
 from gpucli.run.inputs.money import balance_guard
 from gpucli.run.inputs.precedence import resume_choices
 from gpucli.run.oversee.runend import own_end
 from gpucli.run.starting import start
-from gpucli.run.starting.jobs import BUNDLED, Job, job_for, job_of, start_on
-from gpucli.run.starting.multinode import end_rented, launch_nodes, rented_of
+from gpucli.run.starting.jobs import BUNDLED, Job, job_for, job_of
+from gpucli.run.starting.multinode import end_rented, rented_of, start_nodes
 from gpucli.run.starting.podrescue import take_newest_from_old_pod
 from gpucli.run.watch.monitor import best_val, replaces_slow, status_of, trainer_alive
 from gpucli.runs import records as runs
 from gpucli.runs.defaults import DEFAULTS
 from gpucli.runs.launchinputs import LaunchInputs
-from gpucli.runs.notice import EventFn, Notice, NoticeFn, StepFn
+from gpucli.runs.notice import Notice, NoticeFn, StepFn
 from gpucli.runs.records import RunRecord
 from gpucli.runs.secretenv import resolve as secrets_present
 from gpucli.settings import watch_poll_s
@@ -140,7 +139,8 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         if local_gpus() == 0:  # refused before anything starts: nothing is recorded, nothing costs
             raise UsageError(f"profile {req.profile} needs a GPU ({resolved.gpu_name}) and this machine has none",
                              hint="--profile cpu runs here on the CPU; --force launches anyway")
-    if resolved.gpu_id is not None and req.nodes == 1:  # several nodes are rented as one (run/starting/multinode.py)
+    # a rule: a provisioner rents one pod; several nodes are rented as one cluster or overlay (run/starting/multinode.py)
+    if resolved.gpu_id is not None and req.nodes == 1:
         provision = target.provisioner(catalog, name, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                        bid_per_gpu_usd=req.bid_per_gpu_usd, image=req.image,
                                        disk_gb=req.disk_gb or resolved.pod_disk_gb,
@@ -157,8 +157,7 @@ def _prepare(catalog: Catalog, req: LaunchRequest, name: str, job: Job,
         # Looked up (or, with --volume-size, created) after the balance check: a refused launch creates nothing.
         if job.checks_disk and req.volume_size_gb:  # what would be created must hold the run, before it is
             check_disk(resolved, volume_gb=req.volume_size_gb)
-        provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb,  # type: ignore[attr-defined]
-                                       volume_id=volume_id)
+        provision = target.with_volume(provision, req.volume, size_gb=req.volume_size_gb, volume_id=volume_id)
         volume = provision.volume
         if job.checks_disk and volume is not None:  # an existing volume's size is known now
             check_disk(resolved, volume_gb=volume.size_gb)
@@ -180,73 +179,14 @@ def launch(prepared: PreparedLaunch, *, on_step: StepFn = _quiet, on_notice: Not
         price = f", ${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else ""
         on_step(f"created network volume {volume.name} ({volume.volume_id}, {volume.size_gb} GB in "
                 f"{volume.data_center_id}): kept after the run{price} until you delete it")
-    try:
-        if prepared.request.nodes > 1:  # one run over several machines (gpucli.run.host.nodes)
-            return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
-                                on_info=lambda t: on_notice(Notice("info", t)))
-        return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=prepared.ssh,
-                            provision=prepared.provision, inputs=prepared.inputs)
+    try:  # one machine or several, one path (gpucli/run/starting/multinode.py)
+        return start_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                           on_info=lambda t: on_notice(Notice("info", t)))
     except BaseException:
         cleanup_failed(prepared.resolved.name, on_notice)
         raise
     finally:
         runs.release_name(prepared.resolved.name)  # the record holds the name from its first save on
-
-
-def start_run(resolved: ResolvedLaunch, job: Job, *, on_event: EventFn, save: Callable[[RunRecord], Any],
-              ssh: SshTarget | None = None, provision: Provisioner | None = None,
-              inputs: LaunchInputs | None = None, record: RunRecord | None = None,
-              restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
-    """Run the launch sequence: provision (cloud) -> wait (deadline) -> the job's start -> record.
-    ``provision`` (cloud targets) creates the pod and returns its endpoint; it gets
-    ``on_created(instance_id)`` to record the id before it waits. ``record`` continues an
-    existing run (a resume); ``restore``/``metrics`` are uploaded before the trainer starts. ``save``
-    writes the record (it is called before anything waits). ``job`` puts the bundled trainer or the
-    user's own command on the host."""
-    if record is None:
-        record = job.labelled(start.record_for(resolved).with_(launch=inputs))
-    else:
-        record = record.with_(status="provisioning", pid=None, watchdog_pid=None, ended_at=None, end_reason=None,
-                              launcher=this_launcher(), message=None, ssh=ssh if provision is None else None, limits=resolved.limits)
-    latest = [record]
-
-    def keep(saved: RunRecord) -> Any:  # the newest record, pids included, is what a failure saves
-        latest[0] = saved
-        return save(saved)
-
-    keep(record)  # written before anything waits
-    try:
-        if provision is not None:
-            def on_created(instance_id: str) -> None:
-                nonlocal record
-                assert record is not None  # saved above, before anything waits
-                record = record.with_(instance_id=instance_id)
-                keep(record)
-
-            provision = provision.with_workdir(resolved.workdir)  # vast: the instance's onstart runs its resume.sh
-            started = record  # the record as this launch wrote it (saved above)
-            ssh = provision(on_created=on_created, on_event=on_event, cancelled=lambda: ended_elsewhere(started, runs.load))
-            billed = provision.billed_usd_per_hour
-            if billed:  # the price is what is billed: budget, watchdog cap and cost records use it
-                stated = (inputs.requested.get("limits") or {}).get("price_per_hour_usd") if inputs else None  # --price: kept if higher
-                price = max(float(billed), float(stated)) if stated else float(billed)
-                resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(price_per_hour_usd=price))
-                record = record.with_(limits=resolved.limits)
-        record = record.with_(ssh=ssh, status="starting")
-        keep(record)
-        with get_target(record.provider).open(record) as host:
-            if record.ssh is not None and host.host_key:
-                record = record.with_(ssh=dataclasses.replace(record.ssh, host_key=host.host_key))
-                keep(record)
-            return start_on(host, job, resolved, record, on_event=on_event, save=keep, restore=restore,
-                            metrics=metrics)
-    except BaseException as exc:
-        message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
-        checked = getattr(exc, "preflight", None) or record.preflight  # a failed preflight's figures (gpucli.run.starting.preflight)
-        # latest[0]: with every pid the job's start recorded (a launch stopped during --setup leaves the job,
-        # its setup and the watchdog running: `down` must find them)
-        save(latest[0].with_(status="failed", ended_at=runs.now_iso(), message=message[:500], preflight=checked))
-        raise
 
 
 def host_alive(record: RunRecord) -> bool:
@@ -282,14 +222,18 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
     provider, nodes = resume_choices({"provider": record.provider, "nodes": req.nodes}, provider=provider, nodes=nodes).pick("provider", "nodes")
     req, moving = store.moved_request(req, record, provider, nodes)  # --provider: the same run elsewhere
     target = get_target(req.provider)
-    if req.nodes > 1:  # one run over several machines (run/starting/multinode.py)
-        return _resume_nodes(record, req, job, catalog, on_step=on_step, on_notice=on_notice, nodes=nodes)
-    if nodes is not None and nodes != 1:
-        raise UsageError("resume --nodes goes with a run over several machines")
     # The run folder is on the volume: the checkpoints written there outlive the pod.
     on_volume = target.cloud and bool(req.volume) and job.resumes_from_volume
-    restore = metrics = None
-    if target.cloud or moving:
+    restore = metrics = said = None
+    if req.nodes > 1:
+        # Kept, a rule and not a second path: a run over several machines continues from the sharded
+        # checkpoints in its nodes' folders (on fewer nodes: the others' shards brought to node 0 first);
+        # one machine's from its newest whole checkpoint, brought home from a pod (below).
+        record, req = _nodes_kept(record, req, nodes, on_step=on_step)
+        said = f"resuming {record.name} on its {req.nodes} nodes"
+    elif nodes is not None and nodes != 1:
+        raise UsageError("resume --nodes goes with a run over several machines")
+    elif target.cloud or moving:
         if not from_scratch and old_target.cloud and not on_volume:
             # the old pod's newest checkpoint first, verified (gpucli/run/starting/podrescue.py)
             take_newest_from_old_pod(record, job, on_step=on_step)
@@ -307,6 +251,7 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
             on_notice(Notice("warn", f"could not terminate the old pod {record.instance_id}: {exc}"))
         old = (record.instance_id,) if record.instance_id else ()
         record = record.with_(previous_instances=record.previous_instances + old, instance_id=None)
+        said = f"resuming {record.name} from mirrored {restore.name}" if restore is not None else None
     volume_id = record.launch.volume.id if record.launch and record.launch.volume else None
     prepared = prepare(catalog, req, run_name=record.name, job=job.again(), volume_id=volume_id)
     if moving:
@@ -315,12 +260,13 @@ def resume(run: str | None, catalog: Catalog, *, from_scratch: bool = False, on_
         record = record.with_(launch=(record.launch or LaunchInputs()).with_(volume=inputs.volume))
     try:
         if on_volume:
-            return _resume_on_volume(prepared, record, restore, metrics, from_scratch=from_scratch, on_step=on_step)
-        if restore is not None:
-            on_step(f"resuming {record.name} from mirrored {restore.name}")
-        return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save,
-                            ssh=record.ssh or prepared.ssh, provision=prepared.provision, record=record,
-                            restore=restore, metrics=metrics)
+            return _resume_on_volume(prepared, record, restore, metrics, from_scratch=from_scratch,
+                                     on_step=on_step, on_notice=on_notice)
+        if said:
+            on_step(said)
+        return start_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                           on_info=lambda t: on_notice(Notice("info", t)), resume=record, restore=restore,
+                           metrics=metrics)
     except BaseException:
         cleanup_failed(record.name, on_notice)
         raise
@@ -358,7 +304,7 @@ def choose_restore(host: Host, workdir: str, mirror: Path | None, *, on_step: St
 
 
 def _resume_on_volume(prepared: PreparedLaunch, record: RunRecord, mirror: Path | None, metrics: Path | None, *,
-                      from_scratch: bool, on_step: StepFn) -> RunRecord:
+                      from_scratch: bool, on_step: StepFn, on_notice: NoticeFn) -> RunRecord:
     """A resume whose run folder is on a network volume: the pod is created first (its id recorded
     before any wait, as a launch does), then the volume's checkpoints are compared with the mirror's
     (:func:`choose_restore`) and the launch goes on on that pod."""
@@ -388,9 +334,10 @@ def _resume_on_volume(prepared: PreparedLaunch, record: RunRecord, mirror: Path 
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         runs.save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
         raise
-    return start_run(prepared.resolved, prepared.job, on_event=on_step, save=runs.save, ssh=record.ssh,
-                        provision=None, record=record, restore=upload,
-                        metrics=metrics if upload is not None else None)
+    # the launch goes on on this pod, as on one named up front (nothing more to rent)
+    return start_nodes(dataclasses.replace(prepared, provision=None), on_step=on_step,
+                       on_warn=lambda t: on_notice(Notice("warn", t)), on_info=lambda t: on_notice(Notice("info", t)),
+                       resume=record, restore=upload, metrics=metrics if upload is not None else None)
 
 
 def cleanup_failed(run_name: str, on_notice: NoticeFn = _quiet) -> None:
@@ -486,17 +433,15 @@ def watch(run: str | None, catalog: Catalog, *, mirror: bool, recover: bool, pol
 
 
 def _end_cluster(record: RunRecord, on_notice: NoticeFn) -> None:
-    """A run over a rented cluster is over: the cluster goes (a pod's own key cannot delete it)."""
-    if not record.nodes:
-        return
-
+    """A run over a rented cluster is over: the cluster goes (a pod's own key cannot delete it). A run
+    rented as one pod, or on machines not rented, has none (nothing is asked of any provider)."""
     if end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t))):
         on_notice(Notice("info", f"{record.name}: deleted its {rented_of(record)}"))
 
 
-def _resume_nodes(record: RunRecord, req: LaunchRequest, job: Job, catalog: Catalog, *, on_step: StepFn,
-                  on_notice: NoticeFn, nodes: int | None = None) -> RunRecord:
-    """Continue a run over several machines from the sharded checkpoints in its nodes' folders: on the
+def _nodes_kept(record: RunRecord, req: LaunchRequest, nodes: int | None, *,
+                on_step: StepFn) -> tuple[RunRecord, LaunchRequest]:
+    """A run over several machines continues from the sharded checkpoints in its nodes' folders: on the
     same nodes, or (``nodes``) on the first ``nodes`` of them, the others' shards brought to node 0
     first (the trainer reshards). A rented cluster is gone with its disks, and its checkpoints with it."""
     if get_target(record.provider).cloud:
@@ -511,7 +456,4 @@ def _resume_nodes(record: RunRecord, req: LaunchRequest, job: Job, catalog: Cata
         if len(req.hosts) == 1:
             req = dataclasses.replace(req, host=req.hosts[0], hosts=())
         record = record.with_(nodes=record.nodes[:nodes - 1], launch=(record.launch or LaunchInputs()).with_(request=req.to_json()["request"]))
-    prepared = prepare(catalog, req, run_name=record.name, job=job.again())
-    on_step(f"resuming {record.name} on its {req.nodes} nodes")
-    return launch_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
-                        on_info=lambda t: on_notice(Notice("info", t)), resume=record)
+    return record, req

@@ -30,14 +30,16 @@ import yaml
 
 from gpucli.errors import GpucliError, UsageError
 from gpucli.providers.registry import get_target, open_host
+from gpucli.run.host.nodes import as_run, node_workdir
 from gpucli.run.inputs.launch import LaunchRequest, ResolvedLaunch, check_disk, resolve
-from gpucli.run.life.lifecycle import PreparedLaunch, cleanup_failed, start_run
+from gpucli.run.life.lifecycle import PreparedLaunch, cleanup_failed
 from gpucli.run.starting import start
 from gpucli.run.starting.jobs import job_for
+from gpucli.run.starting.multinode import start_nodes
 from gpucli.run.watch.monitor import trainer_alive
 from gpucli.runs import podfiles
 from gpucli.runs import records as runs
-from gpucli.runs.launchinputs import LaunchInputs, OnMachine
+from gpucli.runs.launchinputs import OnMachine
 from gpucli.runs.machines import is_box, machine_root
 from gpucli.runs.notice import Notice
 from gpucli.runs.records import RunRecord
@@ -165,8 +167,8 @@ def prepare_on(catalog: Catalog, req: LaunchRequest, m: Machine, *, task: Task |
     if req.nodes not in (1, m.nodes) or req.volume:
         raise UsageError(f"--on runs on the {'one machine' if m.nodes == 1 else f'{m.nodes} nodes'} "
                          f"{m.base.name} had: another --nodes and --volume are for a new rental")
-    if m.nodes > 1:  # every node the run had, ranks as before
-        req = dataclasses.replace(req, nodes=m.nodes, hosts=tuple(m.hosts) if len(m.hosts) > 1 else req.hosts)
+    # every node the run had (one, or several), ranks as before
+    req = dataclasses.replace(req, nodes=m.nodes, hosts=tuple(m.hosts) if len(m.hosts) > 1 else req.hosts)
     job = job_for(task)
     secrets_present(req.env_names + job.secret_names())
     price = req.limits.price_per_hour_usd or m.base.limits.price_per_hour_usd
@@ -194,22 +196,22 @@ def prepare_on(catalog: Catalog, req: LaunchRequest, m: Machine, *, task: Task |
 
 def launch_on(prepared: PreparedLaunch, m: Machine, *, on_step: Callable[[str], None],
               on_notice: Callable[[Any], None], wait_free_s: float = 0.0) -> RunRecord:
-    """Start the prepared run on the machine: checked free, what it holds copied in, then the launch
-    sequence without its rental (the run's own watchdog first, the job handed to it). ``wait_free_s``:
-    how long a machine still busy with a job that is ending is waited for (a sweep's next trial)."""
+    """Start the prepared run on the machine (on every node a run over several had, ranks as before):
+    checked free, what it holds copied in, then the launch sequence without its rental
+    (gpucli.run.starting.multinode: the run's own watchdog first, the job handed to it). ``wait_free_s``: how long
+    a machine still busy with a job that is ending is waited for (a sweep's next trial)."""
     resolved = prepared.resolved
     inputs = prepared.inputs.with_(on=OnMachine(machine=m.root, after=m.base.name))
-    if m.nodes > 1:
-        return _launch_on_nodes(prepared, m, inputs, on_step=on_step, on_notice=on_notice, wait_free_s=wait_free_s)
     try:
         with open_machine(m) as host:
             check_free(m, host, wait_s=wait_free_s)
             seed(host, m, resolved, prepared.request, on_step)
+        _seed_nodes(m, resolved, on_step)
         record = prepared.job.labelled(start.record_for(resolved).with_(
             launch=inputs, instance_id=None if m.box else m.base.instance_id,
             previous_instances=()))
-        return start_run(resolved, prepared.job, on_event=on_step, save=runs.save, ssh=m.base.ssh, provision=None,
-                         inputs=inputs, record=record)
+        return start_nodes(prepared, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
+                           on_info=lambda t: on_notice(Notice("info", t)), resume=record)
     except BaseException:
         if m.box or not get_target(m.provider).cloud:
             pass  # the machine is the box's or nobody's to end: a failed run leaves it as it was
@@ -220,44 +222,18 @@ def launch_on(prepared: PreparedLaunch, m: Machine, *, on_step: Callable[[str], 
         runs.release_name(resolved.name)
 
 
-def _launch_on_nodes(prepared: PreparedLaunch, m: Machine, inputs: LaunchInputs, *, on_step: Callable[[str], None],
-                     on_notice: Callable[[Any], None], wait_free_s: float) -> RunRecord:
-    """The run on every node the base run had (gpucli.run.starting.multinode), ranks as before: each node's folder
-    beside the base run's node folder there, node 0 seeded as one machine is, the others' code copied."""
-    # lazy, both: the multi-node launch (and its cluster rentals)
-    from gpucli.run.host.nodes import as_run, node_workdir
-    from gpucli.run.starting.multinode import launch_nodes  # lazy: see above
-
-    resolved = prepared.resolved
-    try:
-        with open_machine(m) as host:
-            check_free(m, host, wait_s=wait_free_s)
-            seed(host, m, resolved, prepared.request, on_step)
-        for node in m.base.nodes:
-            src, dst = as_run(m.base, node).workdir.rstrip("/"), node_workdir(resolved.workdir, node.rank)
-            with open_host(as_run(m.base, node), connect_timeout_s=20) as host:
-                if host.exists(dst):
-                    raise UsageError(f"{dst} already exists on node {node.rank}", hint="pick another --name")
-                host.run(f"mkdir -p -- {shlex.quote(dst)}", timeout_s=60)
-                if host.exists(f"{src}/code"):
-                    host.run(f"cp -a -- {shlex.quote(src)}/code {shlex.quote(dst)}/code", timeout_s=600)
-                    on_step(f"node {node.rank}: code copied from {m.base.name}'s folder there")
-        on = _OnNodes(prepared.request, resolved, prepared.provision, prepared.ssh, prepared.job, on=inputs.on)
-        return launch_nodes(on, on_step=on_step, on_warn=lambda t: on_notice(Notice("warn", t)),
-                            on_info=lambda t: on_notice(Notice("info", t)), save=runs.save)
-    finally:
-        runs.release_name(resolved.name)
-
-
-@dataclass(frozen=True)
-class _OnNodes(PreparedLaunch):
-    """A launch on the nodes of a run: its record says which machines it shares (``launch.on``)."""
-
-    on: OnMachine | None = None
-
-    @property
-    def inputs(self) -> LaunchInputs:
-        return super().inputs.with_(on=self.on)
+def _seed_nodes(m: Machine, resolved: ResolvedLaunch, on_step: Callable[[str], None]) -> None:
+    """The base run's other nodes (none on one machine): each node's folder beside the base run's node
+    folder there, its code copied; node 0 is seeded as one machine is."""
+    for node in m.base.nodes:
+        src, dst = as_run(m.base, node).workdir.rstrip("/"), node_workdir(resolved.workdir, node.rank)
+        with open_host(as_run(m.base, node), connect_timeout_s=20) as host:
+            if host.exists(dst):
+                raise UsageError(f"{dst} already exists on node {node.rank}", hint="pick another --name")
+            host.run(f"mkdir -p -- {shlex.quote(dst)}", timeout_s=60)
+            if host.exists(f"{src}/code"):
+                host.run(f"cp -a -- {shlex.quote(src)}/code {shlex.quote(dst)}/code", timeout_s=600)
+                on_step(f"node {node.rank}: code copied from {m.base.name}'s folder there")
 
 
 def _same_data(base: RunRecord, req: LaunchRequest) -> bool:

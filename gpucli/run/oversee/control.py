@@ -89,9 +89,8 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     ``keep_pod``; the record gets the end and the metered cost."""
     record = runs.resolve(run, on_bad=lambda text: on_notice(Notice("warn", text)))
     was_running = False
-    if record.nodes:  # the other nodes' watchdogs first: rank 0's stop must not read as a lost node
-
-        stop_watchdogs(record, on_warn=lambda t: on_notice(Notice("warn", t)))
+    # the other nodes' watchdogs first (none on one machine): rank 0's stop must not read as a lost node
+    stop_watchdogs(record, on_warn=lambda t: on_notice(Notice("warn", t)))
     try:
         with open_host(record, connect_timeout_s=15) as host:
             if record.watchdog_pid:  # it would take the trainer's exit for the end of the run
@@ -107,10 +106,10 @@ def down(run: str | None, *, keep_pod: bool = False, on_step: Callable[[str], No
     except GpucliError as exc:
         on_notice(Notice("warn", f"could not reach the run's host to stop the trainer cleanly: {exc}"))
 
-    rented = False
-    if record.nodes:  # every node of the run ends with it, and a rented cluster with every pod of it
-        end_nodes(record, on_warn=lambda t: on_notice(Notice("warn", t)), ranks=[n.rank for n in record.nodes])
-        rented = not keep_pod and end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t)))
+    # every other node of the run ends with it (none on one machine), and what was rented as one (a
+    # cluster, an overlay) with every pod of it; a pod rented on its own is no such thing (False)
+    end_nodes(record, on_warn=lambda t: on_notice(Notice("warn", t)), ranks=[n.rank for n in record.nodes])
+    rented = not keep_pod and end_rented(record, on_warn=lambda t: on_notice(Notice("warn", t)))
     try:
         ended_pod = rented or (False if keep_pod else get_target(record.provider).terminate(record))
     except TerminatePending as exc:

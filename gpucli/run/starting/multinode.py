@@ -1,7 +1,7 @@
-"""Starting one run on several machines (``gpucli launch --nodes N``): connect to every node and check
-them, then start the trainer (or the user's command) and its watchdog on each, rank 0 first; a
-launch that fails ends every node it started. The layout, commands and variables are
-:mod:`gpucli.run.host.nodes`'s."""
+"""Starting a run on its machines, one or several (``gpucli launch --nodes N``; one is the case N = 1):
+get them, connect to every node and check them, then start the trainer (or the user's command) and its
+watchdog on each, rank 0 first; a launch that fails ends every node it started. The layout, commands
+and variables are :mod:`gpucli.run.host.nodes`'s."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from gpucli.providers.runpod.clusterrent import (
     billed_usd_per_hour,
     cluster_addresses,
     cluster_strays,
-    cluster_volume,
     clusters_client,
     end_cluster,
     gpu_type_id,
@@ -50,6 +49,7 @@ from gpucli.run.host.nodes import (
     node_workdir,
     ports_for,
 )
+from gpucli.run.host.owner import ended_elsewhere, this_launcher
 from gpucli.run.starting.jobs import start_on
 from gpucli.run.starting.start import record_for
 from gpucli.run.watch.monitor import status_of, stop_trainer, trainer_alive
@@ -61,10 +61,16 @@ from gpucli.settings import cluster_ssh_port, pod_ssh_user, provider_poll_s, vol
 from gpucli.ssh import SshTarget
 
 if TYPE_CHECKING:
-    from gpucli.providers.registry import Host
+    from pathlib import Path
+
+    from gpucli.providers.registry import Host, Provisioner
     from gpucli.run.inputs.launch import LaunchRequest, ResolvedLaunch
     from gpucli.run.starting.jobs.base import Job
     from gpucli.runs.launchinputs import LaunchInputs
+
+
+def _quiet(_: str) -> None:
+    return None
 
 
 class PreparedNodes(Protocol):
@@ -79,97 +85,110 @@ class PreparedNodes(Protocol):
     def job(self) -> Job: ...
     @property
     def inputs(self) -> LaunchInputs: ...
+    @property
+    def provision(self) -> Provisioner | None: ...  # one pod to rent (None: several, or none to rent)
+    @property
+    def ssh(self) -> SshTarget | None: ...  # the one machine's endpoint named up front (--host)
 
 
-def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_warn: Callable[[str], None],
-                 on_info: Callable[[str], None], save: Callable[[RunRecord], Any] = runs.save,
-                 resume: RunRecord | None = None) -> RunRecord:
-    """Start a ``PreparedLaunch`` on every node, rank 0 first; a launch that fails ends every node it
-    started. ``resume``: the run's record, continued on the same nodes and folders (the trainer's
-    ``--resume auto`` takes the newest sharded checkpoint there)."""
+def start_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_warn: Callable[[str], None] = _quiet,
+                on_info: Callable[[str], None] = _quiet, save: Callable[[RunRecord], Any] = runs.save,
+                resume: RunRecord | None = None, restore: Path | None = None, metrics: Path | None = None) -> RunRecord:
+    """Start a ``PreparedLaunch`` on its machines, one or several, rank 0 first:
+
+    1. get them: one pod provisioned (``prepared.provision``), several rented as one on a cloud (a RunPod
+       Instant Cluster, vast.ai instances on one overlay), else the machines named (this machine, your SSH
+       hosts, a pod already there): every id is in the record before anything waits on it;
+    2. open each and, where there are several, check them against each other;
+    3. start the job on each, with the peers' variables and watch only where there are peers;
+    4. on any failure stop the run on every node it started, delete what was rented as one, and save the
+       record failed. (A pod rented on its own is ended by the caller's ``cleanup_failed``, which ends any
+       pod carrying the run's label: the caller may not own it, as ``launch --on`` a box does not.)
+
+    ``resume``: the run's record, continued (its name, start, cost so far, nodes' folders and pinned keys;
+    the trainer's ``--resume auto`` takes the newest checkpoint there); ``restore``/``metrics``: a mirrored
+    checkpoint and the metrics uploaded to rank 0 before the job starts."""
     resolved, req, job = prepared.resolved, prepared.request, prepared.job
     latest: list[RunRecord] = []  # the newest record saved: a failure keeps every id the rental recorded
     save = _tracking(save, latest)
     own = job if job.kind == "own" else None
     target = get_target(resolved.provider)
-    specs = layout(req, resolved.workdir) if not target.cloud else \
-        [NodeSpec(r, node_workdir(resolved.workdir, r), None, "") for r in range(req.nodes)]  # known once rented
+    # Kept, a rule and not a second path: a cloud rents several machines as one (a cluster, an overlay: their
+    # pods on one network), never as N pods (lifecycle._prepare makes a provisioner for one machine only).
+    several = req.nodes > 1
+    group = several and target.cloud
+    specs = layout(req, resolved.workdir) if several and not target.cloud else \
+        [NodeSpec(r, node_workdir(resolved.workdir, r), None if group else prepared.ssh, "") for r in range(req.nodes)]
     # vast: the cluster with N machines is chosen before anything is recorded (none: one line, nothing made),
     # and the run's price is what those machines bill together (a higher --price is kept)
-    chosen = find_cluster(resolved, req, len(specs)) if target.caps.overlays else None
+    chosen = find_cluster(resolved, req, len(specs)) if group and target.caps.overlays else None
     if chosen is not None:
         billed = sum(o.price_per_hour_usd for o in chosen[1])
         resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
             price_per_hour_usd=max(billed, req.limits.price_per_hour_usd or 0.0)))
     record = job.labelled(record_for(resolved)).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
         NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
+    renting = group or prepared.provision is not None
     if resume is not None:  # the same run: its name, start, cost so far, nodes' folders and pinned keys
         before = {n.rank: n for n in resume.nodes}
         kept = tuple(before[n.rank].with_(pid=None, pid_ident=None, watchdog_pid=None, watchdog_ident=None)
                      if n.rank in before and before[n.rank].workdir == n.workdir else n for n in record.nodes)
         record = resume.with_(status="provisioning", pid=None, pid_ident=None, watchdog_pid=None,
                               watchdog_ident=None, ended_at=None, end_reason=None, message=None,
-                              limits=resolved.limits, nodes=kept)
+                              launcher=this_launcher(), limits=resolved.limits, nodes=kept,
+                              ssh=None if renting else resume.ssh or specs[0].ssh)
     save(record)  # written before anything waits
     hosts: list[Host] = []
-    port, peer_port = ports_for(resolved.name, resolved.provider)
     try:
-        if target.cloud:  # a RunPod Instant Cluster, or vast.ai instances on one overlay network
-            if chosen is not None:
-                record, specs = rent_vast(prepared, record, specs, chosen, on_step=on_step, save=save)
-            else:
-                record, specs, members = _rent(prepared, record, specs, on_step=on_step, save=save)
-                if members is not None:  # the budget and caps on what the members bill, not a catalogue price
-                    resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
-                        price_per_hour_usd=max(members, req.limits.price_per_hour_usd or 0.0)))
-                    record = record.with_(limits=resolved.limits)
-                    save(record)
+        if chosen is not None:  # vast.ai instances on one overlay network
+            record, specs = rent_vast(prepared, record, specs, chosen, on_step=on_step, save=save)
+        elif group:  # a RunPod Instant Cluster
+            record, specs, members = _rent(prepared, record, specs, on_step=on_step, save=save)
+            if members is not None:  # the budget and caps on what the members bill, not a catalogue price
+                resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
+                    price_per_hour_usd=max(members, req.limits.price_per_hour_usd or 0.0)))
+                record = record.with_(limits=resolved.limits)
+                save(record)
+        elif prepared.provision is not None:  # one pod
+            # --price over the billed price is kept on a launch; a resume is priced at what its new pod bills
+            stated = req.limits.price_per_hour_usd if resume is None else None
+            record, resolved = _provision(prepared.provision, record, resolved, stated, on_step=on_step, save=save)
+        record = record.with_(status="starting")
+        save(record)
         for spec in specs:
             if spec.rank and spec.ssh is not None and spec.ssh.via is not None and record.ssh is not None:
                 spec = dataclasses.replace(spec, ssh=dataclasses.replace(spec.ssh, via=record.ssh))  # primary pinned
                 record = set_node(record, spec.rank, ssh=spec.ssh)
             node = record if spec.rank == 0 else as_run(record, record.nodes[spec.rank - 1])
-            on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
+            if several:
+                on_step(f"node {spec.rank}: connecting to {spec.ssh or 'this machine'}")
             host = target.open(node)
             hosts.append(host)
-            if spec.ssh is not None and host.host_key:
-                pinned = dataclasses.replace(spec.ssh, host_key=host.host_key)
+            if node.ssh is not None and host.host_key:
+                pinned = dataclasses.replace(node.ssh, host_key=host.host_key)
                 record = record.with_(ssh=pinned) if spec.rank == 0 else set_node(record, spec.rank, ssh=pinned)
                 save(record)
-        if target.caps.overlays:  # no address variables there: each node's, read on its overlay interface
+        if chosen is not None:  # no address variables there: each node's, read on its overlay interface
             specs = overlay_addresses(hosts, specs, req.nccl_ifname)
-        elif target.caps.clusters:  # the rendezvous is the PRIMARY_ADDR the nodes' own environment gives
+        elif group:  # the rendezvous is the PRIMARY_ADDR the nodes' own environment gives
             specs = cluster_addresses(hosts, specs)
-        if target.cloud:  # one cluster: its pods are identical and on its network by the provider's contract
-            check_nodes(hosts, specs, 0, None)
-        else:
-            check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
-            if req.link_gbps is None and all(s.ssh is not None for s in specs):  # your own machines
-                record = measure_for_launch(record, hosts, specs, prepared, on_step=on_step, on_warn=on_warn,
-                                            on_info=on_info)
-                save(record)
-        gpus = resolved.n_gpus if resolved.gpu_id else 0
-        token = secrets.token_hex(16)  # the watchdogs' shared secret: in a 0600 file, never a command line
-        provider = resolved.provider  # a cluster's nodes start as "ssh" hosts below; their variables are its
+        if several:  # one machine has no other to be compared with (its GPUs: the launch's own checks)
+            record = _check(record, hosts, specs, prepared, on_step=on_step, on_warn=on_warn, on_info=on_info,
+                            save=save)
+        port, peers = _peers(hosts, specs, resolved, req) if several else (0, {})
         for spec, host in zip(specs, hosts, strict=True):
-            host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
-            host.write_file(f"{spec.workdir}/peer.token", token.encode(), mode=0o600)
-            env = node_env(specs, spec.rank, gpus, port, provider, req.nccl_ifname)
-            watch = ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
-                     "--peer-addr", f"{specs[0].address}:{peer_port}",
-                     # a node silent for the stall window is lost (a crash is told at once)
-                     "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}",
-                     "--peer-token-file", "../peer.token")
-            on_step(f"node {spec.rank}: starting")
-            if target.caps.clusters:
+            env, watch = peers.get(spec.rank, (None, ()))
+            if several:
+                on_step(f"node {spec.rank}: starting")
+            if cluster_of(record):
                 # A RunPod cluster's member pod cannot be stopped on its own (it is managed through its
                 # cluster), so its watchdog stops the run and gpucli deletes the cluster (down, watch). A
                 # vast.ai instance on an overlay is an instance like any other: its own watchdog ends it
                 # (--on-end) when the run is over or a peer is lost, with its CONTAINER_API_KEY.
                 resolved = dataclasses.replace(resolved, provider="ssh")
             if spec.rank == 0:
-                record = start_on(host, job, resolved, record, on_event=on_step, save=save,
-                                  node_env=env, watch_args=watch)
+                record = start_on(host, job, resolved, record, on_event=on_step, save=save, restore=restore,
+                                  metrics=metrics, node_env=env, watch_args=watch)
                 continue
             mine = dataclasses.replace(resolved, workdir=spec.workdir,
                                        data=resolved.data if own is not None else None, data_plan=None)
@@ -182,34 +201,102 @@ def launch_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_
 
             start_on(host, job, mine, as_run(record, record.nodes[spec.rank - 1]), on_event=on_step,
                      save=save_node, node_env=env, watch_args=watch)
-        on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
-        rented = rented_of(record)
-        if rented:
-            pid = start_watcher(record.name)
-            watcher = f"a watcher here (pid {pid}, log {watcher_log(record.name)}) deletes it when the run is " \
-                      "over, as does" if pid else "no watcher could start here; it is deleted by"
-            also = "any `gpucli ls` or `gpucli status` that sees the run over, or " if cluster_of(record) else ""
-            why = ("RunPod lets no pod end its cluster" if cluster_of(record) else
-                   "each instance's watchdog ends its own instance when the run is over; the overlay is "
-                   "deleted from here")
-            what = rented if cluster_of(record) else \
-                f"vast.ai overlay {overlay_of(record) or record.inputs.overlay_name}"
-            on_info(f"{what} bills until this machine deletes it ({why}): {watcher} {also}"
-                    f"`gpucli down {record.name}`; with this machine off it bills until one of them runs")
+        if several:
+            on_step(f"{len(specs)} nodes started; rendezvous on {specs[0].address}:{port}")
+        _say_rented(record, on_info)
         return record
     except BaseException as exc:
         message = str(exc) if isinstance(exc, GpucliError) else f"{type(exc).__name__}: {exc}"
         record = latest[-1] if latest else record  # with the cluster's or overlay's and the machines' ids
-        ended = end_nodes(record, on_warn=on_warn)
+        # Kept, a rule: the other nodes would wait for a rank that never comes. One machine's job is left
+        # as its start left it (its watchdog told the start failed; `down` finds its recorded pids).
+        ended = end_nodes(record, on_warn=on_warn) if record.nodes else []
         if end_rented(record, on_warn=on_warn):
             on_info(f"deleted the {rented_of(record)} of the failed launch")
-        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500]))
+        checked = getattr(exc, "preflight", None) or record.preflight  # a failed preflight's figures (run/starting/preflight.py)
+        save(record.with_(status="failed", ended_at=runs.now_iso(), message=message[:500], preflight=checked))
         if ended:
             on_info(f"stopped the run on node {', '.join(map(str, ended))} of the failed launch")
         raise
     finally:
         for host in hosts:
             host.close()
+
+
+def _provision(provision: Provisioner, record: RunRecord, resolved: ResolvedLaunch, stated: float | None, *,
+               on_step: Callable[[str], None], save: Callable[[RunRecord], Any]) -> tuple[RunRecord, ResolvedLaunch]:
+    """One pod rented: its id recorded the moment it exists (before any wait), its endpoint in the record,
+    and the run priced at what the pod bills (budget, watchdog cap and cost records use it; ``stated``,
+    a higher ``--price``, is kept)."""
+    def on_created(instance_id: str) -> None:
+        nonlocal record
+        record = record.with_(instance_id=instance_id)
+        save(record)
+
+    provision = provision.with_workdir(resolved.workdir)  # vast: the instance's onstart runs its resume.sh
+    started = record  # the record as this launch wrote it (saved before)
+    ssh = provision(on_created=on_created, on_event=on_step, cancelled=lambda: ended_elsewhere(started, runs.load))
+    billed = provision.billed_usd_per_hour
+    if billed:
+        price = max(float(billed), float(stated)) if stated else float(billed)
+        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(price_per_hour_usd=price))
+        record = record.with_(limits=resolved.limits)
+    return record.with_(ssh=ssh), resolved
+
+
+def _check(record: RunRecord, hosts: list[Host], specs: list[NodeSpec], prepared: PreparedNodes, *,
+           on_step: Callable[[str], None], on_warn: Callable[[str], None], on_info: Callable[[str], None],
+           save: Callable[[RunRecord], Any]) -> RunRecord:
+    """The nodes against each other before anything starts: distinct machines; on your own machines also
+    equal GPUs, the NCCL interface, and the link between them measured (without ``--link-gbps``)."""
+    resolved, req = prepared.resolved, prepared.request
+    if get_target(resolved.provider).cloud:  # one cluster: its pods are identical and on its network by the provider's contract
+        check_nodes(hosts, specs, 0, None)
+        return record
+    check_nodes(hosts, specs, resolved.n_gpus if resolved.gpu_id else 0, req.nccl_ifname)
+    if req.link_gbps is None and all(s.ssh is not None for s in specs):  # your own machines
+        record = measure_for_launch(record, hosts, specs, prepared, on_step=on_step, on_warn=on_warn, on_info=on_info)
+        save(record)
+    return record
+
+
+def _peers(hosts: list[Host], specs: list[NodeSpec], resolved: ResolvedLaunch,
+           req: LaunchRequest) -> tuple[int, dict[int, tuple[dict[str, str], tuple[str, ...]]]]:
+    """The rendezvous port, and each rank's variables (rank 0's address and port, every node's) and its
+    watchdog's watch of the others, with their shared secret written to every node's folder (a 0600 file,
+    never a command line)."""
+    port, peer_port = ports_for(resolved.name, resolved.provider)
+    gpus = resolved.n_gpus if resolved.gpu_id else 0
+    token = secrets.token_hex(16)
+    out: dict[int, tuple[dict[str, str], tuple[str, ...]]] = {}
+    for spec, host in zip(specs, hosts, strict=True):
+        host.run(f"mkdir -p -- {shlex.quote(spec.workdir)}", timeout_s=60)
+        host.write_file(f"{spec.workdir}/peer.token", token.encode(), mode=0o600)
+        # resolved.provider: a cluster's nodes start as "ssh" hosts; their variables are its provider's
+        env = node_env(specs, spec.rank, gpus, port, resolved.provider, req.nccl_ifname)
+        out[spec.rank] = (env, ("--nodes", str(len(specs)), "--node-rank", str(spec.rank),
+                                "--peer-addr", f"{specs[0].address}:{peer_port}",
+                                # a node silent for the stall window is lost (a crash is told at once)
+                                "--peer-timeout-s", f"{(resolved.limits.stall_minutes or 30) * 60:g}",
+                                "--peer-token-file", "../peer.token"))
+    return port, out
+
+
+def _say_rented(record: RunRecord, on_info: Callable[[str], None]) -> None:
+    """What was rented as one bills until this machine deletes it: how, in one line."""
+    rented = rented_of(record)
+    if not rented:
+        return
+    pid = start_watcher(record.name)
+    watcher = f"a watcher here (pid {pid}, log {watcher_log(record.name)}) deletes it when the run is " \
+              "over, as does" if pid else "no watcher could start here; it is deleted by"
+    also = "any `gpucli ls` or `gpucli status` that sees the run over, or " if cluster_of(record) else ""
+    why = ("RunPod lets no pod end its cluster" if cluster_of(record) else
+           "each instance's watchdog ends its own instance when the run is over; the overlay is "
+           "deleted from here")
+    what = rented if cluster_of(record) else f"vast.ai overlay {overlay_of(record) or record.inputs.overlay_name}"
+    on_info(f"{what} bills until this machine deletes it ({why}): {watcher} {also}"
+            f"`gpucli down {record.name}`; with this machine off it bills until one of them runs")
 
 
 def _tracking(save: Callable[[RunRecord], Any], latest: list[RunRecord]) -> Callable[[RunRecord], Any]:
@@ -266,10 +353,10 @@ def _rent(prepared: PreparedNodes, record: RunRecord, specs: list[NodeSpec], *, 
         # The nodes' run folders on a network volume attached at create, not on the container disk that a
         # restart wipes (network-volumes.mdx L112; openapi BaseContainerConfig.disk): --volume's, else one
         # named after the run. It stays after the run, holding the checkpoints, until the user deletes it.
-        volume = cluster_volume(target.client(), req.volume or resolved.label,  # type: ignore[attr-defined]
-                                size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
-                                gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
-                                volume_id=record.inputs.volume.id if record.inputs.volume is not None else None)
+        volume = target.cluster_volume(req.volume or resolved.label,
+                                       size_gb=req.volume_size_gb or (None if req.volume else disk_gb),
+                                       gpu_type=gpu_type, gpus_per_pod=resolved.n_gpus,
+                                       volume_id=record.inputs.volume.id if record.inputs.volume is not None else None)
         record = record.with_(launch=record.inputs.with_(volume=KeptVolume.from_dict(volume.to_json())))
         save(record)  # its id recorded before the cluster is asked for
         monthly = f"${volume.usd_per_month:.2f}/month" if volume.usd_per_month is not None else "its monthly price"
