@@ -245,6 +245,9 @@ class CloudTarget:
     def client(self) -> Provider:
         return get_provider(self.name)
 
+    def balance_usd(self) -> float | None:
+        return self.client().balance_usd()
+
     def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,
                     volume_id: str | None = None) -> Provisioner:
         raise UsageError(f"--volume: {self.name} has no network volumes here")  # caps.network_volumes

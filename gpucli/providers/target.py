@@ -225,6 +225,18 @@ class Target(Protocol):
         """None where there is nothing to rent (local, ssh)."""
         ...
 
+    def choose_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool, limit: int = 5,
+                      disk_gb: int | None = None, hours: float | None = None,
+                      transfer_gb: tuple[float, float] = (0.0, 0.0), query: str | None = None) -> list[Offer]:
+        """Live offers of exactly ``n_gpus`` of that GPU, ranked on what the run would cost on each
+        (``cloud`` targets); a UsageError where nothing is rented."""
+        ...
+
+    def balance_usd(self) -> float | None:
+        """The account's balance as the provider reports it; None where it reports none (or nothing is
+        rented). API errors propagate as ProviderError."""
+        ...
+
     def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,
                     volume_id: str | None = None) -> Provisioner:
         """``--volume`` (``caps.network_volumes``): the provisioner creating its pod with that network
@@ -301,6 +313,14 @@ class NoPod:
     def provisioner(self, catalog: Catalog, run: str, gpu_id: str, n_gpus: int, *, spot: bool,
                     bid_per_gpu_usd: float | None, image: str | None, disk_gb: int,
                     ready_timeout_s: float, ask: OfferAsk | None = None) -> Provisioner | None:
+        return None
+
+    def choose_offers(self, catalog: Catalog, gpu_id: str, n_gpus: int, *, spot: bool, limit: int = 5,
+                      disk_gb: int | None = None, hours: float | None = None,
+                      transfer_gb: tuple[float, float] = (0.0, 0.0), query: str | None = None) -> list[Offer]:
+        raise UsageError("offers are a cloud provider's: nothing is rented here")
+
+    def balance_usd(self) -> float | None:
         return None
 
     def with_volume(self, provision: Provisioner, name_or_id: str, *, size_gb: int | None = None,

@@ -42,9 +42,8 @@ def balance_guard(target: Target, resolved: ResolvedLaunch, *, force: bool = Fal
     need = needed_usd(resolved)
     if need is None:
         return None
-    client = target.client()  # type: ignore[attr-defined]  # every cloud target has one
     try:
-        balance = client.balance_usd()
+        balance = target.balance_usd()
     except ProviderError as exc:
         log.warning("could not read the %s balance (%s); not checked", target.name, exc)
         return None

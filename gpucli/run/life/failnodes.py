@@ -101,7 +101,7 @@ def options(catalog: Catalog, req: LaunchRequest, resolved: ResolvedLaunch, *, h
         gpu_type_id(catalog, resolved.gpu_id)
     except UsageError as exc:  # this GPU is not RunPod's: another provider may have it
         raise NoCapacityError(str(exc)) from None
-    listed = target.choose_offers(catalog, resolved.gpu_id, resolved.n_gpus, spot=False,  # type: ignore[attr-defined]
+    listed = target.choose_offers(catalog, resolved.gpu_id, resolved.n_gpus, spot=False,
                                   limit=RUNPOD_LISTINGS, disk_gb=req.disk_gb or resolved.pod_disk_gb,
                                   hours=hours, query=req.query)
     secure = sorted((o for o in listed if o.cloud_type == "SECURE"), key=lambda o: o.price_per_hour_usd)

@@ -161,7 +161,7 @@ def rank(catalog: Catalog, req: LaunchRequest, job: Job, names: list[str], *, ru
                 raise UsageError(f"profile {req.profile} has no GPU; cloud pods need a GPU profile")
             ask = lifecycle.offer_ask(one, resolved)
             hours = ask.hours
-            offers = target.choose_offers(catalog, resolved.gpu_id, resolved.n_gpus, spot=req.spot,  # type: ignore[attr-defined]
+            offers = target.choose_offers(catalog, resolved.gpu_id, resolved.n_gpus, spot=req.spot,
                                           limit=OFFERS_PER_PROVIDER, disk_gb=req.disk_gb or resolved.pod_disk_gb,
                                           hours=ask.hours, transfer_gb=ask.transfer_gb, query=req.query)
         except (ProviderError, NoCapacityError) as exc:  # a missing key, nothing offered, an API down
