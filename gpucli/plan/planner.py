@@ -294,7 +294,7 @@ def _train_speed(catalog: Catalog, request: PlanRequest, setup: Setup, flops: fl
     mfu = e_mfu / scaling_efficiency(e.gpu_count, e_gpu.interconnect, d)
     notes = []
     if count_rank:
-        notes.append(f"from {e.gpu_count} GPUs to {n}")
+        notes.append(f"from {e.gpu_count} GPU{'s' if e.gpu_count != 1 else ''} to {n}")
     if shape_rank or gpu_rank:
         # The step-time model (matmuls and attention at their shares of the peak, pointwise and loss bytes
         # over the memory bandwidth) on each side: another shape, and for another GPU its own peak and

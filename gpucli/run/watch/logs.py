@@ -48,12 +48,12 @@ def for_node(record: RunRecord, node: int | None) -> RunRecord:
     """The record of node ``node`` of a run over several machines (rank 0: the run itself)."""
     if not node:
         return record
-    for n in getattr(record, "nodes", ()) or ():
-        if getattr(n, "rank", None) == node:
+    for n in record.nodes:
+        if n.rank == node:
             return dataclasses.replace(record, workdir=n.workdir, ssh=n.ssh or record.ssh,
-                                       instance_id=getattr(n, "instance_id", None) or record.instance_id,
-                                       pid=getattr(n, "pid", None), pid_ident=getattr(n, "pid_ident", None))
-    count = 1 + len(getattr(record, "nodes", ()) or ())
+                                       instance_id=n.instance_id or record.instance_id, pid=n.pid,
+                                       pid_ident=n.pid_ident)
+    count = 1 + len(record.nodes)
     raise UsageError(f"run {record.name} has no node {node} (it runs on {count} node{'s' if count > 1 else ''}: "
                      f"0{f'..{count - 1}' if count > 1 else ''})")
 

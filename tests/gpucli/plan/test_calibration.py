@@ -49,7 +49,7 @@ def test_other_count_rescales_by_scaling_efficiency(tmp_path):
     flops = train_flops_per_token(cat.model("124m"))
     assert e.mfu == pytest.approx(0.546)
     assert e.tokens_per_s == pytest.approx(8 * 989.5e12 * 0.546 * 0.97**3 / flops)
-    assert "from 1 GPUs to 8" in e.speed_source
+    assert "from 1 GPU to 8" in e.speed_source
 
 
 def test_other_shape_transfers_mfu_by_the_step_time_model(tmp_path):
