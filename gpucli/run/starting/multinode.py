@@ -123,9 +123,7 @@ def start_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_w
     # and the run's price is what those machines bill together (a higher --price is kept)
     chosen = find_cluster(resolved, req, len(specs)) if group and target.caps.overlays else None
     if chosen is not None:
-        billed = sum(o.price_per_hour_usd for o in chosen[1])
-        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
-            price_per_hour_usd=max(billed, req.limits.price_per_hour_usd or 0.0)))
+        resolved = _priced(resolved, sum(o.price_per_hour_usd for o in chosen[1]), req.limits.price_per_hour_usd)
     record = job.labelled(record_for(resolved)).with_(launch=prepared.inputs, ssh=specs[0].ssh, nodes=tuple(
         NodeRecord(rank=s.rank, workdir=s.workdir, ssh=s.ssh) for s in specs[1:]))
     renting = group or prepared.provision is not None
@@ -145,8 +143,7 @@ def start_nodes(prepared: PreparedNodes, *, on_step: Callable[[str], None], on_w
         elif group:  # a RunPod Instant Cluster
             record, specs, members = _rent(prepared, record, specs, on_step=on_step, save=save)
             if members is not None:  # the budget and caps on what the members bill, not a catalogue price
-                resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(
-                    price_per_hour_usd=max(members, req.limits.price_per_hour_usd or 0.0)))
+                resolved = _priced(resolved, members, req.limits.price_per_hour_usd)
                 record = record.with_(limits=resolved.limits)
                 save(record)
         elif prepared.provision is not None:  # one pod
@@ -238,10 +235,16 @@ def _provision(provision: Provisioner, record: RunRecord, resolved: ResolvedLaun
     ssh = provision(on_created=on_created, on_event=on_step, cancelled=lambda: ended_elsewhere(started, runs.load))
     billed = provision.billed_usd_per_hour
     if billed:
-        price = max(float(billed), float(stated)) if stated else float(billed)
-        resolved = dataclasses.replace(resolved, limits=resolved.limits.with_(price_per_hour_usd=price))
+        resolved = _priced(resolved, billed, stated)
         record = record.with_(limits=resolved.limits)
     return record.with_(ssh=ssh), resolved
+
+
+def _priced(resolved: ResolvedLaunch, billed: float, stated: float | None) -> ResolvedLaunch:
+    """The run priced at what its machines bill per hour (budget, watchdog cap and cost records use it);
+    a higher ``--price`` (``stated``) is kept."""
+    return dataclasses.replace(resolved, limits=resolved.limits.with_(
+        price_per_hour_usd=max(float(billed), float(stated or 0.0))))
 
 
 def _check(record: RunRecord, hosts: list[Host], specs: list[NodeSpec], prepared: PreparedNodes, *,
